@@ -1,0 +1,63 @@
+// Command idem runs the idem service and its tools: serve, migrate (and, as
+// they land, relay, load and the inspection commands).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `idem makes retried work happen once.
+
+Usage:
+  idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
+  idem migrate [--db URL]                      apply database migrations
+
+Configuration (flags win over environment variables):
+  --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
+  --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "idem:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+// envDefault returns the environment variable's value, or def when unset.
+func envDefault(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

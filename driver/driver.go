@@ -1,0 +1,120 @@
+// Package driver is the storage seam between idem's business packages (the
+// keeper, ledger, outbox, inbox) and the databases they run on.
+//
+// Business packages hold no dialect-specific SQL. They take the caller's
+// transaction as a Tx and call a Driver method with a params struct; the
+// driver (driver/postgres, driver/sqlite) owns the SQL and maps its errors to
+// the sentinels below. The seam is internal and unstable: its methods change
+// with the packages that use it. Users touch only Open, the Tx adapters
+// (postgres.TxFromPgx, sqlite.TxFromStdSQL) and the sentinels.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors every driver maps its own errors to, so that business code
+// never inspects a SQLSTATE or a SQLite result code.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("idem/driver: not found")
+	// ErrUniqueViolation: a unique constraint refused the write.
+	ErrUniqueViolation = errors.New("idem/driver: unique violation")
+	// ErrUnavailable: the database could not be reached or refused service
+	// (connection refused, shutdown, too many connections). Retryable.
+	ErrUnavailable = errors.New("idem/driver: database unavailable")
+	// ErrLockTimeout: a wait for a row another transaction holds passed its
+	// bound. Retryable later; the other transaction is still running.
+	ErrLockTimeout = errors.New("idem/driver: lock wait timed out")
+	// ErrSerialization: the transaction lost a serialization or deadlock
+	// check and was rolled back by the database. Retryable.
+	ErrSerialization = errors.New("idem/driver: serialization failure")
+	// ErrImmutable: the database refused an UPDATE or DELETE of an
+	// append-only row.
+	ErrImmutable = errors.New("idem/driver: row is immutable")
+)
+
+// IsRetryable reports whether err is a transient database fault after which
+// the same work may be tried again: nothing was committed.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLockTimeout) ||
+		errors.Is(err, ErrSerialization)
+}
+
+// Tx is a database transaction as business packages see it: execute, query,
+// query one row. A pgx.Tx and a *sql.Tx both adapt to it (postgres.TxFromPgx,
+// sqlite.TxFromStdSQL). Packages that take a Tx never begin, commit or roll it
+// back: its owner does.
+//
+// Errors returned by a Tx, its Rows and its Row are already mapped to the
+// sentinels of this package (wrapped, so the original stays reachable).
+type Tx interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// Query runs a statement that returns rows. The caller closes them.
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+	// QueryRow runs a statement expected to return at most one row. Scan
+	// returns ErrNotFound when it returned none.
+	QueryRow(ctx context.Context, sql string, args ...any) Row
+	// Dialect names the database the transaction belongs to ("postgres" or
+	// "sqlite"), so a driver can refuse a transaction of another dialect.
+	Dialect() string
+}
+
+// Rows is the result of Tx.Query.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is the result of Tx.QueryRow.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// TxCloser is a transaction the driver began for a convenience entry point
+// (the keeper's Do, the service). Its owner commits or rolls it back.
+type TxCloser interface {
+	Tx
+	Commit(ctx context.Context) error
+	// Rollback is safe to call after Commit; it is then a no-op.
+	Rollback(ctx context.Context) error
+}
+
+// BeginOptions tune a transaction the driver begins.
+type BeginOptions struct {
+	// LockTimeout bounds how long any statement of the transaction waits for
+	// a row lock another transaction holds (Postgres: SET LOCAL lock_timeout).
+	// Zero means the driver's default. SQLite serializes writers and ignores
+	// it (its busy timeout plays that role).
+	LockTimeout time.Duration
+	// ReadOnly begins a transaction that writes nothing. SQLite serves it from
+	// its reader pool, so it does not queue behind the single writer.
+	ReadOnly bool
+}
+
+// Driver is one database behind idem. Each business area adds its own
+// methods through an interface of its own (see keeper.go), so that the areas
+// stay apart; Driver embeds them all.
+type Driver interface {
+	// Dialect is "postgres" or "sqlite".
+	Dialect() string
+	// Begin starts a read-committed (Postgres) or immediate (SQLite) write
+	// transaction, or a read-only one.
+	Begin(ctx context.Context, opts BeginOptions) (TxCloser, error)
+	// Migrate applies every embedded migration not yet applied, in order,
+	// under a lock so concurrent starts do not race.
+	Migrate(ctx context.Context) error
+	// MigrationStatus reports the applied version and the newest embedded one.
+	MigrationStatus(ctx context.Context) (applied, latest int, err error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Close releases the pool.
+	Close() error
+
+	KeeperDriver
+}

@@ -1,0 +1,75 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// KeeperDriver holds the statements of the idempotency keeper (package idem).
+type KeeperDriver interface {
+	// KeyClaim inserts the key's claim under the table's unique constraint.
+	// It must be the first statement of a read-committed transaction: when
+	// another transaction holds the same key, the insert waits (bounded by
+	// the transaction's lock timeout) until that one commits or rolls back.
+	// A record whose ExpiresAt is not after Now counts as absent and is
+	// replaced. When a live record exists, Claimed is false and Existing
+	// holds it as committed.
+	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
+	// KeyRecord stores the outcome on the claim made earlier in tx.
+	KeyRecord(ctx context.Context, tx Tx, p *KeyRecordParams) error
+	// KeyGet reads a committed record; ErrNotFound when there is none.
+	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
+	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
+	// after Now, and returns how many it deleted.
+	KeyDeleteExpired(ctx context.Context, tx Tx, p *KeyDeleteExpiredParams) (int, error)
+	// Reader runs statements outside any transaction, each on its own, for
+	// reads that need no transaction (the keeper's replay fast path).
+	Reader() Tx
+}
+
+// KeyID names one idempotency record.
+type KeyID struct {
+	Scope     string // the tenant
+	Operation string
+	Key       string // the client's key, already validated
+}
+
+type KeyClaimParams struct {
+	ID          KeyID
+	Fingerprint []byte
+	Now         time.Time
+	ExpiresAt   time.Time
+}
+
+type KeyClaimResult struct {
+	Claimed  bool
+	Existing *KeyRecord // set when Claimed is false
+}
+
+type KeyRecordParams struct {
+	ID     KeyID
+	Status int
+	Header []byte // JSON object of allow-listed headers, or nil
+	Body   []byte
+}
+
+type KeyGetParams struct {
+	ID KeyID
+}
+
+// KeyRecord is a stored idempotency record. Records are visible only once
+// committed, and a committed record always holds its outcome.
+type KeyRecord struct {
+	ID          KeyID
+	Fingerprint []byte
+	Status      int
+	Header      []byte
+	Body        []byte
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+type KeyDeleteExpiredParams struct {
+	Now   time.Time
+	Limit int
+}

@@ -1,0 +1,198 @@
+// Package postgres is idem's PostgreSQL driver, on a pgx/v5 pool. It is the
+// production store: many idem processes may share one database, and the
+// database's unique constraints and row locks decide every race between them.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/driver"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config configures Open.
+type Config struct {
+	// URL is a postgres:// connection string. Required.
+	URL string
+	// MaxConns bounds the pool. Default: pgx's default (4, or the number of
+	// CPUs when greater); bound 1..1000.
+	MaxConns int32
+	// LockTimeout is the default bound on any wait for a row lock held by
+	// another transaction (Postgres lock_timeout). Default 5s; bound
+	// 1ms..10m. Begin may set a different one per transaction.
+	LockTimeout time.Duration
+	// SearchPath, when set, is the schema search path of every connection
+	// (tests use a schema each). Default: the server's.
+	SearchPath string
+}
+
+func (c Config) withDefaults() Config {
+	if c.LockTimeout == 0 {
+		c.LockTimeout = 5 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.URL == "" {
+		return errors.New("postgres: URL is required")
+	}
+	if c.MaxConns < 0 || c.MaxConns > 1000 {
+		return fmt.Errorf("postgres: MaxConns %d is outside 1..1000", c.MaxConns)
+	}
+	if c.LockTimeout < time.Millisecond || c.LockTimeout > 10*time.Minute {
+		return fmt.Errorf("postgres: LockTimeout %s is outside 1ms..10m", c.LockTimeout)
+	}
+	return nil
+}
+
+// Driver is the PostgreSQL implementation of driver.Driver.
+type Driver struct {
+	pool        *pgxpool.Pool
+	lockTimeout time.Duration
+	migrations  []driver.Migration
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// Open connects a pool. It does not migrate: call Migrate.
+func Open(ctx context.Context, cfg Config) (*Driver, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse URL: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	// lock_timeout as a session default bounds every lock wait, including
+	// ones outside the keeper, without a round trip per transaction.
+	pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
+	if cfg.SearchPath != "" {
+		pcfg.ConnConfig.RuntimeParams["search_path"] = cfg.SearchPath
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms}, nil
+}
+
+// Pool is the underlying pgx pool, for users who begin their own
+// transactions and pass them in with TxFromPgx.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+func (d *Driver) Dialect() string { return dialect }
+
+func (d *Driver) Reader() driver.Tx { return poolTx(d.pool) }
+
+func (d *Driver) Ping(ctx context.Context) error { return mapErr(d.pool.Ping(ctx)) }
+
+func (d *Driver) Close() error { d.pool.Close(); return nil }
+
+// Begin starts a READ COMMITTED transaction. Under REPEATABLE READ or
+// SERIALIZABLE a key claim that meets a concurrent twin raises a
+// serialization error instead of waiting for the twin's outcome, so the
+// isolation level is part of the keeper's contract, not a tuning knob.
+func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
+	txOpts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	if opts.ReadOnly {
+		txOpts.AccessMode = pgx.ReadOnly
+	}
+	if opts.LockTimeout > 0 && opts.LockTimeout != d.lockTimeout {
+		// One round trip: BEGIN and SET LOCAL travel as one simple query.
+		txOpts.BeginQuery = beginWithLockTimeout(opts.LockTimeout)
+	}
+	tx, err := d.pool.BeginTx(ctx, txOpts)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &ownedTx{pgTx: pgTx{q: tx}, tx: tx}, nil
+}
+
+func beginWithLockTimeout(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	// The value is an integer we formatted, never user text.
+	return "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10)
+}
+
+// Migrate applies pending migrations in one transaction, under an advisory
+// lock scoped to the current schema so that concurrent starts queue.
+func (d *Driver) Migrate(ctx context.Context) error {
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, sqlMigrateLock); err != nil {
+		return fmt.Errorf("postgres: migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, sqlMigrationsTable); err != nil {
+		return fmt.Errorf("postgres: migrations table: %w", err)
+	}
+	applied, err := appliedVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if applied > len(d.migrations) {
+		return fmt.Errorf("postgres: database is at migration %d, newer than this binary's %d", applied, len(d.migrations))
+	}
+	for _, m := range d.migrations[applied:] {
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("postgres: migration %d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name); err != nil {
+			return fmt.Errorf("postgres: record migration %d: %w", m.Version, err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// MigrationStatus reports the applied and the newest embedded version.
+func (d *Driver) MigrationStatus(ctx context.Context) (applied, latest int, err error) {
+	var exists bool
+	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&exists); err != nil {
+		return 0, 0, err
+	}
+	if !exists {
+		return 0, len(d.migrations), nil
+	}
+	applied, err = appliedVersion(ctx, d.Reader())
+	return applied, len(d.migrations), err
+}
+
+func appliedVersion(ctx context.Context, tx driver.Tx) (int, error) {
+	var v int
+	if err := tx.QueryRow(ctx, sqlMigrationVersion).Scan(&v); err != nil {
+		return 0, fmt.Errorf("postgres: read migration version: %w", err)
+	}
+	return v, nil
+}
+
+const (
+	sqlMigrateLock           = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrationsTable       = `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+	sqlMigrationsTableExists = `SELECT to_regclass('idem_migrations') IS NOT NULL`
+	sqlMigrationVersion      = `SELECT coalesce(max(version), 0) FROM idem_migrations`
+	sqlMigrationInsert       = `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`
+)

@@ -1,0 +1,78 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// See the Postgres driver for why the claim looks like this. SQLite has one
+// writer at a time, so a twin never waits on an uncommitted claim here: its
+// BEGIN IMMEDIATE waits for the writer instead.
+const sqlKeyClaim = `
+INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (scope, operation, key) DO UPDATE
+   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL,
+       created_at = excluded.created_at, expires_at = excluded.expires_at
+ WHERE idem_keys.expires_at <= excluded.created_at
+RETURNING 1`
+
+const sqlKeyGet = `
+SELECT fingerprint, status, header, body, created_at, expires_at
+  FROM idem_keys WHERE scope = ?1 AND operation = ?2 AND key = ?3`
+
+const sqlKeyRecord = `
+UPDATE idem_keys SET status = ?4, header = ?5, body = ?6
+ WHERE scope = ?1 AND operation = ?2 AND key = ?3`
+
+const sqlKeyDeleteExpired = `
+DELETE FROM idem_keys WHERE (scope, operation, key) IN (
+  SELECT scope, operation, key FROM idem_keys WHERE expires_at <= ?1 LIMIT ?2)`
+
+func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimParams) (*driver.KeyClaimResult, error) {
+	var one int
+	err := tx.QueryRow(ctx, sqlKeyClaim, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Fingerprint,
+		toMicros(p.Now), toMicros(p.ExpiresAt)).Scan(&one)
+	if err == nil {
+		return &driver.KeyClaimResult{Claimed: true}, nil
+	}
+	if !errors.Is(err, driver.ErrNotFound) {
+		return nil, err
+	}
+	rec, err := d.KeyGet(ctx, tx, &driver.KeyGetParams{ID: p.ID})
+	if err != nil {
+		return nil, err
+	}
+	return &driver.KeyClaimResult{Existing: rec}, nil
+}
+
+func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
+	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("sqlite: record outcome: %d rows hold the claim, want 1", n)
+	}
+	return nil
+}
+
+func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
+	rec := &driver.KeyRecord{ID: p.ID}
+	var created, expires int64
+	err := tx.QueryRow(ctx, sqlKeyGet, p.ID.Scope, p.ID.Operation, p.ID.Key).
+		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &created, &expires)
+	if err != nil {
+		return nil, err
+	}
+	rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
+	return rec, nil
+}
+
+func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
+	n, err := tx.Exec(ctx, sqlKeyDeleteExpired, toMicros(p.Now), p.Limit)
+	return int(n), err
+}

@@ -1,0 +1,199 @@
+// Package sqlite is idem's embedded SQLite driver (modernc.org/sqlite, no
+// cgo): the zero-set-up default. The database runs in WAL mode with one
+// writer connection, whose transactions begin IMMEDIATE (a deferred
+// transaction that upgrades to a write fails with SQLITE_BUSY whatever the
+// busy timeout), and a small pool of read-only connections beside it.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/idemhq/idem/driver"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config configures Open.
+type Config struct {
+	// Path is the database file. Its directory is created when missing.
+	// Required.
+	Path string
+	// BusyTimeout bounds how long a writer waits for another process's write
+	// lock. Default 5s; bound 1ms..10m.
+	BusyTimeout time.Duration
+	// ReadConns bounds the read-only pool. Default 4; bound 1..64.
+	ReadConns int
+}
+
+func (c Config) withDefaults() Config {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = 5 * time.Second
+	}
+	if c.ReadConns == 0 {
+		c.ReadConns = 4
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Path == "" {
+		return errors.New("sqlite: Path is required")
+	}
+	if c.BusyTimeout < time.Millisecond || c.BusyTimeout > 10*time.Minute {
+		return fmt.Errorf("sqlite: BusyTimeout %s is outside 1ms..10m", c.BusyTimeout)
+	}
+	if c.ReadConns < 1 || c.ReadConns > 64 {
+		return fmt.Errorf("sqlite: ReadConns %d is outside 1..64", c.ReadConns)
+	}
+	return nil
+}
+
+// Driver is the SQLite implementation of driver.Driver.
+type Driver struct {
+	write      *sql.DB // one connection: SQLite has one writer at a time
+	read       *sql.DB
+	migrations []driver.Migration
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// Open opens (creating when missing) the database file. It does not migrate.
+func Open(ctx context.Context, cfg Config) (*Driver, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: create directory: %w", err)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL") // a committed outcome survives power loss
+	q.Set("_foreign_keys", "on")
+	q.Set("_txlock", "immediate")
+	write, err := sql.Open("sqlite", "file:"+cfg.Path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	// Open the writer first so WAL mode is set before readers attach.
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, mapErr(err))
+	}
+	q.Del("_txlock")
+	q.Del("_journal_mode")
+	q.Set("_query_only", "on")
+	read, err := sql.Open("sqlite", "file:"+cfg.Path+"?"+q.Encode())
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("sqlite: open reader: %w", err)
+	}
+	read.SetMaxOpenConns(cfg.ReadConns)
+	read.SetMaxIdleConns(cfg.ReadConns)
+	return &Driver{write: write, read: read, migrations: ms}, nil
+}
+
+// DB is the writer pool (one connection, IMMEDIATE transactions), for users
+// who begin their own transactions and pass them in with TxFromStdSQL.
+func (d *Driver) DB() *sql.DB { return d.write }
+
+func (d *Driver) Dialect() string { return dialect }
+
+func (d *Driver) Reader() driver.Tx { return &sqlTx{q: d.read} }
+
+func (d *Driver) Ping(ctx context.Context) error { return mapErr(d.read.PingContext(ctx)) }
+
+func (d *Driver) Close() error {
+	return errors.Join(d.read.Close(), d.write.Close())
+}
+
+// Begin starts an IMMEDIATE write transaction on the single writer, or a
+// deferred read-only one on the reader pool. LockTimeout is ignored: writers
+// queue for the one connection, bounded by the caller's context.
+func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
+	db := d.write
+	if opts.ReadOnly {
+		db = d.read
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: opts.ReadOnly})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &ownedTx{sqlTx: sqlTx{q: tx}, tx: tx}, nil
+}
+
+// Migrate applies pending migrations in one IMMEDIATE transaction, which
+// also keeps two processes from migrating at once.
+func (d *Driver) Migrate(ctx context.Context) error {
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, sqlMigrationsTable); err != nil {
+		return fmt.Errorf("sqlite: migrations table: %w", err)
+	}
+	var applied int
+	if err := tx.QueryRow(ctx, sqlMigrationVersion).Scan(&applied); err != nil {
+		return fmt.Errorf("sqlite: read migration version: %w", err)
+	}
+	if applied > len(d.migrations) {
+		return fmt.Errorf("sqlite: database is at migration %d, newer than this binary's %d", applied, len(d.migrations))
+	}
+	for _, m := range d.migrations[applied:] {
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("sqlite: migration %d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, toMicros(time.Now())); err != nil {
+			return fmt.Errorf("sqlite: record migration %d: %w", m.Version, err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func (d *Driver) MigrationStatus(ctx context.Context) (applied, latest int, err error) {
+	var n int
+	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&n); err != nil {
+		return 0, 0, err
+	}
+	if n == 0 {
+		return 0, len(d.migrations), nil
+	}
+	if err := d.Reader().QueryRow(ctx, sqlMigrationVersion).Scan(&applied); err != nil {
+		return 0, 0, err
+	}
+	return applied, len(d.migrations), nil
+}
+
+const (
+	sqlMigrationsTable       = `CREATE TABLE IF NOT EXISTS idem_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`
+	sqlMigrationsTableExists = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_migrations'`
+	sqlMigrationVersion      = `SELECT coalesce(max(version), 0) FROM idem_migrations`
+	sqlMigrationInsert       = `INSERT INTO idem_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)`
+)
+
+// Times are stored as integer microseconds since the Unix epoch, UTC.
+func toMicros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }

@@ -1,0 +1,55 @@
+package idem
+
+import (
+	"errors"
+
+	"github.com/idemhq/idem/driver"
+)
+
+var (
+	// ErrKeyMissing: an operation that needs an idempotency key has none.
+	// It is rejected, never run.
+	ErrKeyMissing = errors.New("idem: idempotency key missing")
+	// ErrKeyInvalid: the key is empty, too long, or not visible ASCII. The
+	// error is a *KeyError.
+	ErrKeyInvalid = errors.New("idem: idempotency key invalid")
+	// ErrKeyReused: the key was used before with a different request. The
+	// error is a *ReusedError that carries what was stored.
+	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
+	// ErrInFlight: another copy with the same key is still running and did
+	// not finish within the wait. Nothing was done; retry later.
+	ErrInFlight = errors.New("idem: request with this key is in flight")
+	// ErrInvalidBody: the body to fingerprint is not JSON.
+	ErrInvalidBody = errors.New("idem: body is not valid JSON")
+	// ErrUnavailable: the database is unreachable. Nothing was stored; retry
+	// later. It is driver.ErrUnavailable.
+	ErrUnavailable = driver.ErrUnavailable
+)
+
+// KeyError says why a key is invalid. errors.Is(err, ErrKeyInvalid) holds.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string        { return "idem: idempotency key invalid: " + e.Reason }
+func (e *KeyError) Is(target error) bool { return target == ErrKeyInvalid }
+
+// ReusedError is returned when a key arrives with a request whose
+// fingerprint differs from the one stored with it. errors.Is(err,
+// ErrKeyReused) holds. Stored is the first request's outcome.
+type ReusedError struct {
+	Key    Key
+	Stored Outcome
+}
+
+func (e *ReusedError) Error() string {
+	return "idem: idempotency key " + e.Key.Key + " reused with a different request"
+}
+func (e *ReusedError) Is(target error) bool { return target == ErrKeyReused }
+
+// IsRetryable reports whether err is a transient fault: nothing was
+// committed, and the same request may be sent again later (in flight,
+// database unavailable, lock or serialization timeouts).
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrInFlight) || driver.IsRetryable(err)
+}

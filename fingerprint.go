@@ -1,0 +1,51 @@
+package idem
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Fingerprint is SHA-256 over the operation and the canonical form of a JSON
+// body: objects with sorted keys, no insignificant white space, numbers as
+// written, and the top-level fields named in ignore removed. Two requests
+// with the same fingerprint are the same request; an empty body has a
+// fingerprint of its own. A body that is not JSON is ErrInvalidBody.
+func Fingerprint(operation string, body []byte, ignore ...string) ([]byte, error) {
+	canon, err := canonicalJSON(body, ignore)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
+	h.Write(n[:])
+	h.Write([]byte(operation))
+	h.Write(canon)
+	return h.Sum(nil), nil
+}
+
+func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBody, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidBody)
+	}
+	if obj, ok := v.(map[string]any); ok {
+		for _, f := range ignore {
+			delete(obj, f)
+		}
+	}
+	// encoding/json writes map keys sorted and json.Number as written.
+	return json.Marshal(v)
+}

@@ -1,0 +1,115 @@
+// Package testpg gives tests a real PostgreSQL: the server named by
+// IDEM_TEST_DATABASE_URL, or a throwaway cluster started by the project's
+// scripts/pg (installing PostgreSQL when missing) and stopped by Main. Each
+// test gets a schema of its own, dropped when it ends. There is no skip: a
+// test that needs Postgres and cannot have it fails.
+package testpg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvURL names the variable that points tests at an existing server.
+const EnvURL = "IDEM_TEST_DATABASE_URL"
+
+var (
+	once     sync.Once
+	url      string
+	startErr error
+	dir      string
+)
+
+// URL returns the server's URL, starting a throwaway cluster on first use
+// when EnvURL is unset. It fails tb when no server can be had.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	once.Do(func() {
+		if url = os.Getenv(EnvURL); url != "" {
+			return
+		}
+		url, startErr = start()
+	})
+	if startErr != nil {
+		tb.Fatalf("testpg: no PostgreSQL (set %s or install postgresql): %v", EnvURL, startErr)
+	}
+	return url
+}
+
+// Main runs the tests of a package and stops the cluster URL started, if
+// any. Call it from TestMain.
+func Main(m interface{ Run() int }) int {
+	code := m.Run()
+	if dir != "" {
+		_ = exec.Command(script(), "stop", dir).Run()
+	}
+	return code
+}
+
+func start() (string, error) {
+	parent, err := os.MkdirTemp("", "idem-testpg-")
+	if err != nil {
+		return "", err
+	}
+	// The cluster runs as the postgres user when we are root.
+	if err := os.Chmod(parent, 0o755); err != nil {
+		return "", err
+	}
+	dir = filepath.Join(parent, "pg")
+	out, err := exec.Command(script(), "start", dir).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return "", fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// script is the path of scripts/pg in this module.
+func script() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pg")
+}
+
+// Schema creates an empty schema for tb, dropped at its end, and returns
+// its name. Connect with search_path set to it.
+func Schema(tb testing.TB) string {
+	tb.Helper()
+	u := URL(tb)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		tb.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		tb.Fatalf("testpg: create schema: %v", err)
+	}
+	tb.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), u)
+		if err != nil {
+			tb.Errorf("testpg: connect for cleanup: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			tb.Errorf("testpg: drop schema: %v", err)
+		}
+	})
+	return name
+}

@@ -1,0 +1,360 @@
+// Package idem makes retried work happen once.
+//
+// The dangerous request is not the first one: it is the same request
+// arriving again — a provider redelivering a webhook, a queue redelivering a
+// message, a client that never heard the answer. The Keeper runs an
+// operation's work in one database transaction together with the claim of
+// its idempotency key and the storage of its outcome:
+//
+//   - the claim is an INSERT under a unique constraint, so the database, not
+//     a check in Go, decides which of two concurrent copies does the work;
+//   - the work, its outgoing messages (package outbox) and the stored outcome
+//     commit together, or not at all;
+//   - a copy that arrives later gets the stored outcome back, marked as a
+//     replay, so its sender can stop; a copy whose request differs gets
+//     ErrKeyReused; a copy that arrives while the first still runs waits,
+//     bounded, then replays or gets ErrInFlight;
+//   - business failures are outcomes and are stored; an error returned by
+//     the work is transient: everything rolls back, nothing is stored, and a
+//     retry does the work.
+//
+// Storage is pluggable through package driver: driver/postgres for
+// production, driver/sqlite for the embedded default.
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/failpoint"
+)
+
+// Key names one idempotent operation: the tenant it belongs to (Scope), what
+// it does (Operation, e.g. "POST /v1/transfers"), and the client's key. Keys
+// of different scopes or operations never meet.
+type Key struct {
+	Scope     string
+	Operation string
+	Key       string
+}
+
+func (k Key) id() driver.KeyID { return driver.KeyID{Scope: k.Scope, Operation: k.Operation, Key: k.Key} }
+
+// Request is one arrival of an operation.
+type Request struct {
+	Key Key
+	// Body is fingerprinted (canonical JSON, see Fingerprint) together with
+	// Key.Operation, unless Fingerprint is set.
+	Body []byte
+	// Fingerprint, when set, is used as is: for requests whose body is not
+	// JSON, or that hash other parts of the request too.
+	Fingerprint []byte
+}
+
+// Outcome is what an operation answered. It is stored with the key, for
+// successes and business failures alike, and replayed to later copies.
+type Outcome struct {
+	Status int
+	Header http.Header // stored as given: filter it before returning it
+	Body   []byte
+}
+
+// Result is an Outcome and whether it was replayed from storage.
+type Result struct {
+	Outcome
+	Replayed bool
+}
+
+// Work is an operation's work, run inside the transaction that claims its
+// key. It writes through tx and returns the outcome to store; it must not
+// commit or roll back tx. Returning an error means a transient failure:
+// everything rolls back and nothing is stored.
+type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
+
+// Config configures a Keeper. The zero value is usable.
+type Config struct {
+	// Retention is how long an outcome is kept; after it the key behaves as
+	// new. Default 24h; bound 1s..400 days.
+	Retention time.Duration
+	// Wait bounds how long a copy waits for a twin that is still running,
+	// in this process or another, before ErrInFlight. Default 5s; bound
+	// 1ms..60s.
+	Wait time.Duration
+	// MaxWaiters bounds the copies of one key waiting in this process; the
+	// rest get ErrInFlight at once, so one key's storm cannot fill the
+	// connection pool. Default 1000; bound 1..100000.
+	MaxWaiters int
+	// IgnoreFields are top-level JSON fields left out of fingerprints (for
+	// example a client-side "sent_at"). Default none.
+	IgnoreFields []string
+	// JanitorInterval is how often RunJanitor deletes expired records.
+	// Default 1m; bound 1s..24h.
+	JanitorInterval time.Duration
+	// JanitorBatch bounds the rows one janitor statement deletes, so it never
+	// holds many locks at once. Default 1000; bound 1..100000.
+	JanitorBatch int
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// Logger receives the janitor's errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Wait == 0 {
+		c.Wait = 5 * time.Second
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = 1000
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = time.Minute
+	}
+	if c.JanitorBatch == 0 {
+		c.JanitorBatch = 1000
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Retention < time.Second || c.Retention > 400*24*time.Hour:
+		return fmt.Errorf("idem: Retention %s is outside 1s..400 days", c.Retention)
+	case c.Wait < time.Millisecond || c.Wait > time.Minute:
+		return fmt.Errorf("idem: Wait %s is outside 1ms..60s", c.Wait)
+	case c.MaxWaiters < 1 || c.MaxWaiters > 100000:
+		return fmt.Errorf("idem: MaxWaiters %d is outside 1..100000", c.MaxWaiters)
+	case c.JanitorInterval < time.Second || c.JanitorInterval > 24*time.Hour:
+		return fmt.Errorf("idem: JanitorInterval %s is outside 1s..24h", c.JanitorInterval)
+	case c.JanitorBatch < 1 || c.JanitorBatch > 100000:
+		return fmt.Errorf("idem: JanitorBatch %d is outside 1..100000", c.JanitorBatch)
+	}
+	return nil
+}
+
+// Keeper claims keys, runs work once, and stores and replays outcomes.
+type Keeper struct {
+	d   driver.Driver
+	cfg Config
+
+	mu      sync.Mutex
+	flights map[driver.KeyID]*flight
+}
+
+// flight is one in-process attempt at a key that later copies join instead
+// of each holding a connection while they wait on the database.
+type flight struct {
+	done    chan struct{}
+	waiters int
+	fp      []byte
+	res     Result
+	err     error
+}
+
+// New returns a Keeper on d. The database must be migrated.
+func New(d driver.Driver, cfg Config) (*Keeper, error) {
+	if d == nil {
+		return nil, errors.New("idem: nil driver")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight)}, nil
+}
+
+// Driver returns the driver the keeper writes through.
+func (k *Keeper) Driver() driver.Driver { return k.d }
+
+// Config returns the keeper's configuration with defaults applied.
+func (k *Keeper) Config() Config { return k.cfg }
+
+// Do runs work once for req's key, in a transaction it begins and commits,
+// together with the key's claim and the storage of its outcome.
+//
+// A copy of a completed request gets the stored outcome with Replayed set. A
+// copy with a different body gets a *ReusedError. A copy that arrives while
+// the first still runs waits up to Config.Wait, then replays or gets
+// ErrInFlight. An error returned by work rolls everything back and is
+// returned as is.
+func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error) {
+	fp, err := k.prepare(&req)
+	if err != nil {
+		return Result{}, err
+	}
+	id := req.Key.id()
+
+	// Fast path: a completed record is immutable until it expires, so a
+	// plain read answers most duplicates in one round trip. It decides no
+	// race: a miss goes on to the claim, where the constraint decides.
+	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: id})
+	switch {
+	case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
+		return replay(req.Key, rec, fp)
+	case err != nil && !errors.Is(err, driver.ErrNotFound):
+		return Result{}, err
+	}
+
+	deadline := time.NewTimer(k.cfg.Wait)
+	defer deadline.Stop()
+	for {
+		k.mu.Lock()
+		f, running := k.flights[id]
+		if !running {
+			f = &flight{done: make(chan struct{}), fp: fp}
+			k.flights[id] = f
+			k.mu.Unlock()
+			f.res, f.err = k.run(ctx, req.Key, fp, work)
+			k.mu.Lock()
+			delete(k.flights, id)
+			k.mu.Unlock()
+			close(f.done)
+			return f.res, f.err
+		}
+		if f.waiters >= k.cfg.MaxWaiters {
+			k.mu.Unlock()
+			return Result{}, ErrInFlight
+		}
+		f.waiters++
+		k.mu.Unlock()
+
+		select {
+		case <-f.done:
+		case <-deadline.C:
+			return Result{}, ErrInFlight
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+		if f.err != nil {
+			// The first copy stored nothing: this copy is now a retry and
+			// tries for itself.
+			continue
+		}
+		if string(f.fp) != string(fp) {
+			return Result{}, &ReusedError{Key: req.Key, Stored: f.res.Outcome}
+		}
+		res := f.res
+		res.Replayed = true
+		return res, nil
+	}
+}
+
+// DoTx is Do inside the caller's transaction, which must be a new
+// READ COMMITTED transaction (the claim must be its first statement: it may
+// wait on a twin's row, and under REPEATABLE READ it cannot see the twin's
+// outcome). DoTx does not commit: the key, the work and the outcome are
+// stored when the caller commits. A replay does not run work and writes
+// nothing.
+func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (Result, error) {
+	fp, err := k.prepare(&req)
+	if err != nil {
+		return Result{}, err
+	}
+	return k.claimAndWork(ctx, tx, req.Key, fp, work)
+}
+
+func (k *Keeper) prepare(req *Request) ([]byte, error) {
+	if req.Key.Key == "" {
+		return nil, ErrKeyMissing
+	}
+	if err := checkKey(req.Key.Key); err != nil {
+		return nil, err
+	}
+	if req.Fingerprint != nil {
+		return req.Fingerprint, nil
+	}
+	return Fingerprint(req.Key.Operation, req.Body, k.cfg.IgnoreFields...)
+}
+
+// run is one attempt in a transaction of the keeper's own.
+func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work) (Result, error) {
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: k.cfg.Wait})
+	if err != nil {
+		return Result{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	res, err := k.claimAndWork(ctx, tx, key, fp, work)
+	if err != nil || res.Replayed {
+		return res, err
+	}
+	failpoint.Hit("keeper.before_commit")
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []byte, work Work) (Result, error) {
+	now := k.cfg.Clock()
+	claim, err := k.d.KeyClaim(ctx, tx, &driver.KeyClaimParams{
+		ID: key.id(), Fingerprint: fp, Now: now, ExpiresAt: now.Add(k.cfg.Retention),
+	})
+	if errors.Is(err, driver.ErrLockTimeout) {
+		return Result{}, fmt.Errorf("%w: %w", ErrInFlight, err)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if !claim.Claimed {
+		return replay(key, claim.Existing, fp)
+	}
+	out, err := work(ctx, tx)
+	if err != nil {
+		return Result{}, err
+	}
+	var header []byte
+	if len(out.Header) > 0 {
+		if header, err = json.Marshal(out.Header); err != nil {
+			return Result{}, fmt.Errorf("idem: encode outcome header: %w", err)
+		}
+	}
+	if err := k.d.KeyRecord(ctx, tx, &driver.KeyRecordParams{
+		ID: key.id(), Status: out.Status, Header: header, Body: out.Body,
+	}); err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: out}, nil
+}
+
+// replay turns a stored record into a replayed result, or a *ReusedError
+// when the request differs from the one stored.
+func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
+	out := Outcome{Status: rec.Status, Body: rec.Body}
+	if len(rec.Header) > 0 {
+		if err := json.Unmarshal(rec.Header, &out.Header); err != nil {
+			return Result{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
+		}
+	}
+	if string(rec.Fingerprint) != string(fp) {
+		return Result{}, &ReusedError{Key: key, Stored: out}
+	}
+	return Result{Outcome: out, Replayed: true}, nil
+}
+
+// Lookup returns the stored outcome of key, as a replay, and the record's
+// times; driver.ErrNotFound when there is none or it expired.
+func (k *Keeper) Lookup(ctx context.Context, key Key) (*driver.KeyRecord, error) {
+	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: key.id()})
+	if err != nil {
+		return nil, err
+	}
+	if !rec.ExpiresAt.After(k.cfg.Clock()) {
+		return nil, fmt.Errorf("%w: key expired at %s", driver.ErrNotFound, rec.ExpiresAt)
+	}
+	return rec, nil
+}
