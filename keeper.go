@@ -45,7 +45,9 @@ type Key struct {
 	Key       string
 }
 
-func (k Key) id() driver.KeyID { return driver.KeyID{Scope: k.Scope, Operation: k.Operation, Key: k.Key} }
+func (k Key) id() driver.KeyID {
+	return driver.KeyID{Scope: k.Scope, Operation: k.Operation, Key: k.Key}
+}
 
 // Request is one arrival of an operation.
 type Request struct {
