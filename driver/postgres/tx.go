@@ -69,7 +69,7 @@ type ownedTx struct {
 	tx pgx.Tx
 }
 
-func (t *ownedTx) Commit(ctx context.Context) error   { return mapErr(t.tx.Commit(ctx)) }
+func (t *ownedTx) Commit(ctx context.Context) error { return mapErr(t.tx.Commit(ctx)) }
 func (t *ownedTx) Rollback(ctx context.Context) error {
 	err := t.tx.Rollback(ctx)
 	if errors.Is(err, pgx.ErrTxClosed) {

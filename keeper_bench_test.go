@@ -1,0 +1,122 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/driver/sqlite"
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+// benchClients is the number of concurrent callers; bench/run gives pgbench
+// the same number of clients so the two figures compare.
+const benchClients = 16
+
+func benchDriver(b *testing.B, dialect string) driver.Driver {
+	b.Helper()
+	ctx := context.Background()
+	var d driver.Driver
+	var err error
+	if dialect == "postgres" {
+		d, err = postgres.Open(ctx, postgres.Config{URL: testpg.URL(b), SearchPath: testpg.Schema(b), MaxConns: benchClients})
+	} else {
+		d, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "idem.db")})
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sqlBizTable); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// benchWork is the work bench/run's pgbench script does too: one business
+// row, and an outcome of a typical size.
+func benchWork(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO biz (k, note) VALUES ($1, $2)`, "bench", "one side effect"); err != nil {
+		return idem.Outcome{}, err
+	}
+	return idem.Outcome{Status: 201, Body: benchBody}, nil
+}
+
+var benchBody = []byte(`{"id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"posted","amount":1250,"currency":"EUR"}`)
+
+// BenchmarkKeeperFirstArrival: every request has a new key, so each claims,
+// works and stores in one transaction.
+func BenchmarkKeeperFirstArrival(b *testing.B) {
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		b.Run(dialect, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, dialect), idem.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seq atomic.Int64
+			b.SetParallelism(benchClients / max(1, testingProcs()))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					key := fmt.Sprintf("first-%d", seq.Add(1))
+					if _, err := k.Do(context.Background(), req(key, `{"amount":1250}`), benchWork); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+// BenchmarkKeeperReplay: every request repeats one of 1000 completed keys.
+func BenchmarkKeeperReplay(b *testing.B) {
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		b.Run(dialect, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, dialect), idem.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			const keys = 1000
+			for i := range keys {
+				if _, err := k.Do(ctx, req(fmt.Sprintf("replay-%d", i), `{"amount":1250}`), benchWork); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var seq atomic.Int64
+			b.SetParallelism(benchClients / max(1, testingProcs()))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					key := fmt.Sprintf("replay-%d", seq.Add(1)%keys)
+					res, err := k.Do(ctx, req(key, `{"amount":1250}`), benchWork)
+					if err != nil || !res.Replayed {
+						b.Errorf("replay: %v %v", err, res.Replayed)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+func testingProcs() int { return runtime.GOMAXPROCS(0) }
