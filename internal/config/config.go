@@ -1,0 +1,277 @@
+// Package config loads idem's service configuration: built-in defaults, then
+// a YAML file (--config / IDEM_CONFIG), then IDEM_* environment variables,
+// then command-line flags — each later source wins. Every setting is one row
+// of the table in settings.go, so a flag, its variable and its YAML key can
+// never drift apart; docs/operations.md lists them.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Config is the service's configuration. Comments give defaults and bounds.
+type Config struct {
+	// DB is the database: "" (SQLite in ./idem-data/), postgres://…, or
+	// sqlite:PATH.
+	DB string
+	// Publish is where the relay publishes: "" (embedded NATS), nats://…,
+	// kafka://…, http(s)://… (webhooks), or stdout.
+	Publish string
+	// Addr is the listen address. Default 127.0.0.1:8080. Without API keys
+	// it must be a loopback address.
+	Addr string
+	// APIKeys map bearer tokens to tenants. Default none: every request is
+	// tenant "default".
+	APIKeys []APIKey
+	// Relay runs the outbox relay inside serve. Default true.
+	Relay bool
+	// MaxBodyBytes bounds request bodies. Default 1 MiB; bound 1 KiB..64 MiB.
+	MaxBodyBytes int64
+	// KeyRetention is how long idempotency keys are kept. Default 24h;
+	// bound 1m..400 days.
+	KeyRetention time.Duration
+	// InFlightWait bounds how long a duplicate waits for its running twin
+	// before 409. Default 5s; bound 1ms..60s.
+	InFlightWait time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
+	// Default 15s; bound 1s..10m.
+	ShutdownTimeout time.Duration
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string
+	// LogFormat is text or json. Default text.
+	LogFormat string
+	// Webhooks is the raw YAML of the file's webhooks block, parsed by
+	// package webhook.
+	Webhooks []byte
+	// File is the configuration file that was read, if any.
+	File string
+}
+
+// APIKey is one tenant's bearer token, kept only as its SHA-256.
+type APIKey struct {
+	Tenant string
+	Hash   [sha256.Size]byte
+}
+
+// Default returns the built-in defaults.
+func Default() Config {
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		Relay:           true,
+		MaxBodyBytes:    1 << 20,
+		KeyRetention:    24 * time.Hour,
+		InFlightWait:    5 * time.Second,
+		ShutdownTimeout: 15 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// Load parses args (the flags after the subcommand) for the settings named
+// in use, reading the environment through getenv. Settings not in use are
+// neither flags nor read from the environment.
+func Load(name string, args []string, getenv func(string) string, use ...string) (Config, error) {
+	cfg := Default()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	configFile := fs.String("config", "", "YAML configuration file (env IDEM_CONFIG)")
+	inUse := map[string]bool{}
+	for _, n := range use {
+		s, ok := settingByFlag[n]
+		if !ok {
+			return cfg, fmt.Errorf("config: no setting %q", n)
+		}
+		inUse[n] = true
+		fs.String(s.flag, "", fmt.Sprintf("%s (env %s)", s.help, s.env))
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+
+	file := *configFile
+	if file == "" {
+		file = getenv("IDEM_CONFIG")
+	}
+	if file != "" {
+		if err := cfg.loadFile(file, inUse); err != nil {
+			return cfg, err
+		}
+	}
+	for _, n := range use {
+		s := settingByFlag[n]
+		if v := getenv(s.env); v != "" {
+			if err := s.set(&cfg, v); err != nil {
+				return cfg, fmt.Errorf("%s: %w", s.env, err)
+			}
+		}
+	}
+	var flagErr error
+	fs.Visit(func(f *flag.Flag) {
+		if s, ok := settingByFlag[f.Name]; ok && flagErr == nil {
+			if err := s.set(&cfg, f.Value.String()); err != nil {
+				flagErr = fmt.Errorf("--%s: %w", f.Name, err)
+			}
+		}
+	})
+	if flagErr != nil {
+		return cfg, flagErr
+	}
+	return cfg, cfg.Validate()
+}
+
+func (c *Config) loadFile(path string, inUse map[string]bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	c.File = path
+	for k, v := range raw {
+		if k == "webhooks" {
+			sub, err := yaml.Marshal(map[string]any{"webhooks": v})
+			if err != nil {
+				return fmt.Errorf("config %s: webhooks: %w", path, err)
+			}
+			c.Webhooks = sub
+			continue
+		}
+		s, ok := settingByYAML[k]
+		if !ok {
+			return fmt.Errorf("config %s: unknown setting %q", path, k)
+		}
+		if !inUse[s.flag] {
+			continue // a setting of another subcommand
+		}
+		val, err := yamlScalar(v)
+		if err != nil {
+			return fmt.Errorf("config %s: %s: %w", path, k, err)
+		}
+		if err := s.set(c, val); err != nil {
+			return fmt.Errorf("config %s: %s: %w", path, k, err)
+		}
+	}
+	return nil
+}
+
+// yamlScalar turns a YAML value into the string form flags use; lists (of
+// API keys) are joined with commas.
+func yamlScalar(v any) (string, error) {
+	switch v := v.(type) {
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			parts[i] = fmt.Sprint(e)
+		}
+		return strings.Join(parts, ","), nil
+	case map[string]any:
+		return "", errors.New("want a value or a list, not a map")
+	case nil:
+		return "", nil
+	default:
+		return fmt.Sprint(v), nil
+	}
+}
+
+// Validate checks bounds and combinations.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxBodyBytes < 1<<10 || c.MaxBodyBytes > 64<<20:
+		return fmt.Errorf("config: max body bytes %d is outside 1 KiB..64 MiB", c.MaxBodyBytes)
+	case c.KeyRetention < time.Minute || c.KeyRetention > 400*24*time.Hour:
+		return fmt.Errorf("config: key retention %s is outside 1m..400 days", c.KeyRetention)
+	case c.InFlightWait < time.Millisecond || c.InFlightWait > time.Minute:
+		return fmt.Errorf("config: in-flight wait %s is outside 1ms..60s", c.InFlightWait)
+	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
+		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("config: log level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("config: log format %q: want text or json", c.LogFormat)
+	}
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return fmt.Errorf("config: addr %q: %w", c.Addr, err)
+	}
+	if len(c.APIKeys) == 0 && !IsLoopback(host) {
+		return fmt.Errorf("config: addr %q is not loopback and no API keys are configured: "+
+			"set IDEM_API_KEYS (tenant:key,…) before serving beyond this machine", c.Addr)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host names only this machine.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+var tenantRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+// MinAPIKeyLength is the shortest bearer token accepted.
+const MinAPIKeyLength = 16
+
+// ParseAPIKeys parses "tenant:key,…". A key written sha256:HEX is already
+// hashed, so configuration files need not hold the token itself.
+func ParseAPIKeys(s string) ([]APIKey, error) {
+	var keys []APIKey
+	seen := map[[sha256.Size]byte]bool{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		tenant, key, ok := strings.Cut(item, ":")
+		if !ok || !tenantRE.MatchString(tenant) {
+			return nil, fmt.Errorf("API key entry %q: want tenant:key with a tenant of letters, digits, _ . - (at most 64)", redactEntry(item))
+		}
+		var k APIKey
+		k.Tenant = tenant
+		if hexHash, ok := strings.CutPrefix(key, "sha256:"); ok {
+			b, err := hex.DecodeString(hexHash)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("API key of tenant %q: sha256: wants 64 hex digits", tenant)
+			}
+			copy(k.Hash[:], b)
+		} else {
+			if len(key) < MinAPIKeyLength {
+				return nil, fmt.Errorf("API key of tenant %q is shorter than %d characters", tenant, MinAPIKeyLength)
+			}
+			k.Hash = sha256.Sum256([]byte(key))
+		}
+		if seen[k.Hash] {
+			return nil, fmt.Errorf("API key of tenant %q is configured twice", tenant)
+		}
+		seen[k.Hash] = true
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func redactEntry(item string) string {
+	tenant, _, _ := strings.Cut(item, ":")
+	return tenant + ":…"
+}

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "idem.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load("serve", nil, env(nil), ServeSettings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:8080" || c.DB != "" || !c.Relay || c.MaxBodyBytes != 1<<20 ||
+		c.KeyRetention != 24*time.Hour || c.InFlightWait != 5*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestPrecedenceFlagsOverEnvOverFile(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, `
+addr: 127.0.0.1:7000
+db: sqlite:/tmp/from-file.db
+key_retention: 48h
+api_keys: ["acme:0123456789abcdef", "globex:fedcba9876543210"]
+relay: false
+webhooks:
+  stripe-main:
+    provider: stripe
+    secrets: ["whsec_x"]
+`)
+	c, err := Load("serve", []string{"--config", file, "--addr", "127.0.0.1:9000"},
+		env(map[string]string{"IDEM_ADDR": "127.0.0.1:8000", "IDEM_DB": "postgres://env/db", "IDEM_IN_FLIGHT_WAIT": "250ms"}),
+		ServeSettings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:9000" {
+		t.Errorf("addr %q: the flag must win", c.Addr)
+	}
+	if c.DB != "postgres://env/db" {
+		t.Errorf("db %q: the environment must beat the file", c.DB)
+	}
+	if c.KeyRetention != 48*time.Hour || c.Relay || len(c.APIKeys) != 2 || c.APIKeys[1].Tenant != "globex" {
+		t.Errorf("file values lost: %+v", c)
+	}
+	if c.InFlightWait != 250*time.Millisecond {
+		t.Errorf("in-flight wait %s", c.InFlightWait)
+	}
+	if !strings.Contains(string(c.Webhooks), "stripe-main") {
+		t.Errorf("webhooks block not kept: %q", c.Webhooks)
+	}
+	// IDEM_CONFIG names the file when --config does not.
+	c, err = Load("serve", nil, env(map[string]string{"IDEM_CONFIG": file}), ServeSettings...)
+	if err != nil || c.Addr != "127.0.0.1:7000" {
+		t.Fatalf("IDEM_CONFIG: %v %q", err, c.Addr)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string
+		want string
+	}{
+		{"public addr without keys", []string{"--addr", "0.0.0.0:8080"}, nil, "", "not loopback"},
+		{"all interfaces without keys", []string{"--addr", ":8080"}, nil, "", "not loopback"},
+		{"bad duration", nil, map[string]string{"IDEM_KEY_RETENTION": "forever"}, "", "IDEM_KEY_RETENTION"},
+		{"retention too short", []string{"--key-retention", "1s"}, nil, "", "outside"},
+		{"body limit too big", []string{"--max-body-bytes", "1000000000"}, nil, "", "outside"},
+		{"short key", nil, map[string]string{"IDEM_API_KEYS": "acme:short"}, "", "shorter than"},
+		{"bad tenant", nil, map[string]string{"IDEM_API_KEYS": "a c:0123456789abcdef"}, "", "tenant"},
+		{"duplicate key", nil, map[string]string{"IDEM_API_KEYS": "a:0123456789abcdef,b:0123456789abcdef"}, "", "twice"},
+		{"bad hash", nil, map[string]string{"IDEM_API_KEYS": "a:sha256:zz"}, "", "64 hex"},
+		{"unknown yaml", nil, nil, "adress: 127.0.0.1:1\n", "unknown setting"},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "", "log level"},
+		{"stray argument", []string{"extra"}, nil, "", "unexpected argument"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			if c.file != "" {
+				args = append(args, "--config", writeFile(t, c.file))
+			}
+			_, err := Load("serve", args, env(c.env), ServeSettings...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "0123456789abcdef") {
+				t.Fatalf("error leaks the key: %v", err)
+			}
+		})
+	}
+}
+
+func TestPublicAddrWithKeys(t *testing.T) {
+	t.Parallel()
+	sum := sha256.Sum256([]byte("0123456789abcdef"))
+	c, err := Load("serve", []string{"--addr", "0.0.0.0:8080", "--api-keys", "acme:sha256:" + hex.EncodeToString(sum[:])}, env(nil), ServeSettings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.APIKeys[0].Hash != sum {
+		t.Fatal("pre-hashed key not kept")
+	}
+}

@@ -1,0 +1,62 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// setting is one configuration value: its flag, environment variable and
+// YAML key, and how to set it from text.
+type setting struct {
+	flag, env, yaml, help string
+	set                   func(c *Config, v string) error
+}
+
+var settings = []setting{
+	{"db", "IDEM_DB", "db", "database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)",
+		func(c *Config, v string) error { c.DB = v; return nil }},
+	{"publish", "IDEM_PUBLISH", "publish", "publish to: nats://…, kafka://…, http(s)://…, stdout (default embedded NATS)",
+		func(c *Config, v string) error { c.Publish = v; return nil }},
+	{"addr", "IDEM_ADDR", "addr", "listen address (default 127.0.0.1:8080)",
+		func(c *Config, v string) error { c.Addr = v; return nil }},
+	{"api-keys", "IDEM_API_KEYS", "api_keys", "tenant:key,… bearer tokens (key may be sha256:HEX)",
+		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
+	{"relay", "IDEM_RELAY", "relay", "run the outbox relay inside serve (default true)",
+		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
+	{"max-body-bytes", "IDEM_MAX_BODY_BYTES", "max_body_bytes", "request body limit in bytes (default 1048576)",
+		func(c *Config, v string) (err error) { c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); return err }},
+	{"key-retention", "IDEM_KEY_RETENTION", "key_retention", "how long idempotency keys are kept (default 24h)",
+		durationSetter(func(c *Config) *time.Duration { return &c.KeyRetention })},
+	{"in-flight-wait", "IDEM_IN_FLIGHT_WAIT", "in_flight_wait", "how long a duplicate waits for its running twin (default 5s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.InFlightWait })},
+	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"log-level", "IDEM_LOG_LEVEL", "log_level", "debug, info, warn or error (default info)",
+		func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{"log-format", "IDEM_LOG_FORMAT", "log_format", "text or json (default text)",
+		func(c *Config, v string) error { c.LogFormat = v; return nil }},
+}
+
+func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration such as 5s or 24h", v)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+var settingByFlag, settingByYAML = func() (map[string]setting, map[string]setting) {
+	byFlag, byYAML := map[string]setting{}, map[string]setting{}
+	for _, s := range settings {
+		byFlag[s.flag], byYAML[s.yaml] = s, s
+	}
+	return byFlag, byYAML
+}()
+
+// ServeSettings are the flags of `idem serve`.
+var ServeSettings = []string{"db", "publish", "addr", "api-keys", "relay", "max-body-bytes",
+	"key-retention", "in-flight-wait", "shutdown-timeout", "log-level", "log-format"}
