@@ -113,3 +113,47 @@ func Schema(tb testing.TB) string {
 	})
 	return name
 }
+
+// Cluster is a PostgreSQL server of one test's own, for tests that stop
+// and restart the database under a running service.
+type Cluster struct {
+	URL string
+	dir string
+}
+
+// NewCluster starts a cluster for tb, removed when tb ends.
+func NewCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	parent := tb.TempDir()
+	if err := os.Chmod(parent, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	c := &Cluster{dir: filepath.Join(parent, "pg")}
+	out, err := exec.Command(script(), "start", c.dir).Output()
+	if err != nil {
+		tb.Fatalf("testpg: start cluster: %v %s", err, stderrOf(err))
+	}
+	c.URL = strings.TrimSpace(string(out))
+	tb.Cleanup(func() { _ = exec.Command(script(), "stop", c.dir).Run() })
+	return c
+}
+
+// Pause stops the server (fast shutdown: sessions are cut), keeping data.
+func (c *Cluster) Pause(tb testing.TB) { c.run(tb, "pause") }
+
+// Resume starts it again on the same port.
+func (c *Cluster) Resume(tb testing.TB) { c.run(tb, "resume") }
+
+func (c *Cluster) run(tb testing.TB, cmd string) {
+	tb.Helper()
+	if _, err := exec.Command(script(), cmd, c.dir).Output(); err != nil {
+		tb.Fatalf("testpg: %s: %v %s", cmd, err, stderrOf(err))
+	}
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
