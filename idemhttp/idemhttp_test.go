@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -578,3 +579,16 @@ func assertNoKeys(t *testing.T, d driver.Driver) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestEmptyScope: a Scope function that finds no tenant is a bug in the
+// wiring; the request is refused, never run under a shared scope.
+func TestEmptyScope(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idem.Config{}, idemhttp.Config{Scope: func(*http.Request) string { return "" }, Logger: slog.New(slog.DiscardHandler)})
+		wantProblem(t, post(t, e.srv, "/orders", orderBody, "k"), http.StatusInternalServerError, idemhttp.CodeInternal)
+		if n := countOrders(t, d); n != 0 || e.h.calls.Load() != 0 {
+			t.Fatalf("%d rows, %d calls, want none", n, e.h.calls.Load())
+		}
+	})
+}
