@@ -592,3 +592,40 @@ func TestEmptyScope(t *testing.T) {
 		}
 	})
 }
+
+// TestInFlightAcrossProcesses: two servers with keepers of their own (two
+// processes) on one Postgres. The twin's claim waits on the first's row
+// lock, bounded by the keeper's Wait, and gets 409; once the first commits
+// the twin's server replays it. (SQLite has one writer per database, so
+// there a twin queues for the writer and then replays.)
+func TestInFlightAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	a := newEnv(t, d, idem.Config{Wait: 100 * time.Millisecond}, idemhttp.Config{})
+	a.h.entered = make(chan struct{}, 1)
+	a.h.release = make(chan struct{})
+	k, err := idem.New(d, idem.Config{Wait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhttp.New(idemhttp.Config{Keeper: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &orders{}
+	srv := newServer(mw, other)
+	defer srv.Close()
+
+	done := make(chan response, 1)
+	go func() { done <- post(t, a.srv, "/orders", orderBody, "k") }()
+	<-a.h.entered
+	// The first copy's claim is made before its handler runs: its row is
+	// locked now.
+	wantProblem(t, post(t, srv, "/orders", orderBody, "k"), http.StatusConflict, idemhttp.CodeInFlight)
+	close(a.h.release)
+	first := <-done
+	assertReplay(t, first, post(t, srv, "/orders", orderBody, "k"))
+	if n := countOrders(t, d); n != 1 || other.calls.Load() != 0 {
+		t.Fatalf("%d rows, %d calls on the second server, want 1 and 0", n, other.calls.Load())
+	}
+}
