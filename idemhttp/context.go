@@ -1,0 +1,54 @@
+package idemhttp
+
+import (
+	"context"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+)
+
+type ctxKey int
+
+const (
+	scopeKey ctxKey = iota
+	guardKey
+)
+
+// guard is what a guarded request's handler can ask its context for.
+type guard struct {
+	tx  driver.Tx
+	key idem.Key
+}
+
+// WithScope returns ctx carrying scope (the tenant), for an authentication
+// middleware in front of Wrap: the default Config.Scope reads it back.
+func WithScope(ctx context.Context, scope string) context.Context {
+	return context.WithValue(ctx, scopeKey, scope)
+}
+
+// ScopeFrom returns the scope WithScope put in ctx, or "" when there is none.
+func ScopeFrom(ctx context.Context) string {
+	s, _ := ctx.Value(scopeKey).(string)
+	return s
+}
+
+// Tx returns the transaction a guarded handler must write its business rows
+// (and outbox messages) in: the one that claims the key and stores the
+// outcome, so that all of it commits together or not at all. The handler
+// must not commit or roll it back. Tx is nil outside a guarded request (for
+// example for a method Config.Methods lets through).
+func Tx(ctx context.Context) driver.Tx {
+	if g, ok := ctx.Value(guardKey).(*guard); ok {
+		return g.tx
+	}
+	return nil
+}
+
+// KeyFrom returns the scoped key of the guarded request ctx belongs to, for
+// handlers that derive a stable resource id from (tenant, Idempotency-Key).
+func KeyFrom(ctx context.Context) (idem.Key, bool) {
+	if g, ok := ctx.Value(guardKey).(*guard); ok {
+		return g.key, true
+	}
+	return idem.Key{}, false
+}

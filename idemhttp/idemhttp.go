@@ -1,0 +1,538 @@
+// Package idemhttp is net/http middleware that makes POST (and PATCH)
+// handlers idempotent per the IETF Idempotency-Key draft, on top of the
+// keeper of package idem.
+//
+// A guarded request must carry an Idempotency-Key header. Its first arrival
+// runs the handler inside the keeper's transaction — the handler writes its
+// rows through Tx(r.Context()) — and the response is stored in that same
+// transaction. A later copy with the same key and the same request gets the
+// stored status and body back, byte for byte, with Idempotent-Replayed: true.
+// A copy with a different request gets 422, one that arrives while the first
+// still runs waits (bounded) and then replays or gets 409, and a database
+// that cannot be reached gets 503: the table in docs/idemhttp.md lists every
+// answer. Errors are RFC 9457 problem details with a stable code member.
+//
+// Keys are scoped by tenant (Config.Scope) and operation: the method and the
+// route pattern the request matched (r.Pattern), so that one key sent to
+// /v1/transfers/a/reversals and /v1/transfers/b/reversals is the same
+// operation with a different request (422), not two unrelated operations.
+// Wrap each route, not the whole mux, so that the pattern is known.
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/problem"
+)
+
+// Header names of the draft.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Stable problem codes this package answers with.
+const (
+	CodeKeyMissing   = "idempotency_key_missing"
+	CodeKeyInvalid   = "idempotency_key_invalid"
+	CodeKeyReused    = "idempotency_key_reused"
+	CodeInFlight     = "request_in_flight"
+	CodeInvalidBody  = "invalid_request"
+	CodeBodyTooLarge = "body_too_large"
+	CodeUnavailable  = "unavailable"
+	CodeInternal     = "internal_error"
+)
+
+// Outcome classifies how the middleware answered a guarded request, for
+// metrics (Config.OnOutcome).
+type Outcome string
+
+const (
+	OutcomeFirst        Outcome = "first"          // the handler ran and its outcome was stored
+	OutcomeReplayed     Outcome = "replayed"       // a stored outcome was replayed
+	OutcomeReused       Outcome = "reused"         // 422: same key, different request
+	OutcomeInFlight     Outcome = "in_flight"      // 409: a twin still runs
+	OutcomeMissingKey   Outcome = "missing_key"    // 400
+	OutcomeInvalidKey   Outcome = "invalid_key"    // 400
+	OutcomeInvalidBody  Outcome = "invalid_body"   // 400: the body is not JSON
+	OutcomeBodyTooLarge Outcome = "body_too_large" // 413
+	OutcomeUnavailable  Outcome = "unavailable"    // 503: database unreachable, nothing stored
+	OutcomeHandlerError Outcome = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
+	OutcomeError        Outcome = "error"          // 500: an unexpected error, nothing stored
+)
+
+// DefaultReplayHeaders are the response headers stored and replayed when
+// Config.ReplayHeaders is nil: the ones that describe the stored
+// representation, never the ones that describe one exchange.
+var DefaultReplayHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag"}
+
+// forbiddenReplayHeaders describe one exchange or are recomputed; replaying
+// the first response's copy would be wrong (a cookie set twice, a stale
+// Date, a wrong length) or would let a handler forge the replay marker.
+var forbiddenReplayHeaders = []string{
+	"Set-Cookie", "Set-Cookie2", "Date", "Content-Length", "Transfer-Encoding", "Connection",
+	"Keep-Alive", "Trailer", "Upgrade", "Proxy-Connection", HeaderReplayed,
+}
+
+// Config configures a Middleware.
+type Config struct {
+	// Keeper claims keys and stores outcomes. Required. Its Wait bounds how
+	// long a copy waits for a twin, its Retention how long an outcome is
+	// replayed, its Clock the replay cache's notion of now.
+	Keeper *idem.Keeper
+	// Scope returns the tenant a request belongs to; keys of different
+	// scopes never meet. It must not return "". Default: ScopeFrom(ctx), or
+	// "default" when that is empty.
+	Scope func(*http.Request) string
+	// Operation names what a request does. Default: the method and the route
+	// pattern the request matched (r.Pattern without its method), or the
+	// path when no ServeMux pattern is known.
+	Operation func(*http.Request) string
+	// Methods are the methods that require a key; requests with other
+	// methods pass through untouched (and Tx is nil for them). Default POST
+	// and PATCH; bound 1..16 methods.
+	Methods []string
+	// MaxBodyBytes bounds a request body; a larger one is answered 413
+	// body_too_large without running the handler. Default 1 MiB; bound
+	// 1 B..64 MiB.
+	MaxBodyBytes int64
+	// MaxResponseBytes bounds a handler's response, which is buffered and
+	// stored; a larger one rolls back and is answered 500. Default 4 MiB;
+	// bound 1 KiB..64 MiB.
+	MaxResponseBytes int64
+	// ReplayHeaders is the allow-list of response headers stored and
+	// replayed. Default DefaultReplayHeaders; bound 64 names. Set-Cookie,
+	// Date, Content-Length and hop-by-hop headers are refused.
+	ReplayHeaders []string
+	// RetryAfter is sent as Retry-After (whole seconds, rounded up) with 409
+	// in flight and 503 answers. Default 1s; bound 1s..1h.
+	RetryAfter time.Duration
+	// IgnoreFields are top-level JSON fields left out of the fingerprint
+	// (for example a client's "sent_at"). Default: the keeper's
+	// IgnoreFields; bound 64 names.
+	IgnoreFields []string
+	// ReplayCache bounds the entries of the in-process cache of completed
+	// outcomes, which answers replays without a database round trip.
+	// Default 10000; -1 turns it off; bound 1..1000000.
+	ReplayCache int
+	// ReplayCacheBytes bounds the cache's approximate size. Default 64 MiB;
+	// bound 1 KiB..4 GiB.
+	ReplayCacheBytes int64
+	// OnOutcome, when set, is called once per guarded request with how it
+	// was answered (metrics). It must be fast and must not write to w.
+	OnOutcome func(r *http.Request, kind Outcome)
+	// Logger receives unexpected errors (answered 500). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultMaxBodyBytes     = 1 << 20
+	defaultMaxResponseBytes = 4 << 20
+	defaultReplayCache      = 10000
+	defaultReplayCacheBytes = 64 << 20
+)
+
+func (c Config) withDefaults() Config {
+	if c.Scope == nil {
+		c.Scope = defaultScope
+	}
+	if c.Operation == nil {
+		c.Operation = defaultOperation
+	}
+	if c.Methods == nil {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = defaultMaxResponseBytes
+	}
+	if c.ReplayHeaders == nil {
+		c.ReplayHeaders = DefaultReplayHeaders
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = time.Second
+	}
+	if c.IgnoreFields == nil && c.Keeper != nil {
+		c.IgnoreFields = c.Keeper.Config().IgnoreFields
+	}
+	if c.ReplayCache == 0 {
+		c.ReplayCache = defaultReplayCache
+	}
+	if c.ReplayCacheBytes == 0 {
+		c.ReplayCacheBytes = defaultReplayCacheBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Keeper == nil:
+		return errors.New("idemhttp: Keeper is required")
+	case len(c.Methods) < 1 || len(c.Methods) > 16:
+		return fmt.Errorf("idemhttp: %d Methods is outside 1..16", len(c.Methods))
+	case c.MaxBodyBytes < 1 || c.MaxBodyBytes > 64<<20:
+		return fmt.Errorf("idemhttp: MaxBodyBytes %d is outside 1..64 MiB", c.MaxBodyBytes)
+	case c.MaxResponseBytes < 1<<10 || c.MaxResponseBytes > 64<<20:
+		return fmt.Errorf("idemhttp: MaxResponseBytes %d is outside 1 KiB..64 MiB", c.MaxResponseBytes)
+	case len(c.ReplayHeaders) > 64:
+		return fmt.Errorf("idemhttp: %d ReplayHeaders is more than 64", len(c.ReplayHeaders))
+	case c.RetryAfter < time.Second || c.RetryAfter > time.Hour:
+		return fmt.Errorf("idemhttp: RetryAfter %s is outside 1s..1h", c.RetryAfter)
+	case len(c.IgnoreFields) > 64:
+		return fmt.Errorf("idemhttp: %d IgnoreFields is more than 64", len(c.IgnoreFields))
+	case c.ReplayCache != -1 && (c.ReplayCache < 1 || c.ReplayCache > 1000000):
+		return fmt.Errorf("idemhttp: ReplayCache %d is outside 1..1000000 (or -1 for off)", c.ReplayCache)
+	case c.ReplayCacheBytes < 1<<10 || c.ReplayCacheBytes > 4<<30:
+		return fmt.Errorf("idemhttp: ReplayCacheBytes %d is outside 1 KiB..4 GiB", c.ReplayCacheBytes)
+	}
+	for _, m := range c.Methods {
+		if m == "" || strings.ContainsAny(m, " \t/") {
+			return fmt.Errorf("idemhttp: method %q is not a method", m)
+		}
+	}
+	for _, h := range c.ReplayHeaders {
+		if slices.Contains(forbiddenReplayHeaders, http.CanonicalHeaderKey(h)) {
+			return fmt.Errorf("idemhttp: ReplayHeaders must not list %s: it belongs to one exchange, not to the stored outcome", h)
+		}
+	}
+	return nil
+}
+
+// Middleware guards handlers with idempotency keys. It is safe for
+// concurrent use; one Middleware may wrap many routes.
+type Middleware struct {
+	cfg        Config
+	keeper     *idem.Keeper
+	replay     []string // canonical header names
+	retryAfter string
+	cache      *replayCache
+}
+
+// New returns a Middleware, or an error naming the Config field out of
+// bounds.
+func New(cfg Config) (*Middleware, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := &Middleware{
+		cfg:        cfg,
+		keeper:     cfg.Keeper,
+		retryAfter: strconv.Itoa(int(math.Ceil(cfg.RetryAfter.Seconds()))),
+	}
+	for _, h := range cfg.ReplayHeaders {
+		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
+	}
+	if cfg.ReplayCache > 0 {
+		m.cache = newReplayCache(cfg.ReplayCache, cfg.ReplayCacheBytes)
+	}
+	return m, nil
+}
+
+// CacheStats reports the replay cache's hits, misses and size (zero when
+// the cache is off).
+func (m *Middleware) CacheStats() CacheStats { return m.cache.stats() }
+
+func defaultScope(r *http.Request) string {
+	if s := ScopeFrom(r.Context()); s != "" {
+		return s
+	}
+	return "default"
+}
+
+// defaultOperation is the method and the matched route pattern. ServeMux
+// patterns read "[METHOD ][HOST]/[PATH]"; the method part is dropped and the
+// request's own method used, so that "POST /x" and "/x" name one operation.
+func defaultOperation(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return r.Method + " " + r.URL.Path
+	}
+	if i := strings.IndexAny(p, " \t"); i >= 0 && !strings.Contains(p[:i], "/") {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	return r.Method + " " + p
+}
+
+// Wrap returns next guarded by idempotency keys for Config.Methods.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(m.cfg.Methods, r.Method) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.serve(w, r, next)
+	})
+}
+
+func (m *Middleware) report(r *http.Request, kind Outcome) {
+	if m.cfg.OnOutcome != nil {
+		m.cfg.OnOutcome(r, kind)
+	}
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// The key is checked before the body is read: a request without one is
+	// rejected, never run (and its body never buffered).
+	vals := r.Header.Values(HeaderKey)
+	if len(vals) == 0 {
+		m.report(r, OutcomeMissingKey)
+		problem.Write(w, http.StatusBadRequest, CodeKeyMissing, "this request needs an Idempotency-Key header")
+		return
+	}
+	if len(vals) > 1 {
+		m.report(r, OutcomeInvalidKey)
+		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key was sent more than once")
+		return
+	}
+	clientKey, err := idem.ParseKey(vals[0])
+	if err != nil {
+		m.report(r, OutcomeInvalidKey)
+		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+		return
+	}
+	scope := m.cfg.Scope(r)
+	if scope == "" {
+		m.fail(w, r, errors.New("idemhttp: Config.Scope returned an empty scope"))
+		return
+	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	// The fingerprint holds the concrete path, the operation the pattern: a
+	// key reused on another resource of the same route is caught as reuse.
+	fp, err := idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
+	if err != nil {
+		m.report(r, OutcomeInvalidBody)
+		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body is not valid JSON")
+		return
+	}
+	key := idem.Key{Scope: scope, Operation: m.cfg.Operation(r), Key: clientKey}
+
+	kcfg := m.keeper.Config()
+	if e := m.cache.get(key, kcfg.Clock()); e != nil {
+		if !bytes.Equal(e.fp, fp) {
+			m.report(r, OutcomeReused)
+			problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
+			return
+		}
+		m.report(r, OutcomeReplayed)
+		m.writeReplay(w, e.status, e.header, e.body)
+		return
+	}
+
+	start := kcfg.Clock()
+	var (
+		first    *recorder
+		failed   *recorder // a 5xx answer: rolled back, sent as is
+		panicked *panicValue
+	)
+	res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
+		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+			rec := newRecorder(m.cfg.MaxResponseBytes)
+			if p := runHandler(next, rec, m.handlerRequest(ctx, r, tx, key, body)); p != nil {
+				panicked = p
+				return idem.Outcome{}, errHandlerPanicked
+			}
+			if rec.tooLong {
+				return idem.Outcome{}, errResponseTooLarge
+			}
+			status, header := rec.result()
+			if status >= 500 {
+				failed = rec
+				return idem.Outcome{}, errHandlerFailed
+			}
+			first = rec
+			return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
+		})
+	switch {
+	case panicked != nil:
+		// Everything rolled back; let the server (or the user's recovery
+		// middleware) deal with the panic as if there were no middleware.
+		panic(panicked.v)
+	case err == nil && !res.Replayed:
+		m.report(r, OutcomeFirst)
+		status, header := first.result()
+		m.writeFirst(w, status, header, first.body)
+		m.cache.put(&entry{key: key, fp: fp, status: status, header: m.filter(header), body: first.body,
+			// The claim was made after start, so its record expires no
+			// earlier than this.
+			expires: start.Add(kcfg.Retention)})
+	case err == nil:
+		m.report(r, OutcomeReplayed)
+		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
+		m.cacheFromStore(r.Context(), key, fp)
+	case errors.Is(err, errHandlerFailed):
+		m.report(r, OutcomeHandlerError)
+		status, header := failed.result()
+		if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
+			header.Set("Retry-After", m.retryAfter)
+		}
+		m.writeFirst(w, status, header, failed.body)
+	case errors.Is(err, idem.ErrKeyReused):
+		m.report(r, OutcomeReused)
+		problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
+	case errors.Is(err, idem.ErrInFlight):
+		m.report(r, OutcomeInFlight)
+		w.Header().Set("Retry-After", m.retryAfter)
+		problem.Write(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed; retry later")
+	case idem.IsRetryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		m.report(r, OutcomeUnavailable)
+		w.Header().Set("Retry-After", m.retryAfter)
+		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service cannot reach its database; nothing was done, retry later")
+	default:
+		m.fail(w, r, err)
+	}
+}
+
+const reusedDetail = "this Idempotency-Key was already used with a different request (method, path or body)"
+
+var (
+	errHandlerFailed   = errors.New("idemhttp: handler answered 5xx")
+	errHandlerPanicked = errors.New("idemhttp: handler panicked")
+)
+
+type panicValue struct{ v any }
+
+// runHandler runs next and catches its panic, so the keeper rolls back and
+// forgets the attempt instead of holding the key in flight.
+func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (p *panicValue) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &panicValue{v: v}
+		}
+	}()
+	next.ServeHTTP(w, r)
+	return nil
+}
+
+// handlerRequest is r as the guarded handler sees it: the context carries
+// the transaction and the key, and the body, already read, can be read
+// again.
+func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, tx driver.Tx, key idem.Key, body []byte) *http.Request {
+	r2 := r.WithContext(context.WithValue(ctx, guardKey, &guard{tx: tx, key: key}))
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r2.ContentLength = int64(len(body))
+	return r2
+}
+
+// readBody reads the whole body, bounded by MaxBodyBytes; on failure it has
+// answered and returns false.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		m.report(r, OutcomeBodyTooLarge)
+		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+			fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes))
+		return nil, false
+	}
+	if r.ContentLength > m.cfg.MaxBodyBytes {
+		return tooLarge()
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.cfg.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLarge()
+		}
+		m.report(r, OutcomeInvalidBody)
+		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body could not be read")
+		return nil, false
+	}
+	return body, true
+}
+
+// filter keeps the allow-listed headers of h.
+func (m *Middleware) filter(h http.Header) http.Header {
+	var out http.Header
+	for _, name := range m.replay {
+		if vs := h.Values(name); len(vs) > 0 {
+			if out == nil {
+				out = make(http.Header, len(m.replay))
+			}
+			out[name] = slices.Clone(vs)
+		}
+	}
+	return out
+}
+
+// writeFirst sends a response the handler just made, with every header it
+// set: it is the first answer, not a replay.
+func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.Header, body []byte) {
+	dst := w.Header()
+	for k, vs := range header {
+		dst[k] = vs
+	}
+	dst.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeReplay sends a stored outcome, with only its allow-listed headers
+// (filtered when stored, and again here in case the list shrank since).
+func (m *Middleware) writeReplay(w http.ResponseWriter, status int, header http.Header, body []byte) {
+	dst := w.Header()
+	for _, name := range m.replay {
+		if vs, ok := header[name]; ok {
+			dst[name] = vs
+		}
+	}
+	dst[HeaderReplayed] = replayedTrue
+	dst["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+var replayedTrue = []string{"true"}
+
+// cacheFromStore caches a replay the keeper read from the database. The
+// keeper's answer does not say when the record expires, so it is read once
+// more: only the first replay of a key in this process pays for it.
+func (m *Middleware) cacheFromStore(ctx context.Context, key idem.Key, fp []byte) {
+	if m.cache == nil {
+		return
+	}
+	rec, err := m.keeper.Lookup(ctx, key)
+	if err != nil || !bytes.Equal(rec.Fingerprint, fp) {
+		return // not cached; the next replay asks the database again
+	}
+	out := idem.Outcome{Status: rec.Status, Body: rec.Body}
+	if len(rec.Header) > 0 {
+		var h http.Header
+		if err := json.Unmarshal(rec.Header, &h); err != nil {
+			return
+		}
+		out.Header = h
+	}
+	m.cache.put(&entry{key: key, fp: fp, status: out.Status, header: m.filter(out.Header), body: out.Body, expires: rec.ExpiresAt})
+}
+
+// fail answers an unexpected error: 500, nothing stored.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	m.report(r, OutcomeError)
+	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
+}
