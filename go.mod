@@ -3,6 +3,7 @@ module github.com/idemhq/idem
 go 1.26.0
 
 require (
+	github.com/goccy/go-yaml v1.19.2
 	github.com/jackc/pgx/v5 v5.12.0
 	modernc.org/sqlite v1.62.0
 )
