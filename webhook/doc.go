@@ -1,0 +1,22 @@
+// Package webhook verifies deliveries from payment and SaaS providers and
+// names each one by the id its sender promises is stable.
+//
+// A provider that did not hear our 200 sends the same event again: same
+// event id, new delivery timestamp, new signature. If the deduplication key
+// held anything that changes per delivery, the second copy would look new
+// and its side effects would happen twice. So every profile here extracts
+// the sender's stable event id (Stripe's evt_ id, the Standard Webhooks
+// webhook-id, GitHub's hook id and delivery GUID, ...) and never hashes the
+// delivery.
+//
+// Each profile checks the signature over the raw request bytes before
+// anything is parsed, compares in constant time (hmac.Equal), accepts any of
+// several configured secrets (rotation) and any of several signatures in one
+// header, and, where the scheme signs a timestamp, refuses one outside the
+// tolerance in either direction. It checks nothing else: an unknown field or
+// another API version in the body never refuses a delivery.
+//
+// The intake route (verify, then deduplicate with the keeper under
+// DedupeRequest, then run the Handler registered for the event type inside
+// the same transaction) is built on top of this package.
+package webhook

@@ -1,0 +1,55 @@
+package webhook
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/idemhq/idem"
+)
+
+// DedupeKey names a verified event for the keeper: Scope is the endpoint's
+// tenant, Operation is "webhook:<endpoint name>", Key is the sender's stable
+// event id — never anything that changes per delivery (timestamp,
+// signature, attempt counter), so a redelivery meets the first copy's key.
+//
+// An id the keeper cannot store as is (longer than idem.MaxKeyLength or
+// with a byte outside visible ASCII 0x21-0x7E) becomes "sha256:" followed
+// by the lowercase hex SHA-256 of its bytes: still one key per id, and the
+// prefix keeps it from meeting a sender's id that happens to be 64 hex
+// characters. Call it only for events with an ID (not a Slack challenge).
+func DedupeKey(e Endpoint, ev Event) idem.Key {
+	tenant := e.Tenant
+	if tenant == "" {
+		tenant = "default"
+	}
+	return idem.Key{Scope: tenant, Operation: "webhook:" + e.Name, Key: keyFor(ev.ID)}
+}
+
+// DedupeRequest is the keeper request of a verified event: DedupeKey, and a
+// fingerprint derived from the key alone. A provider that resends an event
+// id resends the same event, even if a byte of the body differed (a
+// re-serialised payload, a field added by a newer API version); refusing
+// it as "key reused" would make the provider retry until it disables the
+// endpoint. So every copy of an id replays the first outcome.
+func DedupeRequest(e Endpoint, ev Event) idem.Request {
+	k := DedupeKey(e, ev)
+	fp := sha256.Sum256([]byte("webhook\x00" + k.Scope + "\x00" + k.Operation + "\x00" + k.Key))
+	return idem.Request{Key: k, Body: ev.Body, Fingerprint: fp[:]}
+}
+
+func keyFor(id string) string {
+	if len(id) >= 1 && len(id) <= idem.MaxKeyLength {
+		visible := true
+		for i := 0; i < len(id); i++ {
+			if c := id[i]; c < 0x21 || c > 0x7e {
+				visible = false
+				break
+			}
+		}
+		if visible {
+			return id
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

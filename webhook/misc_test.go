@@ -1,0 +1,151 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+)
+
+func TestHTTPStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fail("stripe", ErrSignatureMissing, ""), 401, "signature_missing"},
+		{fail("stripe", ErrSignatureInvalid, ""), 401, "signature_invalid"},
+		{fail("stripe", ErrTimestampStale, ""), 401, "timestamp_stale"},
+		{fail("stripe", ErrMalformedBody, ""), 400, "malformed_body"},
+		{fail("stripe", ErrEventIDMissing, ""), 400, "event_id_missing"},
+		{fail("stripe", ErrBodyTooLarge, ""), 413, "body_too_large"},
+		{fmt.Errorf("intake: %w", fail("stripe", ErrTimestampStale, "")), 401, "timestamp_stale"},
+		{errors.New("database down"), 500, "internal_error"},
+	} {
+		status, code := HTTPStatus(tc.err)
+		if status != tc.status || code != tc.code {
+			t.Errorf("HTTPStatus(%v) = %d %s, want %d %s", tc.err, status, code, tc.status, tc.code)
+		}
+		var we *Error
+		if errors.As(tc.err, &we) && we.Code != tc.code {
+			t.Errorf("%v: Code = %s", tc.err, we.Code)
+		}
+	}
+}
+
+func TestErrorsLeakNoSecret(t *testing.T) {
+	t.Parallel()
+	for _, c := range profileCases() {
+		v := mustVerifier(t, c.ep)
+		d := delivery{body: c.body("evt_1"), ts: t0, id: "evt_1"}
+		_, err := v.Verify(c.sign([]string{c.ep.Secrets[0]}, d), append([]byte(" "), d.body...), t0)
+		for _, s := range c.ep.Secrets {
+			if err == nil || strings.Contains(err.Error(), s) {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+	}
+}
+
+func TestDedupeKey(t *testing.T) {
+	t.Parallel()
+	ep := Endpoint{Name: "stripe-main", Tenant: "acme"}
+	k := DedupeKey(ep, Event{ID: "evt_123"})
+	if k != (idem.Key{Scope: "acme", Operation: "webhook:stripe-main", Key: "evt_123"}) {
+		t.Fatalf("key = %+v", k)
+	}
+	if k := DedupeKey(Endpoint{Name: "x"}, Event{ID: "a"}); k.Scope != "default" {
+		t.Fatalf("scope = %q", k.Scope)
+	}
+	long := strings.Repeat("a", idem.MaxKeyLength+1)
+	for _, id := range []string{long, "with space", "tab\t", "é"} {
+		k := DedupeKey(ep, Event{ID: id})
+		if !strings.HasPrefix(k.Key, "sha256:") || len(k.Key) != 7+64 {
+			t.Fatalf("%q -> %q", id, k.Key)
+		}
+		if _, err := idem.ParseKey(k.Key); err != nil {
+			t.Fatalf("%q: hashed key is not a valid key: %v", id, err)
+		}
+		if DedupeKey(ep, Event{ID: id}) != k {
+			t.Fatal("hashing is not stable")
+		}
+	}
+	if DedupeKey(ep, Event{ID: strings.Repeat("a", idem.MaxKeyLength)}).Key != strings.Repeat("a", idem.MaxKeyLength) {
+		t.Fatal("a 255-character id should be kept as is")
+	}
+	// The fingerprint follows the key only: a redelivered body that differs
+	// in a byte replays instead of being refused as key reuse.
+	r1 := DedupeRequest(ep, Event{ID: "evt_1", Body: []byte(`{"a":1}`)})
+	r2 := DedupeRequest(ep, Event{ID: "evt_1", Body: []byte(`{"a":1,"b":2}`)})
+	if string(r1.Fingerprint) != string(r2.Fingerprint) || r1.Key != r2.Key {
+		t.Fatal("same id, different requests")
+	}
+	if r3 := DedupeRequest(ep, Event{ID: "evt_2"}); string(r3.Fingerprint) == string(r1.Fingerprint) {
+		t.Fatal("different ids, same fingerprint")
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	var got []string
+	mk := func(name string) Handler {
+		return func(ctx context.Context, tx driver.Tx, e Event) error { got = append(got, name); return nil }
+	}
+	r.Handle("stripe", "payment_intent.succeeded", mk("pi"))
+	r.Handle("stripe", AnyType, mk("stripe-any"))
+	r.Handle("github", "push", mk("push"))
+	for _, tc := range []struct {
+		provider, typ, want string
+	}{
+		{"stripe", "payment_intent.succeeded", "pi"},
+		{"stripe", "charge.refunded", "stripe-any"},
+		{"github", "push", "push"},
+	} {
+		h, ok := r.Lookup(tc.provider, tc.typ)
+		if !ok {
+			t.Fatalf("%s %s: no handler", tc.provider, tc.typ)
+		}
+		_ = h(context.Background(), nil, Event{})
+		if got[len(got)-1] != tc.want {
+			t.Fatalf("%s %s ran %s", tc.provider, tc.typ, got[len(got)-1])
+		}
+	}
+	if _, ok := r.Lookup("github", "issues"); ok {
+		t.Fatal("github issues has no handler")
+	}
+	for name, f := range map[string]func(){
+		"duplicate":        func() { r.Handle("github", "push", mk("again")) },
+		"nil":              func() { r.Handle("github", "issues", nil) },
+		"unknown provider": func() { r.Handle("gitlab", "push", mk("x")) },
+		"empty type":       func() { r.Handle("github", "", mk("x")) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+func TestEventHeaderHoldsNoSignature(t *testing.T) {
+	t.Parallel()
+	v := mustVerifier(t, Endpoint{Name: "gh", Provider: "github", Secrets: []string{"k"}})
+	h := signGitHub([]string{"k"}, delivery{body: []byte(`{}`), id: "d-1"})
+	h.Set("Cookie", "session=1")
+	ev, err := v.Verify(h, []byte(`{}`), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Header.Get("Cookie") != "" || ev.Header.Get("X-Hub-Signature-256") != "" || ev.Header.Get("X-GitHub-Delivery") != "d-1" {
+		t.Fatalf("header = %v", ev.Header)
+	}
+}
