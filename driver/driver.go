@@ -117,4 +117,5 @@ type Driver interface {
 	Close() error
 
 	KeeperDriver
+	LedgerDriver
 }

@@ -1,0 +1,379 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+const ledgerAccountCols = `tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits,
+       metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at`
+
+const ledgerTransferCols = `tenant, id, debit_account_id, credit_account_id, amount, currency, metadata,
+       coalesce(reverses_id, ''), coalesce(reason, ''), created_at`
+
+const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at`
+
+// The account's time starts at the database clock. A duplicate id inserts
+// nothing and returns no row, so the caller's transaction stays usable; a
+// concurrent twin makes the insert wait for its outcome.
+const sqlLedgerAccountInsert = `
+INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
+                             credits_must_not_exceed_debits, metadata, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
+ON CONFLICT (tenant, id) DO NOTHING
+RETURNING ` + ledgerAccountCols
+
+const sqlLedgerAccountGet = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts WHERE tenant = $1 AND id = $2`
+
+// Transaction-scoped advisory locks, one per transfer id, taken in key
+// order so two batches sharing ids queue rather than deadlock. They make a
+// second post of a new id wait for the first's outcome before it looks for
+// the id, instead of failing on the primary key later.
+const sqlLedgerLockTransfers = `
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+  SELECT DISTINCT hashtextextended('idem.ledger.transfer/' || $1::text || '/' || id, 0) AS k
+    FROM unnest($2::text[]) AS u(id)
+   ORDER BY k) AS keys`
+
+// FOR UPDATE under ORDER BY locks the rows in id order: every writer takes
+// them in the same order, so writers on hot accounts queue and never
+// deadlock. Locked rows are re-read at their newest committed version.
+const sqlLedgerLockAccounts = `
+SELECT ` + ledgerAccountCols + ` FROM ledger_accounts
+ WHERE tenant = $1 AND id = ANY($2::text[])
+ ORDER BY id
+   FOR UPDATE`
+
+const sqlLedgerTransfersGet = `SELECT ` + ledgerTransferCols + ` FROM ledger_transfers WHERE tenant = $1 AND id = ANY($2::text[])`
+
+const sqlLedgerReversals = `
+SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
+ WHERE tenant = $1 AND reverses_id = $2
+ ORDER BY created_at, id`
+
+const sqlLedgerReversedTotal = `
+SELECT coalesce((SELECT reversed FROM ledger_reversed_totals WHERE tenant = $1 AND transfer_id = $2), 0)`
+
+// One statement appends the transfer and its entries and moves the account
+// caches. The time is read here, after the accounts were locked, from
+// clock_timestamp() (now() is the transaction's start, which may precede
+// the previous holder's commit) and never before the accounts' newest entry.
+// Foreign keys are checked at the statement's end, when every part exists.
+const sqlLedgerTransferWrite = `
+WITH clock AS (
+  SELECT greatest(clock_timestamp(), $17::timestamptz) AS at
+), t AS (
+  INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
+                                metadata, reverses_id, reason, created_at)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, $6::text, $7::text,
+         nullif($8::text, ''), nullif($9::text, ''), clock.at
+    FROM clock
+  RETURNING created_at
+), e AS (
+  INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
+                              debits_posted, credits_posted, created_at)
+  SELECT $1::text, $3::text, $10::bigint, $2::text, $5::bigint, false, $11::bigint, $12::bigint, t.created_at FROM t
+  UNION ALL
+  SELECT $1::text, $4::text, $13::bigint, $2::text, $5::bigint, true, $14::bigint, $15::bigint, t.created_at FROM t
+), a AS (
+  UPDATE ledger_accounts AS a
+     SET debits_posted = v.d, credits_posted = v.c, sequence = v.s, last_entry_at = t.created_at
+    FROM t, (VALUES ($3::text, $11::bigint, $12::bigint, $10::bigint),
+                    ($4::text, $14::bigint, $15::bigint, $13::bigint)) AS v(id, d, c, s)
+   WHERE a.tenant = $1::text AND a.id = v.id
+), r AS (
+  INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
+  SELECT $1::text, $8::text, $16::bigint, $5::bigint FROM t WHERE $8::text <> ''
+  ON CONFLICT (tenant, transfer_id) DO UPDATE
+     SET reversed = ledger_reversed_totals.reversed + excluded.reversed
+)
+SELECT created_at FROM t`
+
+// Both lookups descend one index: the primary key for the newest entry, the
+// (account, created_at, sequence) index for the newest at a time.
+const sqlLedgerEntryNewest = `
+SELECT ` + ledgerEntryCols + ` FROM ledger_entries
+ WHERE tenant = $1 AND account_id = $2
+ ORDER BY sequence DESC LIMIT 1`
+
+const sqlLedgerEntryAsOf = `
+SELECT ` + ledgerEntryCols + ` FROM ledger_entries
+ WHERE tenant = $1 AND account_id = $2 AND created_at <= $3
+ ORDER BY created_at DESC, sequence DESC LIMIT 1`
+
+const sqlLedgerEntries = `
+SELECT ` + ledgerEntryCols + ` FROM ledger_entries
+ WHERE tenant = $1 AND account_id = $2 AND sequence <= $3
+ ORDER BY sequence DESC LIMIT $4`
+
+const (
+	sqlLedgerScanAccounts = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts ORDER BY tenant, id`
+	sqlLedgerScanEntries  = `SELECT ` + ledgerEntryCols + ` FROM ledger_entries ORDER BY tenant, account_id, sequence`
+	sqlLedgerScanReversed = `SELECT tenant, transfer_id, reversed FROM ledger_reversed_totals ORDER BY tenant, transfer_id`
+	// The left join keeps a transfer without entries visible to Verify.
+	sqlLedgerScanTransfers = `
+SELECT t.tenant, t.id, t.debit_account_id, t.credit_account_id, t.amount, t.currency, t.metadata,
+       coalesce(t.reverses_id, ''), coalesce(t.reason, ''), t.created_at,
+       e.account_id, e.sequence, e.amount, e.credit, e.debits_posted, e.credits_posted, e.created_at
+  FROM ledger_transfers t
+  LEFT JOIN ledger_entries e ON e.tenant = t.tenant AND e.transfer_id = t.id
+ ORDER BY t.tenant, t.id, e.credit, e.account_id`
+)
+
+func (d *Driver) LedgerAccountInsert(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountInsertParams) (*driver.LedgerAccountInsertResult, error) {
+	a := &p.Account
+	got, err := scanLedgerAccount(tx.QueryRow(ctx, sqlLedgerAccountInsert, a.Tenant, a.ID, a.Currency,
+		a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits, nullText(a.Metadata)))
+	if err == nil {
+		return &driver.LedgerAccountInsertResult{Inserted: true, Account: got}, nil
+	}
+	if !errors.Is(err, driver.ErrNotFound) {
+		return nil, err
+	}
+	// The id was taken, and its holder has committed by now: under READ
+	// COMMITTED this new statement sees its row.
+	got, err = d.LedgerAccountGet(ctx, tx, &driver.LedgerAccountGetParams{Tenant: a.Tenant, ID: a.ID})
+	if err != nil {
+		return nil, err
+	}
+	return &driver.LedgerAccountInsertResult{Account: got}, nil
+}
+
+func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
+	return scanLedgerAccount(tx.QueryRow(ctx, sqlLedgerAccountGet, p.Tenant, p.ID))
+}
+
+func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) ([]driver.LedgerAccount, error) {
+	if len(p.TransferIDs) > 0 {
+		var n int64
+		if err := tx.QueryRow(ctx, sqlLedgerLockTransfers, p.Tenant, p.TransferIDs).Scan(&n); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.Query(ctx, sqlLedgerLockAccounts, p.Tenant, p.AccountIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerAccount
+	for rows.Next() {
+		a, err := scanLedgerAccount(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *a)
+	}
+	return out, rows.Err()
+}
+
+func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
+	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, p.IDs)
+}
+
+func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
+	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
+}
+
+func (d *Driver) LedgerReversedTotal(ctx context.Context, tx driver.Tx, p *driver.LedgerReversedTotalParams) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, sqlLedgerReversedTotal, p.Tenant, p.TransferID).Scan(&n)
+	return n, err
+}
+
+func (d *Driver) LedgerTransferWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerTransferWriteParams) (time.Time, error) {
+	t := &p.Transfer
+	var at time.Time
+	err := tx.QueryRow(ctx, sqlLedgerTransferWrite,
+		t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID, t.Amount, t.Currency, nullText(t.Metadata),
+		t.ReversesID, t.Reason,
+		p.Debit.Sequence, p.Debit.DebitsPosted, p.Debit.CreditsPosted,
+		p.Credit.Sequence, p.Credit.DebitsPosted, p.Credit.CreditsPosted,
+		p.ReversesAmount, p.NotBefore,
+	).Scan(&at)
+	return at.UTC(), err
+}
+
+func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {
+	if p.AsOf.IsZero() {
+		return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryNewest, p.Tenant, p.AccountID))
+	}
+	return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryAsOf, p.Tenant, p.AccountID, p.AsOf))
+}
+
+func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.LedgerEntriesParams) ([]driver.LedgerEntry, error) {
+	rows, err := tx.Query(ctx, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerEntry
+	for rows.Next() {
+		e, err := scanLedgerEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *e)
+	}
+	return out, rows.Err()
+}
+
+func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
+	if p.Accounts != nil {
+		if err := scanEach(ctx, tx, sqlLedgerScanAccounts, func(r driver.Rows) error {
+			a, err := scanLedgerAccount(r)
+			if err != nil {
+				return err
+			}
+			return p.Accounts(a)
+		}); err != nil {
+			return err
+		}
+	}
+	if p.Entries != nil {
+		if err := scanEach(ctx, tx, sqlLedgerScanEntries, func(r driver.Rows) error {
+			e, err := scanLedgerEntry(r)
+			if err != nil {
+				return err
+			}
+			return p.Entries(e)
+		}); err != nil {
+			return err
+		}
+	}
+	if p.Transfers != nil {
+		var cur *driver.LedgerTransfer
+		var entries []driver.LedgerEntry
+		flush := func() error {
+			if cur == nil {
+				return nil
+			}
+			return p.Transfers(cur, entries)
+		}
+		if err := scanEach(ctx, tx, sqlLedgerScanTransfers, func(r driver.Rows) error {
+			var t driver.LedgerTransfer
+			var meta *string
+			var (
+				acct           *string
+				seq, amt, d, c *int64
+				credit         *bool
+				entryAt        *time.Time
+			)
+			if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
+				&meta, &t.ReversesID, &t.Reason, &t.CreatedAt,
+				&acct, &seq, &amt, &credit, &d, &c, &entryAt); err != nil {
+				return err
+			}
+			t.Metadata = textBytes(meta)
+			t.CreatedAt = t.CreatedAt.UTC()
+			if cur == nil || cur.Tenant != t.Tenant || cur.ID != t.ID {
+				if err := flush(); err != nil {
+					return err
+				}
+				cur, entries = &t, nil
+			}
+			if acct != nil {
+				entries = append(entries, driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq,
+					TransferID: t.ID, Amount: *amt, Credit: *credit, DebitsPosted: *d, CreditsPosted: *c,
+					CreatedAt: entryAt.UTC()})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	if p.ReversedTotals != nil {
+		if err := scanEach(ctx, tx, sqlLedgerScanReversed, func(r driver.Rows) error {
+			var tenant, id string
+			var n int64
+			if err := r.Scan(&tenant, &id, &n); err != nil {
+				return err
+			}
+			return p.ReversedTotals(tenant, id, n)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanEach(ctx context.Context, tx driver.Tx, sql string, fn func(driver.Rows) error) error {
+	rows, err := tx.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerTransfer
+	for rows.Next() {
+		var t driver.LedgerTransfer
+		var meta *string
+		if err := rows.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
+			&meta, &t.ReversesID, &t.Reason, &t.CreatedAt); err != nil {
+			return nil, err
+		}
+		t.Metadata = textBytes(meta)
+		t.CreatedAt = t.CreatedAt.UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
+	var a driver.LedgerAccount
+	var meta *string
+	var last *time.Time
+	if err := r.Scan(&a.Tenant, &a.ID, &a.Currency, &a.DebitsMustNotExceedCredits, &a.CreditsMustNotExceedDebits,
+		&meta, &a.DebitsPosted, &a.CreditsPosted, &a.Sequence, &last, &a.CreatedAt); err != nil {
+		return nil, err
+	}
+	a.Metadata = textBytes(meta)
+	if last != nil {
+		a.LastEntryAt = last.UTC()
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	return &a, nil
+}
+
+func scanLedgerEntry(r driver.Row) (*driver.LedgerEntry, error) {
+	var e driver.LedgerEntry
+	if err := r.Scan(&e.Tenant, &e.AccountID, &e.Sequence, &e.TransferID, &e.Amount, &e.Credit,
+		&e.DebitsPosted, &e.CreditsPosted, &e.CreatedAt); err != nil {
+		return nil, err
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	return &e, nil
+}
+
+// nullText stores canonical JSON as text, or NULL when there is none.
+func nullText(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+func textBytes(s *string) []byte {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}

@@ -1,0 +1,100 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// CreateAccount creates an account in the tenant. It is idempotent by id: an
+// account with the same id and the same currency, flags and metadata is
+// returned with Existing set; one that differs is refused with
+// account_exists_with_different_<field>.
+func (l *Ledger) CreateAccount(ctx context.Context, tx driver.Tx, tenant string, a NewAccount) (Account, error) {
+	if err := l.checkTx(tx); err != nil {
+		return Account{}, err
+	}
+	if err := checkTenant(tenant); err != nil {
+		return Account{}, err
+	}
+	if a.ID == "" {
+		a.ID = l.cfg.NewID()
+	}
+	if err := checkID("id", a.ID); err != nil {
+		return Account{}, err
+	}
+	if err := checkCurrency("currency", a.Currency); err != nil {
+		return Account{}, err
+	}
+	meta, err := canonicalMetadata(a.Metadata)
+	if err != nil {
+		return Account{}, err
+	}
+	res, err := l.d.LedgerAccountInsert(ctx, tx, &driver.LedgerAccountInsertParams{
+		Account: driver.LedgerAccount{
+			Tenant:                     tenant,
+			ID:                         a.ID,
+			Currency:                   a.Currency,
+			DebitsMustNotExceedCredits: a.Flags.DebitsMustNotExceedCredits,
+			CreditsMustNotExceedDebits: a.Flags.CreditsMustNotExceedDebits,
+			Metadata:                   meta,
+		},
+		Now: l.now(),
+	})
+	if err != nil {
+		return Account{}, fmt.Errorf("ledger: create account %q: %w", a.ID, err)
+	}
+	got := accountFromRow(res.Account)
+	if res.Inserted {
+		return got, nil
+	}
+	switch {
+	case got.Currency != a.Currency:
+		return Account{}, accountConflict(a.ID, "currency")
+	case got.Flags != a.Flags:
+		return Account{}, accountConflict(a.ID, "flags")
+	case !bytes.Equal(res.Account.Metadata, meta):
+		return Account{}, accountConflict(a.ID, "metadata")
+	}
+	got.Existing = true
+	return got, nil
+}
+
+func accountConflict(id, field string) *Error {
+	return newError(ErrAccountExists.Code+field, field,
+		fmt.Sprintf("account %q already exists with a different %s", id, field))
+}
+
+// GetAccount reads an account with its current totals; ErrNotFound when the
+// tenant has no such account.
+func (l *Ledger) GetAccount(ctx context.Context, tx driver.Tx, tenant, id string) (Account, error) {
+	row, err := l.account(ctx, tx, tenant, id)
+	if err != nil {
+		return Account{}, err
+	}
+	return accountFromRow(row), nil
+}
+
+func (l *Ledger) account(ctx context.Context, tx driver.Tx, tenant, id string) (*driver.LedgerAccount, error) {
+	if err := l.checkTx(tx); err != nil {
+		return nil, err
+	}
+	if err := checkTenant(tenant); err != nil {
+		return nil, err
+	}
+	if checkID("id", id) != nil {
+		// An id we would never have stored names no account.
+		return nil, fmt.Errorf("ledger: account %q: %w", id, ErrNotFound)
+	}
+	row, err := l.d.LedgerAccountGet(ctx, tx, &driver.LedgerAccountGetParams{Tenant: tenant, ID: id})
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil, fmt.Errorf("ledger: account %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: get account %q: %w", id, err)
+	}
+	return row, nil
+}

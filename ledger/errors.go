@@ -1,0 +1,72 @@
+package ledger
+
+import (
+	"errors"
+	"strings"
+)
+
+// Error is a business refusal with a stable code: the request was read and
+// judged, and nothing was written. It is an answer to store and replay (HTTP
+// 422, or 400 for invalid_request), not a fault to retry. The caller's
+// transaction stays usable after it.
+type Error struct {
+	// Code is stable; see the Err* sentinels. Conflicts with a stored
+	// transfer or account name the field: transfer_exists_with_different_amount.
+	Code string `json:"code"`
+	// Field names the request field at fault, when there is one.
+	Field string `json:"field,omitempty"`
+	// Message says what was wrong, for people.
+	Message string `json:"message"`
+
+	prefix bool // a sentinel that matches every code it prefixes
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "ledger: " + e.Code
+	}
+	return "ledger: " + e.Code + ": " + e.Message
+}
+
+// Is matches a sentinel of the same code, so errors.Is(err,
+// ledger.ErrInsufficientFunds) works; ErrTransferExists and ErrAccountExists
+// match every field's variant.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	if t.prefix {
+		return strings.HasPrefix(e.Code, t.Code)
+	}
+	return t.Code == e.Code
+}
+
+// The stable codes. Compare with errors.Is; read Code for the exact string.
+var (
+	ErrInvalidRequest           = &Error{Code: "invalid_request"}
+	ErrInvalidAmount            = &Error{Code: "invalid_amount"}
+	ErrAmountOverflow           = &Error{Code: "amount_overflow"}
+	ErrAccountNotFound          = &Error{Code: "account_not_found"}
+	ErrCurrencyMismatch         = &Error{Code: "currency_mismatch"}
+	ErrSameAccount              = &Error{Code: "same_account"}
+	ErrInsufficientFunds        = &Error{Code: "insufficient_funds"}
+	ErrTransferNotFound         = &Error{Code: "transfer_not_found"}
+	ErrReversalExceedsRemaining = &Error{Code: "reversal_exceeds_remaining"}
+	ErrCannotReverseReversal    = &Error{Code: "cannot_reverse_reversal"}
+	// ErrTransferExists matches transfer_exists_with_different_<field>: the
+	// transfer id is taken by a transfer that differs in that field.
+	ErrTransferExists = &Error{Code: "transfer_exists_with_different_", prefix: true}
+	// ErrAccountExists matches account_exists_with_different_<field>.
+	ErrAccountExists = &Error{Code: "account_exists_with_different_", prefix: true}
+)
+
+// ErrNotFound is returned (wrapped) by GetAccount, GetTransfer, Balance and
+// Entries for an id the tenant does not have.
+var ErrNotFound = errors.New("ledger: not found")
+
+func newError(code, field, msg string) *Error {
+	return &Error{Code: code, Field: field, Message: msg}
+}
+
+func invalid(field, msg string) *Error { return newError(ErrInvalidRequest.Code, field, msg) }

@@ -1,0 +1,290 @@
+// Package ledger is idem's append-only double-entry ledger: accounts,
+// transfers, reversals, and balances as they were believed at any time.
+//
+// Every transfer writes exactly two entries, a debit and a credit of the same
+// amount. Each entry carries its account's sequence number and the running
+// debits, credits and balance after it, so "what did we believe at 14:02?"
+// is one index lookup rather than a sum over history. Transfers and entries
+// are never updated or deleted (the database's triggers refuse it); a
+// correction is a reversal: a new transfer linked to the original with the
+// accounts swapped.
+//
+// A transfer id is the idempotency key of the ledger itself, forever: posting
+// the same id again with the same fields returns the stored transfer
+// (Existing set) and writes nothing; with any field different it is refused
+// with transfer_exists_with_different_<field>. So one bet can never become
+// two ledger lines, whatever retries happen above.
+//
+// Every method takes the caller's transaction and never begins, commits or
+// rolls it back. A refusal (*Error) writes nothing and leaves the
+// transaction usable, so a caller can record the refusal in the same
+// transaction. The seam for messages is that same transaction: right after
+// Post or Reverse succeeds, the caller enqueues its event
+// (outbox.Enqueue(ctx, tx, …): transfer.created, or transfer.reversed for a
+// reversal) and commits once, so the ledger lines and the message exist
+// together or not at all. Skip the enqueue when Transfer.Existing is set:
+// the first post already enqueued it.
+//
+// Concurrency: writers lock the accounts they touch in a fixed order (and
+// the new transfer ids), so transfers on hot accounts queue instead of
+// deadlocking or losing updates. On Postgres the recorded time is the
+// database clock read after the locks are held, never before the account's
+// previous entry, so within an account time order is sequence order.
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// Config configures New.
+type Config struct {
+	// Clock is the time source for answers "as of now" and for recorded
+	// times on SQLite, which has no shared clock of its own (Postgres
+	// records its own clock_timestamp()). Default time.Now.
+	Clock func() time.Time
+	// NewID generates ids for accounts and transfers posted without one.
+	// Default: a time-ordered UUIDv7. Results must be valid ids (1..128
+	// characters of letters, digits and "-_.:~").
+	NewID func() string
+	// MaxBatch bounds the transfers of one Post. Default 100; bound 1..1000.
+	MaxBatch int
+}
+
+const (
+	defaultMaxBatch = 100
+	maxMaxBatch     = 1000
+)
+
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = newUUIDv7
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = defaultMaxBatch
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxBatch < 1 || c.MaxBatch > maxMaxBatch {
+		return fmt.Errorf("ledger: MaxBatch %d is outside 1..%d", c.MaxBatch, maxMaxBatch)
+	}
+	return nil
+}
+
+func newUUIDv7() string {
+	// NewV7 fails only when the system's random source does; a ledger that
+	// cannot draw ids must not pretend it can.
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// Ledger posts and reads transfers through a driver.
+type Ledger struct {
+	d   driver.Driver
+	cfg Config
+}
+
+// New returns a Ledger over d.
+func New(d driver.Driver, cfg Config) (*Ledger, error) {
+	if d == nil {
+		return nil, errors.New("ledger: driver is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Ledger{d: d, cfg: cfg}, nil
+}
+
+func (l *Ledger) now() time.Time { return l.cfg.Clock().UTC() }
+
+// checkTx refuses a transaction of another database, which would otherwise
+// fail with an obscure syntax error.
+func (l *Ledger) checkTx(tx driver.Tx) error {
+	if tx == nil {
+		return errors.New("ledger: transaction is nil")
+	}
+	if tx.Dialect() != l.d.Dialect() {
+		return fmt.Errorf("ledger: a %s transaction was passed to a ledger on %s", tx.Dialect(), l.d.Dialect())
+	}
+	return nil
+}
+
+// Flags are an account's balance constraints.
+type Flags struct {
+	// DebitsMustNotExceedCredits refuses any transfer that would leave the
+	// account's debits above its credits (a wallet that cannot go negative).
+	DebitsMustNotExceedCredits bool `json:"debits_must_not_exceed_credits"`
+	// CreditsMustNotExceedDebits is the mirror rule.
+	CreditsMustNotExceedDebits bool `json:"credits_must_not_exceed_debits"`
+}
+
+// NewAccount is a request to create an account.
+type NewAccount struct {
+	ID       string          `json:"id,omitempty"` // empty: generated
+	Currency string          `json:"currency"`
+	Flags    Flags           `json:"flags"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Account is an account with its current totals. Balance is CreditsPosted
+// minus DebitsPosted.
+type Account struct {
+	ID            string          `json:"id"`
+	Currency      string          `json:"currency"`
+	Flags         Flags           `json:"flags"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	DebitsPosted  int64           `json:"debits_posted"`
+	CreditsPosted int64           `json:"credits_posted"`
+	Balance       int64           `json:"balance"`
+	CreatedAt     time.Time       `json:"created_at"`
+	// Existing is set when CreateAccount found an identical account.
+	Existing bool `json:"-"`
+}
+
+// NewTransfer is a request to move Amount from DebitAccountID to
+// CreditAccountID.
+type NewTransfer struct {
+	ID              string          `json:"id,omitempty"` // empty: generated
+	DebitAccountID  string          `json:"debit_account_id"`
+	CreditAccountID string          `json:"credit_account_id"`
+	Amount          int64           `json:"amount"`
+	Currency        string          `json:"currency"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+}
+
+// NewReversal is a request to reverse (part of) a transfer.
+type NewReversal struct {
+	// TransferID is the transfer to reverse.
+	TransferID string `json:"transfer_id"`
+	// ID is the reversal's own id, its idempotency key; empty: generated.
+	ID string `json:"id,omitempty"`
+	// Amount to reverse; 0 reverses all that remains.
+	Amount int64 `json:"amount,omitempty"`
+	// Reason is kept on the reversal; at most 1024 bytes.
+	Reason   string          `json:"reason,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Transfer is a stored transfer. A reversal has ReversesID (and maybe
+// Reason); an original read by GetTransfer lists its Reversals.
+type Transfer struct {
+	ID              string          `json:"id"`
+	DebitAccountID  string          `json:"debit_account_id"`
+	CreditAccountID string          `json:"credit_account_id"`
+	Amount          int64           `json:"amount"`
+	Currency        string          `json:"currency"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	ReversesID      string          `json:"reverses_id,omitempty"`
+	Reason          string          `json:"reason,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Reversals       []Transfer      `json:"reversals,omitempty"`
+	// Existing is set when an identical transfer with this id was already
+	// stored: nothing was written, and the caller should not emit its event
+	// again.
+	Existing bool `json:"-"`
+}
+
+// Direction is the side of an entry.
+type Direction string
+
+const (
+	Debit  Direction = "debit"
+	Credit Direction = "credit"
+)
+
+// Entry is one side of a transfer on one account, with the account's running
+// totals after it.
+type Entry struct {
+	TransferID    string    `json:"transfer_id"`
+	AccountID     string    `json:"account_id"`
+	Sequence      int64     `json:"sequence"`
+	Amount        int64     `json:"amount"`
+	Direction     Direction `json:"direction"`
+	DebitsPosted  int64     `json:"debits_posted"`
+	CreditsPosted int64     `json:"credits_posted"`
+	Balance       int64     `json:"balance"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Balance is an account's totals as believed at AsOf.
+type Balance struct {
+	AccountID     string    `json:"account_id"`
+	AsOf          time.Time `json:"as_of"`
+	DebitsPosted  int64     `json:"debits_posted"`
+	CreditsPosted int64     `json:"credits_posted"`
+	Balance       int64     `json:"balance"`
+}
+
+// EntriesQuery selects a page of an account's entries, newest first.
+type EntriesQuery struct {
+	// AsOf keeps only entries recorded at or before it; zero: all.
+	AsOf time.Time
+	// Limit bounds the page. Default 100; bound 1..1000.
+	Limit int
+	// After is the cursor a previous page returned; empty: the newest.
+	After string
+}
+
+const (
+	defaultEntriesLimit = 100
+	maxEntriesLimit     = 1000
+)
+
+func accountFromRow(a *driver.LedgerAccount) Account {
+	return Account{
+		ID:       a.ID,
+		Currency: a.Currency,
+		Flags: Flags{
+			DebitsMustNotExceedCredits: a.DebitsMustNotExceedCredits,
+			CreditsMustNotExceedDebits: a.CreditsMustNotExceedDebits,
+		},
+		Metadata:      json.RawMessage(a.Metadata),
+		DebitsPosted:  a.DebitsPosted,
+		CreditsPosted: a.CreditsPosted,
+		Balance:       a.CreditsPosted - a.DebitsPosted,
+		CreatedAt:     a.CreatedAt,
+	}
+}
+
+func transferFromRow(t *driver.LedgerTransfer) Transfer {
+	return Transfer{
+		ID:              t.ID,
+		DebitAccountID:  t.DebitAccountID,
+		CreditAccountID: t.CreditAccountID,
+		Amount:          t.Amount,
+		Currency:        t.Currency,
+		Metadata:        json.RawMessage(t.Metadata),
+		ReversesID:      t.ReversesID,
+		Reason:          t.Reason,
+		CreatedAt:       t.CreatedAt,
+	}
+}
+
+func entryFromRow(e *driver.LedgerEntry) Entry {
+	dir := Debit
+	if e.Credit {
+		dir = Credit
+	}
+	return Entry{
+		TransferID:    e.TransferID,
+		AccountID:     e.AccountID,
+		Sequence:      e.Sequence,
+		Amount:        e.Amount,
+		Direction:     dir,
+		DebitsPosted:  e.DebitsPosted,
+		CreditsPosted: e.CreditsPosted,
+		Balance:       e.CreditsPosted - e.DebitsPosted,
+		CreatedAt:     e.CreatedAt,
+	}
+}

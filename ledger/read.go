@@ -1,0 +1,121 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// GetTransfer reads a transfer with its reversals, oldest first;
+// ErrNotFound when the tenant has no such transfer.
+func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, tenant, id string) (Transfer, error) {
+	if err := l.checkTx(tx); err != nil {
+		return Transfer{}, err
+	}
+	if err := checkTenant(tenant); err != nil {
+		return Transfer{}, err
+	}
+	if checkID("id", id) != nil {
+		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
+	}
+	found, err := l.d.LedgerTransfersGet(ctx, tx, &driver.LedgerTransfersGetParams{Tenant: tenant, IDs: []string{id}})
+	if err != nil {
+		return Transfer{}, fmt.Errorf("ledger: read transfer %q: %w", id, err)
+	}
+	if len(found) == 0 {
+		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
+	}
+	t := transferFromRow(&found[0])
+	revs, err := l.d.LedgerReversals(ctx, tx, &driver.LedgerReversalsParams{Tenant: tenant, TransferID: id})
+	if err != nil {
+		return Transfer{}, fmt.Errorf("ledger: read reversals of %q: %w", id, err)
+	}
+	for i := range revs {
+		t.Reversals = append(t.Reversals, transferFromRow(&revs[i]))
+	}
+	return t, nil
+}
+
+// Balance is the account's totals as believed at asOf: those of its newest
+// entry recorded at or before asOf (zero when none), found by one index
+// lookup. A zero asOf means now.
+func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID string, asOf time.Time) (Balance, error) {
+	acct, err := l.account(ctx, tx, tenant, accountID)
+	if err != nil {
+		return Balance{}, err
+	}
+	if asOf.IsZero() {
+		return Balance{AccountID: acct.ID, AsOf: l.now(), DebitsPosted: acct.DebitsPosted,
+			CreditsPosted: acct.CreditsPosted, Balance: acct.CreditsPosted - acct.DebitsPosted}, nil
+	}
+	b := Balance{AccountID: acct.ID, AsOf: asOf.UTC()}
+	e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: asOf})
+	if errors.Is(err, driver.ErrNotFound) {
+		return b, nil
+	}
+	if err != nil {
+		return Balance{}, fmt.Errorf("ledger: balance of %q: %w", accountID, err)
+	}
+	b.DebitsPosted, b.CreditsPosted, b.Balance = e.DebitsPosted, e.CreditsPosted, e.CreditsPosted-e.DebitsPosted
+	return b, nil
+}
+
+// Entries lists an account's entries newest first, as believed at q.AsOf.
+// It returns the cursor of the next page, or "" when this is the last.
+func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, tenant, accountID string, q EntriesQuery) ([]Entry, string, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = defaultEntriesLimit
+	}
+	if limit < 1 || limit > maxEntriesLimit {
+		return nil, "", invalid("limit", fmt.Sprintf("limit %d is outside 1..%d", q.Limit, maxEntriesLimit))
+	}
+	maxSeq := int64(math.MaxInt64)
+	if q.After != "" {
+		// The cursor is the sequence of the last entry of the previous page.
+		seq, err := strconv.ParseInt(q.After, 10, 64)
+		if err != nil || seq < 1 {
+			return nil, "", invalid("after", fmt.Sprintf("cursor %q is not one this ledger returned", q.After))
+		}
+		maxSeq = seq - 1
+	}
+	acct, err := l.account(ctx, tx, tenant, accountID)
+	if err != nil {
+		return nil, "", err
+	}
+	if !q.AsOf.IsZero() {
+		// Entries are in time order within an account, so "recorded by
+		// AsOf" is "sequence up to that of the newest entry by AsOf".
+		e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: q.AsOf})
+		if errors.Is(err, driver.ErrNotFound) {
+			return []Entry{}, "", nil
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("ledger: entries of %q: %w", accountID, err)
+		}
+		maxSeq = min(maxSeq, e.Sequence)
+	}
+	if maxSeq < 1 {
+		return []Entry{}, "", nil
+	}
+	rows, err := l.d.LedgerEntries(ctx, tx, &driver.LedgerEntriesParams{Tenant: tenant, AccountID: acct.ID,
+		MaxSequence: maxSeq, Limit: limit + 1})
+	if err != nil {
+		return nil, "", fmt.Errorf("ledger: entries of %q: %w", accountID, err)
+	}
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = strconv.FormatInt(rows[limit-1].Sequence, 10)
+	}
+	out := make([]Entry, len(rows))
+	for i := range rows {
+		out[i] = entryFromRow(&rows[i])
+	}
+	return out, next, nil
+}
