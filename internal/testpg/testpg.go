@@ -124,7 +124,13 @@ type Cluster struct {
 // NewCluster starts a cluster for tb, removed when tb ends.
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
-	parent := tb.TempDir()
+	// Not tb.TempDir: its parents are private to us, and the cluster runs
+	// as the postgres user when we are root.
+	parent, err := os.MkdirTemp("", "idem-testpg-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(parent) })
 	if err := os.Chmod(parent, 0o755); err != nil {
 		tb.Fatal(err)
 	}

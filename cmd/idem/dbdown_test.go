@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+// Postgres stopped mid-run: requests answer 503 with Retry-After and store
+// nothing; when it returns, the service recovers by itself, and no
+// acknowledged transfer is lost.
+func TestDatabaseDown(t *testing.T) {
+	t.Parallel()
+	pg := testpg.NewCluster(t)
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", pg.URL)
+	u := p.URL
+	account(t, u, "a", "EUR")
+	account(t, u, "b", "EUR")
+
+	acked := map[string]bool{} // transfer id → acknowledged with 201
+	post := func(i int) response {
+		r := call(t, "POST", u+"/v1/transfers", fmt.Sprintf("down-%d", i),
+			map[string]any{"id": fmt.Sprintf("t%d", i), "debit_account_id": "a", "credit_account_id": "b", "amount": 1, "currency": "EUR"})
+		if r.Status == http.StatusCreated {
+			acked[fmt.Sprintf("t%d", i)] = true
+		}
+		return r
+	}
+	for i := range 10 {
+		mustStatus(t, post(i), http.StatusCreated)
+	}
+
+	pg.Pause(t)
+	for i := 10; i < 15; i++ {
+		r := post(i)
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.code(t) != "unavailable" {
+			t.Fatalf("database down: %d %v %s", r.Status, r.Header, r.Body)
+		}
+	}
+	if r := call(t, "GET", u+"/readyz", "", nil); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with the database down: %d", r.Status)
+	}
+	if r := call(t, "GET", u+"/healthz", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("healthz is liveness and must not depend on the database: %d", r.Status)
+	}
+	pg.Resume(t)
+
+	// The same keys again: nothing was stored for them, so they run now.
+	waitFor(t, func() bool { return call(t, "GET", u+"/readyz", "", nil).Status == http.StatusOK })
+	for i := 10; i < 20; i++ {
+		r := post(i)
+		mustStatus(t, r, http.StatusCreated)
+		if r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("transfer %d replayed an answer stored while the database was down", i)
+		}
+	}
+	for id := range acked {
+		mustStatus(t, call(t, "GET", u+"/v1/transfers/"+id, "", nil), http.StatusOK)
+	}
+	if b := call(t, "GET", u+"/v1/accounts/b", "", nil).json(t); b["credits_posted"] != float64(len(acked)) || len(acked) != 20 {
+		t.Fatalf("b credited %v for %d acknowledged transfers", b["credits_posted"], len(acked))
+	}
+}

@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/ledger"
+)
+
+func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
+	var in ledger.NewAccount
+	if err := decode(r, &in); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	if in.ID == "" {
+		in.ID = derivedID(r, "account")
+	}
+	tx := idemhttp.Tx(r.Context())
+	a, err := s.ledger.CreateAccount(r.Context(), tx, tenantFrom(r.Context()), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/accounts/"+a.ID)
+	writeJSON(w, http.StatusCreated, a)
+}
+
+// transferRequest is POST /v1/transfers's body.
+type transferRequest struct {
+	ID              string          `json:"id"`
+	DebitAccountID  string          `json:"debit_account_id"`
+	CreditAccountID string          `json:"credit_account_id"`
+	Amount          json.Number     `json:"amount"`
+	Currency        string          `json:"currency"`
+	Metadata        json.RawMessage `json:"metadata"`
+}
+
+func (s *Server) postTransfer(w http.ResponseWriter, r *http.Request) {
+	var in transferRequest
+	if err := decode(r, &in); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	amount, err := strconv.ParseInt(string(in.Amount), 10, 64)
+	if err != nil {
+		badRequest(w, "amount: want an integer number of minor units")
+		return
+	}
+	id := in.ID
+	if id == "" {
+		// Derived from (tenant, Idempotency-Key): a retry that arrives after
+		// the key's retention still finds this transfer instead of making a
+		// second one.
+		id = derivedID(r, "transfer")
+	}
+	tx := idemhttp.Tx(r.Context())
+	ts, err := s.ledger.Post(r.Context(), tx, tenantFrom(r.Context()), ledger.NewTransfer{
+		ID: id, DebitAccountID: in.DebitAccountID, CreditAccountID: in.CreditAccountID,
+		Amount: amount, Currency: in.Currency, Metadata: in.Metadata,
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	t := ts[0]
+	w.Header().Set("Location", "/v1/transfers/"+t.ID)
+	writeJSON(w, http.StatusCreated, t)
+}
+
+// reversalRequest is POST /v1/transfers/{id}/reversals's body.
+type reversalRequest struct {
+	ID       string          `json:"id"`
+	Amount   *json.Number    `json:"amount"`
+	Reason   string          `json:"reason"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+func (s *Server) reverseTransfer(w http.ResponseWriter, r *http.Request) {
+	var in reversalRequest
+	if err := decode(r, &in); err != nil {
+		badRequest(w, err.Error())
+		return
+	}
+	var amount int64
+	if in.Amount != nil {
+		var err error
+		if amount, err = strconv.ParseInt(string(*in.Amount), 10, 64); err != nil || amount <= 0 {
+			badRequest(w, "amount: want a positive integer number of minor units, or no amount to reverse all that remains")
+			return
+		}
+	}
+	id := in.ID
+	if id == "" {
+		id = derivedID(r, "reversal")
+	}
+	tx := idemhttp.Tx(r.Context())
+	t, err := s.ledger.Reverse(r.Context(), tx, tenantFrom(r.Context()), ledger.NewReversal{
+		TransferID: r.PathValue("id"), ID: id, Amount: amount, Reason: in.Reason, Metadata: in.Metadata,
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/transfers/"+t.ID)
+	writeJSON(w, http.StatusCreated, t)
+}
+
+// derivedID names a resource created without an id after the request's
+// tenant and Idempotency-Key: the same key always names the same resource.
+func derivedID(r *http.Request, kind string) string {
+	key, ok := idemhttp.KeyFrom(r.Context())
+	if !ok {
+		return uuid.Must(uuid.NewV7()).String()
+	}
+	return uuid.NewSHA1(idNamespace, []byte(kind+"\x00"+key.Scope+"\x00"+key.Key)).String()
+}
+
+// idNamespace is the UUIDv5 namespace of derived resource ids.
+var idNamespace = uuid.MustParse("5f0c6c4e-6f1d-4b8e-9a51-6e3b1c2d7a90")
+
+// readTx runs fn in a read-only transaction, so a page or a transfer with
+// its reversals is one consistent view.
+func (s *Server) readTx(ctx context.Context, fn func(tx driver.Tx) error) error {
+	tx, err := s.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	return fn(tx)
+}
+
+func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
+	var a ledger.Account
+	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+		a, err = s.ledger.GetAccount(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"))
+		return err
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+func (s *Server) getBalance(w http.ResponseWriter, r *http.Request) {
+	asOf, ok := parseAsOf(w, r)
+	if !ok {
+		return
+	}
+	var b ledger.Balance
+	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+		b, err = s.ledger.Balance(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"), asOf)
+		return err
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+// listResponse is the shape of every list: a page and the cursor of the
+// next one (null on the last page).
+type listResponse[T any] struct {
+	Data       []T     `json:"data"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func page[T any](data []T, next string) listResponse[T] {
+	if data == nil {
+		data = []T{}
+	}
+	resp := listResponse[T]{Data: data}
+	if next != "" {
+		resp.NextCursor = &next
+	}
+	return resp
+}
+
+func (s *Server) listEntries(w http.ResponseWriter, r *http.Request) {
+	asOf, ok := parseAsOf(w, r)
+	if !ok {
+		return
+	}
+	limit, ok := parseLimit(w, r)
+	if !ok {
+		return
+	}
+	var (
+		entries []ledger.Entry
+		next    string
+	)
+	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+		entries, next, err = s.ledger.Entries(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"),
+			ledger.EntriesQuery{AsOf: asOf, Limit: limit, After: r.URL.Query().Get("after")})
+		return err
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page(entries, next))
+}
+
+func (s *Server) getTransfer(w http.ResponseWriter, r *http.Request) {
+	var t ledger.Transfer
+	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+		t, err = s.ledger.GetTransfer(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"))
+		return err
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if t.Reversals == nil {
+		t.Reversals = []ledger.Transfer{}
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func parseAsOf(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+	v := r.URL.Query().Get("as_of")
+	if v == "" {
+		return time.Time{}, true
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		badRequest(w, "as_of: want an RFC 3339 time such as 2026-11-29T14:02:00Z")
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// maxListLimit bounds every list page.
+const maxListLimit = 1000
+
+func parseLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 0, true // the lister's default
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxListLimit {
+		badRequest(w, "limit: want an integer from 1 to 1000")
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+type metrics struct {
+	gatherer    prometheus.Gatherer
+	requests    *prometheus.HistogramVec
+	idempotency *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern and status code.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "code"}),
+		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_http_idempotency_outcomes_total",
+			Help: "Guarded requests by how they were answered: first, replayed, reused, in_flight, missing_key, invalid_key, unavailable, …",
+		}, []string{"outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.idempotency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		m.gatherer = g
+	} else {
+		m.gatherer = prometheus.DefaultGatherer
+	}
+	return m, nil
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// observe records the request's latency by route and logs it. The log line
+// carries no secrets: not the Authorization header, not the idempotency key.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" || route == "/" {
+			route = "unmatched"
+		}
+		elapsed := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Observe(elapsed.Seconds())
+		s.log.Debug("http", "method", r.Method, "route", route, "status", sw.status,
+			"duration_ms", elapsed.Milliseconds(), "replayed", sw.Header().Get("Idempotent-Replayed") == "true")
+	})
+}

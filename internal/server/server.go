@@ -1,0 +1,213 @@
+// Package server is the idem HTTP service: the ledger API behind the
+// Idempotency-Key middleware, tenants from API keys, health, readiness and
+// metrics. cmd/idem's serve wires it to a database and a listener.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/problem"
+	"github.com/idemhq/idem/ledger"
+)
+
+// DefaultTenant is every request's tenant when no API keys are configured.
+const DefaultTenant = "default"
+
+// Server serves the HTTP API.
+type Server struct {
+	cfg     config.Config
+	d       driver.Driver
+	keeper  *idem.Keeper
+	ledger  *ledger.Ledger
+	guard   *idemhttp.Middleware
+	metrics *metrics
+	log     *slog.Logger
+	tenants map[[sha256.Size]byte]string
+	handler http.Handler
+}
+
+// New builds the service on a migrated database. Metrics register on reg.
+func New(cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	l, err := ledger.New(d, ledger.Config{})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, log: log,
+		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
+	for _, k := range cfg.APIKeys {
+		s.tenants[k.Hash] = k.Tenant
+	}
+	if s.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	s.guard, err = idemhttp.New(idemhttp.Config{
+		Keeper:       keeper,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Logger:       log,
+		OnOutcome: func(r *http.Request, kind idemhttp.Outcome) {
+			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Keeper is the service's keeper (its janitor runs beside the server).
+func (s *Server) Keeper() *idem.Keeper { return s.keeper }
+
+// Handler is the service's root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// Writes go through the Idempotency-Key middleware: the handler runs in
+	// the transaction that claims the key and stores the answer.
+	write := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.observe(s.authenticate(s.guard.Wrap(h))))
+	}
+	read := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.observe(s.authenticate(h)))
+	}
+	write("POST /v1/accounts", s.createAccount)
+	read("GET /v1/accounts/{id}", s.getAccount)
+	read("GET /v1/accounts/{id}/balance", s.getBalance)
+	read("GET /v1/accounts/{id}/entries", s.listEntries)
+	write("POST /v1/transfers", s.postTransfer)
+	read("GET /v1/transfers/{id}", s.getTransfer)
+	write("POST /v1/transfers/{id}/reversals", s.reverseTransfer)
+
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	})))
+	return mux
+}
+
+// authenticate puts the request's tenant in its context: the one whose API
+// key it bears, or DefaultTenant when no keys are configured.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := DefaultTenant
+		if len(s.tenants) > 0 {
+			token, ok := bearer(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+				problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "an Authorization: Bearer API key is required")
+				return
+			}
+			// Keys are kept only as SHA-256 hashes and looked up by the
+			// presented token's hash: the lookup's timing says nothing about
+			// the tokens themselves.
+			t, found := s.tenants[sha256.Sum256([]byte(token))]
+			if !found {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_token"`)
+				problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "the API key is not valid")
+				return
+			}
+			tenant = t
+		}
+		next.ServeHTTP(w, r.WithContext(withTenant(idemhttp.WithScope(r.Context(), tenant), tenant)))
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+type tenantKey struct{}
+
+func withTenant(ctx context.Context, t string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, t)
+}
+
+func tenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the database answers and is fully migrated.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	applied, latest, err := s.d.MigrationStatus(ctx)
+	switch {
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
+	case applied != latest:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": applied, "latest": latest})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": applied})
+	}
+}
+
+// Run serves on ln until ctx is done, then stops accepting, drains the
+// requests in flight (bounded by ShutdownTimeout) and returns.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	janitorCtx, stopJanitor := context.WithCancel(context.Background())
+	defer stopJanitor()
+	go s.keeper.RunJanitor(janitorCtx)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("idem: shutting down, draining requests", "timeout", s.cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
