@@ -63,12 +63,12 @@ func binary(t testing.TB) string {
 
 // proc is a running idem process.
 type proc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	URL    string // http://host:port
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	exited chan struct{}
+	t       testing.TB
+	cmd     *exec.Cmd
+	URL     string // http://host:port
+	mu      sync.Mutex
+	stderr  bytes.Buffer
+	exited  chan struct{}
 	waitErr error
 }
 
