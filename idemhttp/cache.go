@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"container/list"
+	"crypto/sha256"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 type entry struct {
 	key     idem.Key
 	fp      []byte
+	raw     [sha256.Size]byte // rawHash of a request known to have fingerprint fp
 	status  int
 	header  http.Header // already filtered to the replay allow-list
 	body    []byte

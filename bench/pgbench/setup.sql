@@ -8,3 +8,10 @@ SELECT 'tenant-a', 'POST /v1/things', 'replay-' || i, decode(repeat('ab', 32), '
        now(), now() + interval '24 hours'
   FROM generate_series(0, 999) AS i
 ON CONFLICT DO NOTHING;
+
+-- 1000 accounts for the transfer ceiling, in a tenant of their own.
+INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
+                             credits_must_not_exceed_debits, created_at)
+SELECT 'bench', 'acc-' || i, 'EUR', false, false, clock_timestamp()
+  FROM generate_series(1, 1000) AS i
+ON CONFLICT DO NOTHING;

@@ -1,0 +1,235 @@
+// Command httpbench measures idem over HTTP for bench/run: first arrivals
+// (every transfer new) and replays (every request a duplicate of a completed
+// one), and serves the no-op ceiling for replays — a Go HTTP server that
+// answers every POST with a body of the same size and does nothing.
+//
+//	httpbench noop  -addr 127.0.0.1:0 -body-bytes 300
+//	httpbench first  -target URL [-c 16] [-d 10s] [-accounts 1000]
+//	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
+//
+// first and replay print one line: "ops/s=… p50_ms=… p99_ms=… errors=…".
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: httpbench noop|first|replay [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	target := fs.String("target", "", "idem base URL (first, replay)")
+	clients := fs.Int("c", 16, "concurrent clients")
+	dur := fs.Duration("d", 10*time.Second, "measurement duration")
+	accounts := fs.Int("accounts", 1000, "accounts transfers move between (first)")
+	keys := fs.Int("keys", 1000, "completed keys replayed (replay)")
+	expectReplay := fs.Bool("expect-replay", true, "require Idempotent-Replayed: true (replay; false for the no-op ceiling)")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop)")
+	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop)")
+	_ = fs.Parse(os.Args[2:])
+
+	var err error
+	switch os.Args[1] {
+	case "noop":
+		err = noop(*addr, *bodyBytes)
+	case "first":
+		err = first(*target, *clients, *dur, *accounts)
+	case "replay":
+		err = replay(*target, *clients, *dur, *keys, *expectReplay)
+	default:
+		err = fmt.Errorf("unknown mode %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "httpbench:", err)
+		os.Exit(1)
+	}
+}
+
+// noop answers every POST with 201 and a fixed body: the replay ceiling.
+func noop(addr string, size int) error {
+	body := bytes.Repeat([]byte("x"), size)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("listening http://%s\n", ln.Addr())
+	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	}))
+}
+
+var client = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute},
+}
+
+func post(url, key string, body []byte) (int, []byte, http.Header, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header, err
+}
+
+func transferBody(a, b int) []byte {
+	return fmt.Appendf(nil, `{"debit_account_id":"acc-%d","credit_account_id":"acc-%d","amount":100,"currency":"EUR"}`, a, b)
+}
+
+// setupAccounts creates acc-1…acc-n (idempotently: a rerun replays).
+func setupAccounts(target string, n int) error {
+	return parallel(16, n, func(i int) error {
+		status, b, _, err := post(target+"/v1/accounts", fmt.Sprintf("bench-acc-%d", i+1),
+			fmt.Appendf(nil, `{"id":"acc-%d","currency":"EUR"}`, i+1))
+		if err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("create account: %d %s", status, b)
+		}
+		return err
+	})
+}
+
+func first(target string, clients int, dur time.Duration, accounts int) error {
+	if err := setupAccounts(target, accounts); err != nil {
+		return err
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var seq atomic.Int64
+	half := accounts / 2
+	return measure(clients, dur, func(r *rand.Rand) error {
+		a, b := 1+r.IntN(half), half+1+r.IntN(accounts-half)
+		status, body, _, err := post(target+"/v1/transfers", fmt.Sprintf("bench-%s-%d", run, seq.Add(1)), transferBody(a, b))
+		if err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("transfer: %d %s", status, body)
+		}
+		return err
+	})
+}
+
+func replay(target string, clients int, dur time.Duration, keys int, expectReplay bool) error {
+	if err := setupAccounts(target, 2); err != nil {
+		return err
+	}
+	body := transferBody(1, 2)
+	if err := parallel(16, keys, func(i int) error {
+		status, b, _, err := post(target+"/v1/transfers", fmt.Sprintf("bench-replay-%d", i), body)
+		if err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("transfer: %d %s", status, b)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	return measure(clients, dur, func(r *rand.Rand) error {
+		status, b, h, err := post(target+"/v1/transfers", fmt.Sprintf("bench-replay-%d", r.IntN(keys)), body)
+		if err == nil && (status != http.StatusCreated || (expectReplay && h.Get("Idempotent-Replayed") != "true")) {
+			err = fmt.Errorf("replay: %d %v %s", status, h, b)
+		}
+		return err
+	})
+}
+
+// measure runs op from clients goroutines for dur and prints throughput and
+// latency percentiles.
+func measure(clients int, dur time.Duration, op func(r *rand.Rand) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		errCount  atomic.Int64
+		firstErr  atomic.Value
+		wg        sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
+			var local []time.Duration
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if err := op(r); err != nil {
+					errCount.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(latencies) == 0 {
+		if e, ok := firstErr.Load().(error); ok {
+			return e
+		}
+		return errors.New("no request completed")
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
+	}
+	fmt.Printf("ops/s=%d p50_ms=%.2f p99_ms=%.2f errors=%d\n",
+		int(float64(len(latencies))/elapsed.Seconds()), pct(0.50), pct(0.99), errCount.Load())
+	if e, ok := firstErr.Load().(error); ok {
+		fmt.Fprintln(os.Stderr, "httpbench: first error:", e)
+	}
+	return nil
+}
+
+// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
+func parallel(workers, n int, fn func(i int) error) error {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		err  error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if e := fn(i); e != nil {
+					mu.Lock()
+					err = errors.Join(err, e)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return err
+}

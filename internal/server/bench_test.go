@@ -1,0 +1,86 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/drivertest"
+)
+
+// newBenchServer is the service on a fresh database of the dialect, behind
+// a real loopback HTTP server.
+func newBenchServer(b *testing.B, dialect string) *httptest.Server {
+	b.Helper()
+	s, err := New(config.Default(), drivertest.Open(b, dialect), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	b.Cleanup(ts.Close)
+	for _, id := range []string{"a", "b"} {
+		benchPost(b, ts.URL+"/v1/accounts", "acct-"+id, fmt.Sprintf(`{"id":%q,"currency":"EUR"}`, id))
+	}
+	return ts
+}
+
+func benchPost(b *testing.B, url, key, body string) *http.Response {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b.Fatalf("POST %s: %d", url, resp.StatusCode)
+	}
+	return resp
+}
+
+const benchTransfer = `{"debit_account_id":"a","credit_account_id":"b","amount":100,"currency":"EUR"}`
+
+// BenchmarkServerFirstArrival posts a new transfer per request.
+func BenchmarkServerFirstArrival(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			ts := newBenchServer(b, dialect)
+			var seq atomic.Int64
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					benchPost(b, ts.URL+"/v1/transfers", fmt.Sprint("first-", seq.Add(1)), benchTransfer)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkServerReplay repeats one completed transfer.
+func BenchmarkServerReplay(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			ts := newBenchServer(b, dialect)
+			benchPost(b, ts.URL+"/v1/transfers", "replay", benchTransfer)
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if r := benchPost(b, ts.URL+"/v1/transfers", "replay", benchTransfer); r.Header.Get("Idempotent-Replayed") != "true" {
+						b.Fatal("not a replay")
+					}
+				}
+			})
+		})
+	}
+}
