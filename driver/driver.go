@@ -117,4 +117,6 @@ type Driver interface {
 	Close() error
 
 	KeeperDriver
+	OutboxDriver
+	InboxDriver
 }
