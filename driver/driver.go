@@ -118,4 +118,6 @@ type Driver interface {
 
 	KeeperDriver
 	LedgerDriver
+	OutboxDriver
+	InboxDriver
 }

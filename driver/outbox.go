@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// OutboxShards is how many shards the outbox's rows are spread over by a
+// hash of (tenant, ordering key). Relays lease whole shards, so one relay at
+// a time publishes the rows of a key, in order. The number is part of the
+// schema (migration 003 creates one lease row per shard): changing it needs
+// a migration.
+const OutboxShards = 64
+
+// OutboxDriver holds the statements of the transactional outbox (package
+// outbox) and its relay.
+type OutboxDriver interface {
+	// OutboxInsert writes rows in the caller's transaction.
+	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
+	// OutboxNeedsSequencing reports whether committed rows wait for
+	// OutboxSequence to get their position (Postgres), or get it at insert
+	// because writers are serialized (SQLite).
+	OutboxNeedsSequencing() bool
+	// OutboxSequence gives committed rows that have none a commit position,
+	// at most Limit of them, oldest id first, and returns how many it gave.
+	// Positions only grow: a row that commits later gets a later position,
+	// whatever its id. Concurrent callers do not block each other: one of
+	// them sequences, the others return 0.
+	OutboxSequence(ctx context.Context, tx Tx, p *OutboxSequenceParams) (int, error)
+	// OutboxFetch reads at most Limit unsent, live, sequenced rows of the
+	// given shards in position order, leaving out every row whose key is
+	// held (dead, or backing off until after Now).
+	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) ([]OutboxRow, error)
+	// OutboxMarkSent stamps rows as published.
+	OutboxMarkSent(ctx context.Context, tx Tx, p *OutboxMarkSentParams) error
+	// OutboxFail records a failed attempt on a row and holds its key: until
+	// HoldUntil, or for good when Dead (the row becomes a dead letter).
+	OutboxFail(ctx context.Context, tx Tx, p *OutboxFailParams) error
+	// OutboxList reads a tenant's sequenced rows after a position, in
+	// position order, at most Limit.
+	OutboxList(ctx context.Context, tx Tx, p *OutboxListParams) ([]OutboxRow, error)
+	// OutboxListDead reads dead letters in position order, at most Limit.
+	OutboxListDead(ctx context.Context, tx Tx, p *OutboxListDeadParams) ([]OutboxRow, error)
+	// OutboxRedrive makes a dead letter live again with no attempts, and
+	// releases its key when no other dead letter holds it. ErrNotFound when
+	// no dead letter has the id.
+	OutboxRedrive(ctx context.Context, tx Tx, p *OutboxRedriveParams) error
+	// OutboxDeleteSent deletes at most Limit rows sent before Before, and
+	// expired holds, and returns how many rows it deleted.
+	OutboxDeleteSent(ctx context.Context, tx Tx, p *OutboxDeleteSentParams) (int, error)
+	// OutboxStats counts the backlog for metrics.
+	OutboxStats(ctx context.Context, tx Tx) (*OutboxStats, error)
+	// OutboxHeartbeat records that relay Owner lives until Until, forgets
+	// relays dead before Now, and returns how many relays are alive.
+	OutboxHeartbeat(ctx context.Context, tx Tx, p *OutboxHeartbeatParams) (int, error)
+	// OutboxShardAcquire leases at most Limit shards whose lease expired to
+	// Owner until Until and returns them.
+	OutboxShardAcquire(ctx context.Context, tx Tx, p *OutboxShardParams) ([]int, error)
+	// OutboxShardRenew extends Owner's lease on Shards that it still holds
+	// and returns those.
+	OutboxShardRenew(ctx context.Context, tx Tx, p *OutboxShardParams) ([]int, error)
+	// OutboxShardRelease gives up Owner's lease on Shards (all of them when
+	// Shards is nil) and, when Shards is nil, forgets the relay.
+	OutboxShardRelease(ctx context.Context, tx Tx, p *OutboxShardParams) error
+}
+
+// OutboxRow is one outgoing message as stored.
+type OutboxRow struct {
+	ID        string // UUIDv7, text form
+	Tenant    string
+	Type      string
+	Key       string // the ordering key (the id when the message has none)
+	Shard     int
+	Payload   []byte // JSON
+	Headers   []byte // JSON object of strings, or nil
+	CreatedAt time.Time
+	Pos       int64 // commit position; 0 while unsequenced
+	Attempts  int
+	LastError string
+	SentAt    time.Time // zero while unsent
+	DeadAt    time.Time // zero unless a dead letter
+}
+
+type OutboxInsertParams struct {
+	Rows []OutboxRow
+}
+
+type OutboxSequenceParams struct {
+	Limit int
+}
+
+type OutboxFetchParams struct {
+	Shards []int
+	Now    time.Time
+	Limit  int
+}
+
+type OutboxMarkSentParams struct {
+	IDs []string
+	Now time.Time
+}
+
+type OutboxFailParams struct {
+	ID        string
+	Tenant    string
+	Key       string
+	Attempts  int // the row's attempts after this one
+	Error     string
+	Now       time.Time
+	HoldUntil time.Time
+	Dead      bool
+}
+
+type OutboxListParams struct {
+	Tenant   string
+	AfterPos int64
+	Limit    int
+}
+
+type OutboxListDeadParams struct {
+	AfterPos int64
+	Limit    int
+}
+
+type OutboxRedriveParams struct {
+	ID string
+}
+
+type OutboxDeleteSentParams struct {
+	Before time.Time
+	Now    time.Time
+	Limit  int
+}
+
+// OutboxStats is the outbox's backlog at one moment.
+type OutboxStats struct {
+	Unsent       int64     // live rows not yet published
+	OldestUnsent time.Time // created_at of the oldest of them; zero when none
+	Dead         int64     // dead letters
+}
+
+type OutboxHeartbeatParams struct {
+	Owner string
+	Now   time.Time
+	Until time.Time
+}
+
+type OutboxShardParams struct {
+	Owner  string
+	Shards []int
+	Now    time.Time
+	Until  time.Time
+	Limit  int
+}

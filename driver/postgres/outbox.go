@@ -1,0 +1,288 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// Rows arrive in one statement whatever their number: one round trip per
+// Enqueue.
+const sqlOutboxInsert = `
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
+                     $6::bytea[], $7::bytea[], $8::timestamptz[])`
+
+// The sequencer's lock is transaction-scoped: the next sequencer can take it
+// only after this one committed, so its statement sees every position given
+// here and draws larger ones. A row that commits after this statement's
+// snapshot is left for the next pass and gets a larger position.
+const sqlOutboxSequenceLock = `SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '.idem_outbox_pos'))`
+
+// nextval is drawn in the outer query, over rows the inner one sorted, so
+// positions follow id order within a pass (a transaction's own rows keep
+// their enqueue order).
+const sqlOutboxSequence = `
+UPDATE idem_outbox o SET pos = s.pos
+  FROM (SELECT id, nextval('idem_outbox_pos_seq') AS pos
+          FROM (SELECT id FROM idem_outbox WHERE pos IS NULL ORDER BY id LIMIT $1) t) s
+ WHERE o.id = s.id`
+
+const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
+       coalesce(pos, 0), attempts, coalesce(last_error, ''), sent_at, dead_at`
+
+const sqlOutboxFetch = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox o
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.pos IS NOT NULL
+   AND o.shard = ANY($1::integer[])
+   AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
+                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))
+ ORDER BY o.pos
+ LIMIT $3`
+
+const sqlOutboxMarkSent = `UPDATE idem_outbox SET sent_at = $2 WHERE id = ANY($1::uuid[])`
+
+const sqlOutboxFailRow = `
+UPDATE idem_outbox SET attempts = $2, last_error = $3,
+       dead_at = CASE WHEN $4::boolean THEN $5::timestamptz END
+ WHERE id = $1`
+
+const sqlOutboxHold = `
+INSERT INTO idem_outbox_holds (tenant, okey, until, dead) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, okey) DO UPDATE SET until = EXCLUDED.until, dead = EXCLUDED.dead`
+
+const sqlOutboxList = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox
+ WHERE tenant = $1 AND pos > $2
+ ORDER BY pos
+ LIMIT $3`
+
+const sqlOutboxListDead = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox
+ WHERE dead_at IS NOT NULL AND pos > $1
+ ORDER BY pos
+ LIMIT $2`
+
+const sqlOutboxRedrive = `
+UPDATE idem_outbox SET dead_at = NULL, attempts = 0, last_error = NULL
+ WHERE id = $1 AND dead_at IS NOT NULL
+RETURNING tenant, okey`
+
+const sqlOutboxUnhold = `
+DELETE FROM idem_outbox_holds
+ WHERE tenant = $1 AND okey = $2
+   AND NOT EXISTS (SELECT 1 FROM idem_outbox
+                    WHERE dead_at IS NOT NULL AND tenant = $1 AND okey = $2)`
+
+const sqlOutboxDeleteSent = `
+DELETE FROM idem_outbox WHERE id IN (
+  SELECT id FROM idem_outbox WHERE sent_at < $1 LIMIT $2)`
+
+const sqlOutboxDeleteHolds = `DELETE FROM idem_outbox_holds WHERE NOT dead AND until < $1`
+
+const sqlOutboxStats = `
+SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
+       (SELECT min(created_at) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
+       (SELECT count(*) FROM idem_outbox WHERE dead_at IS NOT NULL)`
+
+const sqlOutboxHeartbeat = `
+INSERT INTO idem_outbox_relays (owner, seen_until) VALUES ($1, $2)
+ON CONFLICT (owner) DO UPDATE SET seen_until = EXCLUDED.seen_until`
+
+const sqlOutboxForgetRelays = `DELETE FROM idem_outbox_relays WHERE seen_until < $1`
+
+const sqlOutboxCountRelays = `SELECT count(*) FROM idem_outbox_relays`
+
+// SKIP LOCKED: two relays acquiring at once take different shards instead
+// of queueing on the same rows.
+const sqlOutboxShardAcquire = `
+UPDATE idem_outbox_shards SET owner = $1, lease_until = $3
+ WHERE shard IN (SELECT shard FROM idem_outbox_shards
+                  WHERE lease_until <= $2 ORDER BY shard LIMIT $4
+                  FOR UPDATE SKIP LOCKED)
+RETURNING shard`
+
+const sqlOutboxShardRenew = `
+UPDATE idem_outbox_shards SET lease_until = $3
+ WHERE owner = $1 AND shard = ANY($2::integer[])
+RETURNING shard`
+
+const sqlOutboxShardRelease = `
+UPDATE idem_outbox_shards SET owner = '', lease_until = '-infinity'
+ WHERE owner = $1 AND shard = ANY($2::integer[])`
+
+const sqlOutboxShardReleaseAll = `
+UPDATE idem_outbox_shards SET owner = '', lease_until = '-infinity' WHERE owner = $1`
+
+const sqlOutboxForgetRelay = `DELETE FROM idem_outbox_relays WHERE owner = $1`
+
+func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.OutboxInsertParams) error {
+	n := len(p.Rows)
+	ids, tenants, types, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	shards := make([]int32, n)
+	payloads, headers := make([][]byte, n), make([][]byte, n)
+	created := make([]time.Time, n)
+	for i, r := range p.Rows {
+		ids[i], tenants[i], types[i], keys[i] = r.ID, r.Tenant, r.Type, r.Key
+		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
+	}
+	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created)
+	return err
+}
+
+func (d *Driver) OutboxNeedsSequencing() bool { return true }
+
+func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.OutboxSequenceParams) (int, error) {
+	var locked bool
+	if err := tx.QueryRow(ctx, sqlOutboxSequenceLock).Scan(&locked); err != nil {
+		return 0, err
+	}
+	if !locked {
+		return 0, nil
+	}
+	n, err := tx.Exec(ctx, sqlOutboxSequence, p.Limit)
+	return int(n), err
+}
+
+func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
+}
+
+func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
+	_, err := tx.Exec(ctx, sqlOutboxMarkSent, p.IDs, p.Now)
+	return err
+}
+
+func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
+	if _, err := tx.Exec(ctx, sqlOutboxFailRow, p.ID, p.Attempts, p.Error, p.Dead, p.Now); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxHold, p.Tenant, p.Key, p.HoldUntil, p.Dead)
+	return err
+}
+
+func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxList, p.Tenant, p.AfterPos, p.Limit)
+}
+
+func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxListDead, p.AfterPos, p.Limit)
+}
+
+func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.OutboxRedriveParams) error {
+	var tenant, key string
+	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key)
+	return err
+}
+
+func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.OutboxDeleteSentParams) (int, error) {
+	n, err := tx.Exec(ctx, sqlOutboxDeleteSent, p.Before, p.Limit)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, p.Now); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
+	var s driver.OutboxStats
+	var oldest *time.Time
+	if err := tx.QueryRow(ctx, sqlOutboxStats).Scan(&s.Unsent, &oldest, &s.Dead); err != nil {
+		return nil, err
+	}
+	if oldest != nil {
+		s.OldestUnsent = *oldest
+	}
+	return &s, nil
+}
+
+func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.OutboxHeartbeatParams) (int, error) {
+	if _, err := tx.Exec(ctx, sqlOutboxHeartbeat, p.Owner, p.Until); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxForgetRelays, p.Now); err != nil {
+		return 0, err
+	}
+	var n int
+	err := tx.QueryRow(ctx, sqlOutboxCountRelays).Scan(&n)
+	return n, err
+}
+
+func (d *Driver) OutboxShardAcquire(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
+	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, p.Now, p.Until, p.Limit)
+}
+
+func (d *Driver) OutboxShardRenew(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
+	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, shardArray(p.Shards), p.Until)
+}
+
+func (d *Driver) OutboxShardRelease(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) error {
+	if p.Shards != nil {
+		_, err := tx.Exec(ctx, sqlOutboxShardRelease, p.Owner, shardArray(p.Shards))
+		return err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxShardReleaseAll, p.Owner); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxForgetRelay, p.Owner)
+	return err
+}
+
+func shardArray(shards []int) []int32 {
+	a := make([]int32, len(shards))
+	for i, s := range shards {
+		a[i] = int32(s)
+	}
+	return a
+}
+
+func queryShards(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]int, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var s int
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.OutboxRow, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.OutboxRow
+	for rows.Next() {
+		var r driver.OutboxRow
+		var sent, dead *time.Time
+		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
+			&r.CreatedAt, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			return nil, err
+		}
+		if sent != nil {
+			r.SentAt = *sent
+		}
+		if dead != nil {
+			r.DeadAt = *dead
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,264 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// SQLite serializes writers, so pos (the rowid) is given at insert and is
+// already the commit order: there is nothing to sequence. Lists of ids and
+// shards travel as JSON arrays read with json_each.
+const sqlOutboxInsert = `
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`
+
+const outboxColumns = `id, tenant, type, okey, shard, payload, headers, created_at,
+       pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
+
+const sqlOutboxFetch = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox o
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL
+   AND o.shard IN (SELECT value FROM json_each(?1))
+   AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
+                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > ?2))
+ ORDER BY o.pos
+ LIMIT ?3`
+
+const sqlOutboxMarkSent = `UPDATE idem_outbox SET sent_at = ?2 WHERE id IN (SELECT value FROM json_each(?1))`
+
+const sqlOutboxFailRow = `
+UPDATE idem_outbox SET attempts = ?2, last_error = ?3,
+       dead_at = CASE WHEN ?4 THEN ?5 END
+ WHERE id = ?1`
+
+const sqlOutboxHold = `
+INSERT INTO idem_outbox_holds (tenant, okey, until, dead) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (tenant, okey) DO UPDATE SET until = excluded.until, dead = excluded.dead`
+
+const sqlOutboxList = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox
+ WHERE tenant = ?1 AND pos > ?2
+ ORDER BY pos
+ LIMIT ?3`
+
+const sqlOutboxListDead = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox
+ WHERE dead_at IS NOT NULL AND pos > ?1
+ ORDER BY pos
+ LIMIT ?2`
+
+const sqlOutboxRedrive = `
+UPDATE idem_outbox SET dead_at = NULL, attempts = 0, last_error = NULL
+ WHERE id = ?1 AND dead_at IS NOT NULL
+RETURNING tenant, okey`
+
+const sqlOutboxUnhold = `
+DELETE FROM idem_outbox_holds
+ WHERE tenant = ?1 AND okey = ?2
+   AND NOT EXISTS (SELECT 1 FROM idem_outbox
+                    WHERE dead_at IS NOT NULL AND tenant = ?1 AND okey = ?2)`
+
+const sqlOutboxDeleteSent = `
+DELETE FROM idem_outbox WHERE pos IN (
+  SELECT pos FROM idem_outbox WHERE sent_at < ?1 LIMIT ?2)`
+
+const sqlOutboxDeleteHolds = `DELETE FROM idem_outbox_holds WHERE NOT dead AND until < ?1`
+
+const sqlOutboxStats = `
+SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
+       (SELECT min(created_at) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
+       (SELECT count(*) FROM idem_outbox WHERE dead_at IS NOT NULL)`
+
+const sqlOutboxHeartbeat = `
+INSERT INTO idem_outbox_relays (owner, seen_until) VALUES (?1, ?2)
+ON CONFLICT (owner) DO UPDATE SET seen_until = excluded.seen_until`
+
+const sqlOutboxForgetRelays = `DELETE FROM idem_outbox_relays WHERE seen_until < ?1`
+
+const sqlOutboxCountRelays = `SELECT count(*) FROM idem_outbox_relays`
+
+// Writers are serialized, so no SKIP LOCKED is needed: the acquiring
+// transaction is alone.
+const sqlOutboxShardAcquire = `
+UPDATE idem_outbox_shards SET owner = ?1, lease_until = ?3
+ WHERE shard IN (SELECT shard FROM idem_outbox_shards
+                  WHERE lease_until <= ?2 ORDER BY shard LIMIT ?4)
+RETURNING shard`
+
+const sqlOutboxShardRenew = `
+UPDATE idem_outbox_shards SET lease_until = ?3
+ WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))
+RETURNING shard`
+
+const sqlOutboxShardRelease = `
+UPDATE idem_outbox_shards SET owner = '', lease_until = 0
+ WHERE owner = ?1 AND shard IN (SELECT value FROM json_each(?2))`
+
+const sqlOutboxShardReleaseAll = `UPDATE idem_outbox_shards SET owner = '', lease_until = 0 WHERE owner = ?1`
+
+const sqlOutboxForgetRelay = `DELETE FROM idem_outbox_relays WHERE owner = ?1`
+
+func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.OutboxInsertParams) error {
+	for _, r := range p.Rows {
+		if _, err := tx.Exec(ctx, sqlOutboxInsert, r.ID, r.Tenant, r.Type, r.Key, r.Shard,
+			r.Payload, r.Headers, toMicros(r.CreatedAt)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) OutboxNeedsSequencing() bool { return false }
+
+func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.OutboxSequenceParams) (int, error) {
+	return 0, nil
+}
+
+func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit)
+}
+
+func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
+	_, err := tx.Exec(ctx, sqlOutboxMarkSent, jsonArray(p.IDs), toMicros(p.Now))
+	return err
+}
+
+func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
+	if _, err := tx.Exec(ctx, sqlOutboxFailRow, p.ID, p.Attempts, p.Error, p.Dead, toMicros(p.Now)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxHold, p.Tenant, p.Key, toMicros(p.HoldUntil), p.Dead)
+	return err
+}
+
+func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxList, p.Tenant, p.AfterPos, p.Limit)
+}
+
+func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
+	return queryOutboxRows(ctx, tx, sqlOutboxListDead, p.AfterPos, p.Limit)
+}
+
+func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.OutboxRedriveParams) error {
+	var tenant, key string
+	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key)
+	return err
+}
+
+func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.OutboxDeleteSentParams) (int, error) {
+	n, err := tx.Exec(ctx, sqlOutboxDeleteSent, toMicros(p.Before), p.Limit)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, toMicros(p.Now)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
+	var s driver.OutboxStats
+	var oldest sql.NullInt64
+	if err := tx.QueryRow(ctx, sqlOutboxStats).Scan(&s.Unsent, &oldest, &s.Dead); err != nil {
+		return nil, err
+	}
+	if oldest.Valid {
+		s.OldestUnsent = fromMicros(oldest.Int64)
+	}
+	return &s, nil
+}
+
+func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.OutboxHeartbeatParams) (int, error) {
+	if _, err := tx.Exec(ctx, sqlOutboxHeartbeat, p.Owner, toMicros(p.Until)); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxForgetRelays, toMicros(p.Now)); err != nil {
+		return 0, err
+	}
+	var n int
+	err := tx.QueryRow(ctx, sqlOutboxCountRelays).Scan(&n)
+	return n, err
+}
+
+func (d *Driver) OutboxShardAcquire(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
+	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, toMicros(p.Now), toMicros(p.Until), p.Limit)
+}
+
+func (d *Driver) OutboxShardRenew(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
+	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, jsonArray(p.Shards), toMicros(p.Until))
+}
+
+func (d *Driver) OutboxShardRelease(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) error {
+	if p.Shards != nil {
+		_, err := tx.Exec(ctx, sqlOutboxShardRelease, p.Owner, jsonArray(p.Shards))
+		return err
+	}
+	if _, err := tx.Exec(ctx, sqlOutboxShardReleaseAll, p.Owner); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, sqlOutboxForgetRelay, p.Owner)
+	return err
+}
+
+// jsonArray encodes a list for json_each. Encoding ints or strings cannot
+// fail.
+func jsonArray[T any](v []T) string {
+	if v == nil {
+		return "[]"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func queryShards(ctx context.Context, tx driver.Tx, query string, args ...any) ([]int, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var s int
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.OutboxRow, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.OutboxRow
+	for rows.Next() {
+		var r driver.OutboxRow
+		var created int64
+		var sent, dead sql.NullInt64
+		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
+			&created, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			return nil, err
+		}
+		r.CreatedAt = fromMicros(created)
+		if sent.Valid {
+			r.SentAt = fromMicros(sent.Int64)
+		}
+		if dead.Valid {
+			r.DeadAt = fromMicros(dead.Int64)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,133 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/outbox"
+)
+
+// BenchmarkRelayDrain drains a backlog of b.N rows (run with
+// -benchtime=100000x) from Postgres into a file-backed embedded JetStream,
+// and measures the JetStream ceiling in the same run: raw async publishes
+// with message ids into the same kind of stream.
+func BenchmarkRelayDrain(b *testing.B) {
+	ctx := context.Background()
+	d := drivertest.Open(b, "postgres")
+	ob := newOutbox(b, d)
+	st := newStream(b, "")
+	const perTx = 1000
+	for i := 0; i < b.N; i += perTx {
+		var batch []outbox.Message
+		for j := i; j < min(i+perTx, b.N); j++ {
+			batch = append(batch, msg(fmt.Sprintf("k%d", j%1000), j))
+		}
+		enqueue(b, d, ob, batch...)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	r := runRelay(b, d, outbox.RelayConfig{Publisher: st.pub, BatchSize: 2000})
+	r.Notify()
+	waitForN(b, func() bool { return unsent(b, d) == 0 })
+	relayRate := float64(b.N) / time.Since(start).Seconds()
+	b.StopTimer()
+
+	// The ceiling: the same messages straight into a fresh stream.
+	ceil := newStream(b, "")
+	js := ceil.js
+	start = time.Now()
+	for i := 0; i < b.N; i += perTx {
+		var futs []jetstream.PubAckFuture
+		for j := i; j < min(i+perTx, b.N); j++ {
+			m := msg("k", j)
+			f, err := js.PublishAsync("idem.default.test.happened", m.Payload, jetstream.WithMsgID(m.ID))
+			if err != nil {
+				b.Fatal(err)
+			}
+			futs = append(futs, f)
+		}
+		for _, f := range futs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+	}
+	ceilRate := float64(b.N) / time.Since(start).Seconds()
+	_ = ctx
+	b.ReportMetric(relayRate, "msgs/s")
+	b.ReportMetric(ceilRate, "ceiling_msgs/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkCommitToPublish enqueues one message per commit at a steady
+// rate (about 1000/s) with Notify after each commit and reports the commit
+// to broker-ack latency percentiles.
+func BenchmarkCommitToPublish(b *testing.B) {
+	d := drivertest.Open(b, "postgres")
+	ob := newOutbox(b, d)
+	st := newStream(b, "")
+	var mu sync.Mutex
+	committed := map[string]time.Time{}
+	var lat []time.Duration
+	pub := &latencyPub{inner: st.pub, done: func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if t, ok := committed[id]; ok {
+			lat = append(lat, time.Since(t))
+		}
+	}}
+	r := runRelay(b, d, outbox.RelayConfig{Publisher: pub})
+	b.ResetTimer()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range b.N {
+		<-tick.C
+		m := msg(fmt.Sprintf("k%d", i%100), i)
+		enqueue(b, d, ob, m)
+		mu.Lock()
+		committed[m.ID] = time.Now()
+		mu.Unlock()
+		r.Notify()
+	}
+	waitForN(b, func() bool { mu.Lock(); defer mu.Unlock(); return len(lat) >= b.N })
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+}
+
+type latencyPub struct {
+	inner outbox.Publisher
+	done  func(id string)
+}
+
+func (p *latencyPub) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := p.inner.Publish(ctx, msgs)
+	for i, m := range msgs {
+		if errs[i] == nil {
+			p.done(m.ID)
+		}
+	}
+	return errs
+}
+
+func (p *latencyPub) Close() error { return nil }
+
+func waitForN(b *testing.B, cond func() bool) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("benchmark timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,106 @@
+// Package kafka publishes outbox messages to Kafka with franz-go: the
+// ordering key is the record key (so a key's messages share a partition,
+// in order), and the message id travels in the idem-id header. Kafka cannot
+// drop a republish, so consumers deduplicate with package inbox.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemhq/idem/outbox"
+)
+
+// Headers set on every record.
+const (
+	HeaderID        = "idem-id"
+	HeaderType      = "idem-type"
+	HeaderTenant    = "idem-tenant"
+	HeaderCreatedAt = "idem-created-at"
+)
+
+// Config configures New.
+type Config struct {
+	// Brokers are the seed brokers (host:port). Required; at most 100.
+	Brokers []string
+	// Topic receives every message. Default "idem".
+	Topic string
+	// Opts are extra franz-go options (TLS, SASL, a kfake cluster's dialer).
+	Opts []kgo.Opt
+}
+
+// Publisher produces to one topic.
+type Publisher struct {
+	cl    *kgo.Client
+	topic string
+}
+
+// New returns a producer. The client is idempotent (franz-go's default),
+// so its own retries do not duplicate or reorder records of a partition.
+func New(cfg Config) (*Publisher, error) {
+	if len(cfg.Brokers) == 0 || len(cfg.Brokers) > 100 {
+		return nil, fmt.Errorf("kafka: want 1..100 brokers, have %d", len(cfg.Brokers))
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = "idem"
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.AllowAutoTopicCreation(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	}, cfg.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return &Publisher{cl: cl, topic: cfg.Topic}, nil
+}
+
+// Publish produces the records and waits for every ack.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		r := &kgo.Record{Topic: p.topic, Key: []byte(m.Key), Value: m.Payload, Headers: []kgo.RecordHeader{
+			{Key: HeaderID, Value: []byte(m.ID)},
+			{Key: HeaderType, Value: []byte(m.Type)},
+			{Key: HeaderTenant, Value: []byte(m.Tenant)},
+			{Key: HeaderCreatedAt, Value: []byte(m.CreatedAt.UTC().Format(time.RFC3339Nano))},
+		}}
+		for k, v := range m.Headers {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		recs[i] = r
+	}
+	res := p.cl.ProduceSync(ctx, recs...)
+	errs := make([]error, len(msgs))
+	for i, r := range res {
+		errs[i] = classify(r.Err)
+	}
+	return errs
+}
+
+// classify marks faults of the cluster (unreachable, retriable broker
+// errors, timeouts) as the broker's rather than the message's.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || kerr.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrClientClosed) {
+		return outbox.Unavailable(err)
+	}
+	return err
+}
+
+func (p *Publisher) Close() error {
+	p.cl.Close()
+	return nil
+}

@@ -1,0 +1,58 @@
+package kafka_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemhq/idem/outbox/kafka"
+	"github.com/idemhq/idem/outbox/outboxtest"
+)
+
+func TestConformance(t *testing.T) {
+	outboxtest.Run(t, func(t *testing.T) outboxtest.Harness {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "idem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		p, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Harness{Publisher: p, Received: func(t *testing.T) []outboxtest.Received {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("idem"),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			var out []outboxtest.Received
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				fs := cl.PollFetches(ctx)
+				cancel()
+				n := 0
+				fs.EachRecord(func(r *kgo.Record) {
+					n++
+					rc := outboxtest.Received{Key: string(r.Key), Payload: r.Value}
+					for _, h := range r.Headers {
+						switch h.Key {
+						case kafka.HeaderID:
+							rc.ID = string(h.Value)
+						case kafka.HeaderType:
+							rc.Type = string(h.Value)
+						}
+					}
+					out = append(out, rc)
+				})
+				if n == 0 {
+					return out
+				}
+			}
+		}}
+	})
+}

@@ -1,0 +1,170 @@
+// Package natspub publishes outbox messages to NATS JetStream: stream IDEM,
+// subjects idem.<tenant>.<type>, the message id as Nats-Msg-Id so that
+// JetStream drops a republish inside its duplicate window.
+package natspub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/outbox"
+)
+
+// Headers set on every message besides Nats-Msg-Id.
+const (
+	HeaderType      = "Idem-Type"
+	HeaderTenant    = "Idem-Tenant"
+	HeaderKey       = "Idem-Ordering-Key"
+	HeaderCreatedAt = "Idem-Created-At"
+)
+
+// Config configures New.
+type Config struct {
+	// Stream is the JetStream stream, created when missing. Default "IDEM".
+	Stream string
+	// SubjectPrefix starts every subject: <prefix>.<tenant>.<type>.
+	// Default "idem".
+	SubjectPrefix string
+	// Duplicates is the stream's deduplication window: a republish of an id
+	// inside it is dropped. Default 10m; bound 1s..24h. JetStream keeps
+	// every id of the window in memory (see docs/outbox.md).
+	Duplicates time.Duration
+	// Storage is the stream's storage: jetstream.FileStorage (default) or
+	// MemoryStorage.
+	Storage jetstream.StorageType
+	// MaxPending bounds the asynchronous publishes awaiting an ack.
+	// Default 4096; bound 1..65536.
+	MaxPending int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = "IDEM"
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = "idem"
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = 10 * time.Minute
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 4096
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Duplicates < time.Second || c.Duplicates > 24*time.Hour {
+		return fmt.Errorf("natspub: Duplicates %s is outside 1s..24h", c.Duplicates)
+	}
+	if c.MaxPending < 1 || c.MaxPending > 65536 {
+		return fmt.Errorf("natspub: MaxPending %d is outside 1..65536", c.MaxPending)
+	}
+	return nil
+}
+
+// Publisher publishes to one stream over one connection.
+type Publisher struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfg     Config
+	closeNC bool
+}
+
+// New ensures the stream exists (creating it, or widening its duplicate
+// window to cfg's) and returns a publisher on nc. With ownConn the
+// publisher closes nc on Close.
+func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publisher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	if err != nil {
+		return nil, fmt.Errorf("natspub: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{cfg.SubjectPrefix + ".>"},
+		Duplicates: cfg.Duplicates,
+		Storage:    cfg.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natspub: stream %s: %w", cfg.Stream, err)
+	}
+	return &Publisher{nc: nc, js: js, cfg: cfg, closeNC: ownConn}, nil
+}
+
+// Subject is the subject a message is published on.
+func (p *Publisher) Subject(m outbox.Message) string {
+	return p.cfg.SubjectPrefix + "." + m.Tenant + "." + m.Type
+}
+
+// Publish sends the messages asynchronously (pipelined on the connection)
+// and waits for every ack.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		nm := nats.NewMsg(p.Subject(m))
+		nm.Data = m.Payload
+		for k, v := range m.Headers {
+			nm.Header.Set(k, v)
+		}
+		nm.Header.Set(HeaderType, m.Type)
+		nm.Header.Set(HeaderTenant, m.Tenant)
+		nm.Header.Set(HeaderKey, m.Key)
+		nm.Header.Set(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
+		if err != nil {
+			errs[i] = classify(err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = classify(err)
+		case <-ctx.Done():
+			errs[i] = outbox.Unavailable(ctx.Err())
+		}
+	}
+	return errs
+}
+
+// classify marks connection-level faults as the broker's: the message
+// itself was not refused.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return outbox.Unavailable(err)
+	}
+	return err
+}
+
+// Close waits briefly for outstanding acks and closes the connection when
+// the publisher owns it.
+func (p *Publisher) Close() error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+	}
+	if p.closeNC {
+		p.nc.Close()
+	}
+	return nil
+}

@@ -1,0 +1,365 @@
+// Package outbox sends messages with the database change that caused them.
+//
+// Enqueue writes a message as a row in the caller's transaction, so the
+// message exists if and only if the business change committed. A Relay,
+// running in the service or in its own process (idem relay), publishes the
+// committed rows to a broker through a Publisher, at least once, with the
+// row's id as the broker's deduplication id, in order per ordering key. A
+// worker killed between commit and publish leaves the row unsent, and the
+// next relay to own its shard publishes it.
+//
+// See docs/outbox.md for the ordering, leasing and retry rules.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// DefaultTenant is the tenant of a message that names none.
+const DefaultTenant = "default"
+
+// Limits on one message and one Enqueue call.
+const (
+	MaxTypeLen        = 255
+	MaxKeyLen         = 255
+	MaxTenantLen      = 128
+	MaxHeaders        = 32
+	MaxHeaderLen      = 1024 // a header's name and value, each
+	MaxBatch          = 1000 // messages per Enqueue
+	DefaultListLimit  = 100
+	MaxListLimit      = 1000
+	defaultMaxPayload = 1 << 20
+	maxMaxPayload     = 16 << 20
+)
+
+// Message is one outgoing message.
+type Message struct {
+	// ID is the stable message id the broker deduplicates by. Enqueue
+	// assigns a UUIDv7 when empty; set it (NewID) to know it beforehand.
+	ID string
+	// Tenant scopes the message; default DefaultTenant. Printable ASCII
+	// without spaces, '.', '*' or '>' (it is a NATS subject token).
+	Tenant string
+	// Type names the event, e.g. "transfer.created". Required.
+	Type string
+	// Key is the ordering key: messages of one key are published one at a
+	// time in commit order. Empty means unordered (the id is the key).
+	Key string
+	// Payload is the JSON body. Required.
+	Payload json.RawMessage
+	// Headers travel with the message where the broker has headers.
+	Headers map[string]string
+	// CreatedAt is set by Enqueue.
+	CreatedAt time.Time
+}
+
+// Event is a message as GET /v1/events shows it.
+type Event struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Payload     json.RawMessage `json:"payload"`
+	PublishedAt *time.Time      `json:"published_at"`
+}
+
+// DeadLetter is a message the relay gave up on after its attempts. It holds
+// its ordering key until it is redriven.
+type DeadLetter struct {
+	Message
+	Attempts  int
+	LastError string
+	DeadAt    time.Time
+}
+
+var (
+	// ErrInvalidMessage is wrapped by *MessageError.
+	ErrInvalidMessage = errors.New("outbox: invalid message")
+	// ErrInvalidCursor: a List cursor this package did not hand out.
+	ErrInvalidCursor = errors.New("outbox: invalid cursor")
+	// ErrNotDead: Redrive named no dead letter.
+	ErrNotDead = errors.New("outbox: no dead letter has this id")
+	// ErrDialect: the transaction belongs to another database than the
+	// outbox's driver.
+	ErrDialect = errors.New("outbox: transaction of another database")
+)
+
+// MessageError says which field of which message is invalid.
+type MessageError struct {
+	Index  int // position in the Enqueue call
+	Field  string
+	Reason string
+}
+
+func (e *MessageError) Error() string {
+	return fmt.Sprintf("outbox: message %d: %s %s", e.Index, e.Field, e.Reason)
+}
+
+// Code is the stable error code.
+func (e *MessageError) Code() string { return "invalid_message" }
+
+func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
+
+// Config configures New.
+type Config struct {
+	// MaxPayloadBytes bounds one message's payload. Default 1 MiB; bound
+	// 1..16 MiB.
+	MaxPayloadBytes int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = defaultMaxPayload
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxMaxPayload {
+		return fmt.Errorf("outbox: MaxPayloadBytes %d is outside 1..%d", c.MaxPayloadBytes, maxMaxPayload)
+	}
+	return nil
+}
+
+// Outbox writes and reads outgoing messages on one database.
+type Outbox struct {
+	d   driver.Driver
+	cfg Config
+}
+
+// New returns the outbox of d.
+func New(d driver.Driver, cfg Config) (*Outbox, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Outbox{d: d, cfg: cfg}, nil
+}
+
+// NewID returns a fresh time-ordered message id (UUIDv7).
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// Enqueue writes msgs in tx. It never commits: the messages exist once the
+// caller commits tx, and never if it rolls back. After the commit, call the
+// relay's Notify to publish them without waiting for its poll.
+func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if len(msgs) > MaxBatch {
+		return fmt.Errorf("%w: %d messages in one Enqueue, limit %d", ErrInvalidMessage, len(msgs), MaxBatch)
+	}
+	if tx.Dialect() != o.d.Dialect() {
+		return fmt.Errorf("%w: %s, outbox is on %s", ErrDialect, tx.Dialect(), o.d.Dialect())
+	}
+	now := o.cfg.Now().UTC()
+	rows := make([]driver.OutboxRow, len(msgs))
+	for i, m := range msgs {
+		row, err := o.row(i, m, now)
+		if err != nil {
+			return err
+		}
+		rows[i] = row
+	}
+	return o.d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows})
+}
+
+func (o *Outbox) row(i int, m Message, now time.Time) (driver.OutboxRow, error) {
+	bad := func(field, reason string) (driver.OutboxRow, error) {
+		return driver.OutboxRow{}, &MessageError{Index: i, Field: field, Reason: reason}
+	}
+	if m.ID == "" {
+		m.ID = NewID()
+	} else if _, err := uuid.Parse(m.ID); err != nil {
+		return bad("id", "is not a UUID")
+	}
+	if m.Tenant == "" {
+		m.Tenant = DefaultTenant
+	}
+	if !validToken(m.Tenant, MaxTenantLen) {
+		return bad("tenant", fmt.Sprintf("must be 1..%d printable ASCII characters without spaces, '.', '*' or '>'", MaxTenantLen))
+	}
+	if !validType(m.Type) {
+		return bad("type", fmt.Sprintf("must be 1..%d printable ASCII characters without spaces, '*' or '>', not starting or ending with '.'", MaxTypeLen))
+	}
+	if len(m.Key) > MaxKeyLen || !utf8.ValidString(m.Key) {
+		return bad("key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxKeyLen))
+	}
+	if len(m.Payload) == 0 || !json.Valid(m.Payload) {
+		return bad("payload", "must be valid JSON")
+	}
+	if len(m.Payload) > o.cfg.MaxPayloadBytes {
+		return bad("payload", fmt.Sprintf("has %d bytes, limit %d", len(m.Payload), o.cfg.MaxPayloadBytes))
+	}
+	var headers []byte
+	if len(m.Headers) > 0 {
+		if len(m.Headers) > MaxHeaders {
+			return bad("headers", fmt.Sprintf("has %d entries, limit %d", len(m.Headers), MaxHeaders))
+		}
+		for k, v := range m.Headers {
+			if k == "" || len(k) > MaxHeaderLen || len(v) > MaxHeaderLen {
+				return bad("headers", fmt.Sprintf("names must be 1..%d bytes and values at most %d", MaxHeaderLen, MaxHeaderLen))
+			}
+		}
+		headers, _ = json.Marshal(m.Headers) // a map of strings always encodes
+	}
+	key := m.Key
+	if key == "" {
+		key = m.ID
+	}
+	return driver.OutboxRow{
+		ID: m.ID, Tenant: m.Tenant, Type: m.Type, Key: key, Shard: shardOf(m.Tenant, key),
+		Payload: m.Payload, Headers: headers, CreatedAt: now,
+	}, nil
+}
+
+// shardOf spreads keys over the shards relays lease. It must never change:
+// rows already written carry the shard it gave them.
+func shardOf(tenant, key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return int(h.Sum32() % driver.OutboxShards)
+}
+
+func validToken(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c > '~' || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}
+
+// validType allows dots between tokens: "transfer.created" becomes the
+// subject idem.<tenant>.transfer.created.
+func validType(s string) bool {
+	if s == "" || len(s) > MaxTypeLen || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c > '~' || c == '*' || c == '>' || (c == '.' && s[i-1] == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// List returns a tenant's messages in commit order, oldest first, after the
+// cursor ("" for the start), at most limit (0 means DefaultListLimit; at
+// most MaxListLimit). next is the cursor of the following page, "" when
+// this page is the last for now. Messages appear once a relay has given
+// them a commit position (see docs/outbox.md); one that commits late is
+// placed after every message already listed, so following cursors never
+// skips it.
+func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, limit int) ([]Event, string, error) {
+	afterPos, limit, err := pageArgs(after, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterPos: afterPos, Limit: limit + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	rows, next := page(rows, limit)
+	events := make([]Event, len(rows))
+	for i, r := range rows {
+		events[i] = Event{ID: r.ID, Type: r.Type, CreatedAt: r.CreatedAt, Payload: r.Payload}
+		if !r.SentAt.IsZero() {
+			t := r.SentAt
+			events[i].PublishedAt = &t
+		}
+	}
+	return events, next, nil
+}
+
+// Dead returns dead letters in commit order after the cursor, at most limit
+// (0 means DefaultListLimit; at most MaxListLimit), and the next cursor.
+func (o *Outbox) Dead(ctx context.Context, after string, limit int) ([]DeadLetter, string, error) {
+	afterPos, limit, err := pageArgs(after, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := o.d.OutboxListDead(ctx, o.d.Reader(), &driver.OutboxListDeadParams{AfterPos: afterPos, Limit: limit + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	rows, next := page(rows, limit)
+	out := make([]DeadLetter, len(rows))
+	for i, r := range rows {
+		out[i] = DeadLetter{Message: messageOf(r), Attempts: r.Attempts, LastError: r.LastError, DeadAt: r.DeadAt}
+	}
+	return out, next, nil
+}
+
+// Redrive makes a dead letter live again, with its attempts reset; the
+// relay publishes it next (it is still first of its key), then the rest of
+// its key.
+func (o *Outbox) Redrive(ctx context.Context, id string) error {
+	tx, err := o.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := o.d.OutboxRedrive(ctx, tx, &driver.OutboxRedriveParams{ID: id}); err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotDead, id)
+		}
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func pageArgs(after string, limit int) (int64, int, error) {
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return 0, 0, fmt.Errorf("outbox: limit %d is outside 1..%d", limit, MaxListLimit)
+	}
+	if after == "" {
+		return 0, limit, nil
+	}
+	pos, err := strconv.ParseInt(after, 10, 64)
+	if err != nil || pos < 0 {
+		return 0, 0, fmt.Errorf("%w: %q", ErrInvalidCursor, after)
+	}
+	return pos, limit, nil
+}
+
+func page(rows []driver.OutboxRow, limit int) ([]driver.OutboxRow, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, strconv.FormatInt(rows[len(rows)-1].Pos, 10)
+}
+
+func messageOf(r driver.OutboxRow) Message {
+	m := Message{ID: r.ID, Tenant: r.Tenant, Type: r.Type, Key: r.Key, Payload: r.Payload, CreatedAt: r.CreatedAt}
+	if len(r.Headers) > 0 {
+		_ = json.Unmarshal(r.Headers, &m.Headers) // written by Enqueue as a JSON object
+	}
+	return m
+}

@@ -1,0 +1,511 @@
+package outbox
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/failpoint"
+)
+
+// Failpoints of the relay, for crash tests (package internal/failpoint).
+const (
+	FailpointBeforePublish = "relay.before_publish"
+	FailpointAfterPublish  = "relay.after_publish" // published, not yet marked sent
+)
+
+// RelayConfig configures NewRelay.
+type RelayConfig struct {
+	// Publisher sends the messages. Required.
+	Publisher Publisher
+	// BatchSize bounds the rows one cycle reads and publishes. Default
+	// 1000; bound 1..10000.
+	BatchSize int
+	// PollInterval is how often the relay looks for rows when nobody calls
+	// Notify (rows committed by other processes). Default 100ms; bound
+	// 1ms..1m.
+	PollInterval time.Duration
+	// LeaseTTL is how long a relay's shard leases last without renewal:
+	// after a crash, its rows wait this long for another relay. Default 30s;
+	// bound 1s..10m.
+	LeaseTTL time.Duration
+	// PublishTimeout bounds the publishing of one cycle. Default 10s, or
+	// LeaseTTL/3 when smaller; bound 10ms..LeaseTTL/3, so leases are renewed
+	// in time between cycles.
+	PublishTimeout time.Duration
+	// MaxAttempts is how many times the broker may refuse a message before
+	// it becomes a dead letter. Broker outages (ErrUnavailable) do not
+	// count. Default 10; bound 1..1000.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the wait before a failed message's
+	// next attempt (exponential, with jitter), and the relay's wait during
+	// a broker outage. Defaults 1s and 5m; bounds 1ms..1h and
+	// BackoffMin..24h.
+	BackoffMin, BackoffMax time.Duration
+	// Retention is how long published rows stay (GET /v1/events shows
+	// them). Default 168h (7 days); bound 1m..8760h.
+	Retention time.Duration
+	// RetentionBatch bounds the rows one retention pass deletes per
+	// statement; a pass runs at most 10 statements. Default 1000; bound
+	// 1..100000.
+	RetentionBatch int
+	// Registerer receives the relay's metrics. Default none.
+	Registerer prometheus.Registerer
+	// Logger logs errors. Default slog.Default().
+	Logger *slog.Logger
+	// Owner names this relay in shard leases. Default host-pid-random.
+	Owner string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c RelayConfig) withDefaults() RelayConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = min(10*time.Second, c.LeaseTTL/3)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(5*time.Minute, c.BackoffMin)
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = crand.Read(b)
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c RelayConfig) validate() error {
+	switch {
+	case c.Publisher == nil:
+		return errors.New("outbox: RelayConfig.Publisher is required")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("outbox: BatchSize %d is outside 1..10000", c.BatchSize)
+	case c.PollInterval < time.Millisecond || c.PollInterval > time.Minute:
+		return fmt.Errorf("outbox: PollInterval %s is outside 1ms..1m", c.PollInterval)
+	case c.LeaseTTL < time.Second || c.LeaseTTL > 10*time.Minute:
+		return fmt.Errorf("outbox: LeaseTTL %s is outside 1s..10m", c.LeaseTTL)
+	case c.PublishTimeout < 10*time.Millisecond || c.PublishTimeout > c.LeaseTTL/3:
+		return fmt.Errorf("outbox: PublishTimeout %s is outside 10ms..LeaseTTL/3 (%s)", c.PublishTimeout, c.LeaseTTL/3)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
+		return fmt.Errorf("outbox: MaxAttempts %d is outside 1..1000", c.MaxAttempts)
+	case c.BackoffMin < time.Millisecond || c.BackoffMin > time.Hour:
+		return fmt.Errorf("outbox: BackoffMin %s is outside 1ms..1h", c.BackoffMin)
+	case c.BackoffMax < c.BackoffMin || c.BackoffMax > 24*time.Hour:
+		return fmt.Errorf("outbox: BackoffMax %s is outside BackoffMin..24h", c.BackoffMax)
+	case c.Retention < time.Minute || c.Retention > 8760*time.Hour:
+		return fmt.Errorf("outbox: Retention %s is outside 1m..8760h", c.Retention)
+	case c.RetentionBatch < 1 || c.RetentionBatch > 100000:
+		return fmt.Errorf("outbox: RetentionBatch %d is outside 1..100000", c.RetentionBatch)
+	case len(c.Owner) > 200:
+		return errors.New("outbox: Owner is longer than 200 bytes")
+	}
+	return nil
+}
+
+// Relay publishes committed outbox rows. Several relays, in one process or
+// many, share the work by leasing shards of the keys (see docs/outbox.md).
+type Relay struct {
+	d       driver.Driver
+	cfg     RelayConfig
+	wake    chan struct{}
+	metrics *metrics
+	log     *slog.Logger
+
+	// Owned only by the Run goroutine.
+	shards     []int
+	leaseAt    time.Time
+	statsAt    time.Time
+	retainAt   time.Time
+	outageWait time.Duration
+}
+
+// NewRelay returns a relay over d's outbox. Call Run to start it.
+func NewRelay(d driver.Driver, cfg RelayConfig) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m,
+		log: cfg.Logger.With("relay", cfg.Owner)}, nil
+}
+
+// Notify wakes the relay after a commit that enqueued messages, so they go
+// out without waiting for the next poll. It never blocks, and concurrent
+// commits each calling it cost one wake-up, not one each.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends, then gives up its leases so that another
+// relay takes over at once, and returns nil. It returns an error only for a
+// fault it cannot outlive; database and broker outages are retried.
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.releaseAll()
+	idle := time.NewTimer(0)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		default:
+		}
+		now := r.cfg.Now()
+		if !now.Before(r.leaseAt) {
+			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
+				r.log.Warn("outbox relay: leases", "err", err)
+			}
+			r.leaseAt = now.Add(r.cfg.LeaseTTL / 3)
+		}
+		if !now.Before(r.statsAt) {
+			r.refreshStats(ctx)
+			r.statsAt = now.Add(5 * time.Second)
+		}
+		if !now.Before(r.retainAt) {
+			r.retain(ctx, now)
+			r.retainAt = now.Add(time.Minute)
+		}
+		n, err := r.cycle(ctx)
+		wait := r.cfg.PollInterval
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			r.outageWait = jitter(min(max(2*r.outageWait, r.cfg.BackoffMin), r.cfg.BackoffMax))
+			wait = r.outageWait
+			r.log.Warn("outbox relay: broker unavailable", "err", err, "retry_in", wait)
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.Warn("outbox relay: cycle", "err", err)
+			wait = max(wait, time.Second)
+		default:
+			r.outageWait = 0
+			if n == r.cfg.BatchSize {
+				continue // a full batch: more is likely waiting
+			}
+		}
+		wait = min(wait, max(time.Until(r.leaseAt), 0))
+		idle.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+			if !idle.Stop() {
+				<-idle.C
+			}
+		case <-idle.C:
+		}
+	}
+}
+
+// cycle sequences newly committed rows, reads a batch of the owned shards'
+// unsent rows and publishes it in rounds, one message per key per round,
+// so that a message is never in flight beside a later one of its key. It
+// returns how many rows it read.
+func (r *Relay) cycle(ctx context.Context) (int, error) {
+	if len(r.shards) == 0 {
+		return 0, nil
+	}
+	if r.d.OutboxNeedsSequencing() {
+		if err := r.sequence(ctx); err != nil {
+			return 0, err
+		}
+	}
+	rows, err := r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
+		Shards: r.shards, Now: r.cfg.Now(), Limit: r.cfg.BatchSize})
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+
+	// Queues per key, in commit order; keys in order of their first row.
+	queues := make(map[string][]driver.OutboxRow)
+	var keys []string
+	for _, row := range rows {
+		k := row.Tenant + "\x00" + row.Key
+		if _, ok := queues[k]; !ok {
+			keys = append(keys, k)
+		}
+		queues[k] = append(queues[k], row)
+	}
+
+	failpoint.Hit(FailpointBeforePublish)
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	var sent []string
+	var failed []failure
+	var outage error
+	heads := make([]driver.OutboxRow, 0, len(keys))
+	msgs := make([]Message, 0, len(keys))
+	for len(keys) > 0 && outage == nil && pctx.Err() == nil {
+		heads, msgs = heads[:0], msgs[:0]
+		for _, k := range keys {
+			heads = append(heads, queues[k][0])
+			msgs = append(msgs, messageOf(queues[k][0]))
+		}
+		start := time.Now()
+		errs := r.cfg.Publisher.Publish(pctx, msgs)
+		r.metrics.publishSeconds.Observe(time.Since(start).Seconds())
+		if len(errs) != len(msgs) {
+			return 0, fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs))
+		}
+		next := keys[:0]
+		for i, k := range keys {
+			switch err := errs[i]; {
+			case err == nil:
+				sent = append(sent, heads[i].ID)
+				if q := queues[k][1:]; len(q) > 0 {
+					queues[k] = q
+					next = append(next, k)
+				}
+			case errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+				// Not the message's fault: no attempt counted, the key
+				// stays unheld, and the relay backs off as a whole.
+				outage = Unavailable(err)
+			default:
+				failed = append(failed, failure{row: heads[i], err: err})
+			}
+		}
+		keys = next
+	}
+	failpoint.Hit(FailpointAfterPublish)
+
+	if err := r.record(ctx, sent, failed); err != nil {
+		return 0, err
+	}
+	r.metrics.published.Add(float64(len(sent)))
+	r.metrics.failures.Add(float64(len(failed)))
+	if outage != nil {
+		return len(rows), outage
+	}
+	return len(rows), nil
+}
+
+type failure struct {
+	row driver.OutboxRow
+	err error
+}
+
+func (r *Relay) sequence(ctx context.Context) error {
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := r.d.OutboxSequence(ctx, tx, &driver.OutboxSequenceParams{Limit: 2 * r.cfg.BatchSize}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// record marks published rows sent and failed ones retried later (or dead)
+// in one transaction. It runs on a context of its own so that a relay
+// stopping mid-cycle still records what it published.
+func (r *Relay) record(ctx context.Context, sent []string, failed []failure) error {
+	if len(sent) == 0 && len(failed) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	now := r.cfg.Now()
+	if len(sent) > 0 {
+		if err := r.d.OutboxMarkSent(ctx, tx, &driver.OutboxMarkSentParams{IDs: sent, Now: now}); err != nil {
+			return err
+		}
+	}
+	dead := 0
+	for _, f := range failed {
+		attempts := f.row.Attempts + 1
+		p := &driver.OutboxFailParams{
+			ID: f.row.ID, Tenant: f.row.Tenant, Key: f.row.Key, Attempts: attempts,
+			Error: truncate(f.err.Error(), 1000), Now: now,
+			HoldUntil: now.Add(r.backoff(attempts)), Dead: attempts >= r.cfg.MaxAttempts,
+		}
+		if p.Dead {
+			dead++
+			r.log.Error("outbox relay: dead letter", "id", f.row.ID, "type", f.row.Type, "attempts", attempts, "err", f.err)
+		}
+		if err := r.d.OutboxFail(ctx, tx, p); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	r.metrics.dead.Add(float64(dead))
+	return nil
+}
+
+// backoff is exponential in the attempts, capped, with equal jitter so
+// that keys that failed together do not retry together.
+func (r *Relay) backoff(attempts int) time.Duration {
+	d := r.cfg.BackoffMin
+	for i := 1; i < attempts && d < r.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return jitter(min(d, r.cfg.BackoffMax))
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// manageLeases heartbeats the relay, renews its shards and moves it toward
+// its fair share of them: ceil(shards / live relays). It gives shards up
+// only here, between cycles, so a shard is never released mid-publish.
+func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	until := now.Add(r.cfg.LeaseTTL)
+	live, err := r.d.OutboxHeartbeat(ctx, tx, &driver.OutboxHeartbeatParams{Owner: r.cfg.Owner, Now: now, Until: until})
+	if err != nil {
+		return err
+	}
+	mine := []int{}
+	if len(r.shards) > 0 {
+		mine, err = r.d.OutboxShardRenew(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: r.shards, Now: now, Until: until})
+		if err != nil {
+			return err
+		}
+	}
+	slices.Sort(mine)
+	fair := (driver.OutboxShards + max(live, 1) - 1) / max(live, 1)
+	switch {
+	case len(mine) > fair:
+		extra := mine[fair:]
+		if err := r.d.OutboxShardRelease(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: extra}); err != nil {
+			return err
+		}
+		mine = mine[:fair]
+	case len(mine) < fair:
+		got, err := r.d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Now: now, Until: until, Limit: fair - len(mine)})
+		if err != nil {
+			return err
+		}
+		mine = append(mine, got...)
+		slices.Sort(mine)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	r.shards = mine
+	r.metrics.shards.Set(float64(len(mine)))
+	return nil
+}
+
+// releaseAll gives up every lease when the relay stops, so another relay
+// need not wait for them to expire.
+func (r *Relay) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return
+	}
+	defer tx.Rollback(ctx)
+	if err := r.d.OutboxShardRelease(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner}); err != nil {
+		return
+	}
+	if tx.Commit(ctx) == nil {
+		r.shards = nil
+	}
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	s, err := r.d.OutboxStats(ctx, r.d.Reader())
+	if err != nil {
+		return
+	}
+	r.metrics.backlog.Set(float64(s.Unsent))
+	r.metrics.deadGauge.Set(float64(s.Dead))
+	age := 0.0
+	if !s.OldestUnsent.IsZero() {
+		age = max(r.cfg.Now().Sub(s.OldestUnsent).Seconds(), 0)
+	}
+	r.metrics.oldestAge.Set(age)
+}
+
+// retain deletes published rows older than Retention, in bounded batches.
+func (r *Relay) retain(ctx context.Context, now time.Time) {
+	for range 10 {
+		n, err := r.deleteSent(ctx, now)
+		if err != nil || n < r.cfg.RetentionBatch {
+			return
+		}
+	}
+}
+
+func (r *Relay) deleteSent(ctx context.Context, now time.Time) (int, error) {
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+	n, err := r.d.OutboxDeleteSent(ctx, tx, &driver.OutboxDeleteSentParams{
+		Before: now.Add(-r.cfg.Retention), Now: now, Limit: r.cfg.RetentionBatch})
+	if err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
+}

@@ -1,0 +1,157 @@
+// Package webhookpub delivers outbox messages as Standard Webhooks
+// (standardwebhooks.com): a POST of {"type","timestamp","data"} with the
+// headers webhook-id (the message id, the receiver's dedupe key),
+// webhook-timestamp and webhook-signature (v1, HMAC-SHA256). A 2xx answer
+// means delivered.
+package webhookpub
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/outbox"
+)
+
+// SecretPrefix starts a Standard Webhooks secret; the rest is base64.
+const SecretPrefix = "whsec_"
+
+// Config configures New.
+type Config struct {
+	// URL receives every message. Required.
+	URL string
+	// Secret is whsec_ followed by base64 of 24..64 random bytes. Required.
+	Secret string
+	// Timeout bounds one delivery. Default 10s; bound 100ms..1m.
+	Timeout time.Duration
+	// Concurrency bounds deliveries in flight. Default 32; bound 1..1024.
+	Concurrency int
+	// Client sends the requests. Default a client with Timeout.
+	Client *http.Client
+	// Now is the clock of webhook-timestamp. Default time.Now.
+	Now func() time.Time
+}
+
+// Publisher posts to one URL.
+type Publisher struct {
+	cfg Config
+	key []byte
+}
+
+// New checks cfg and returns a publisher.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("webhookpub: URL is required")
+	}
+	key, err := DecodeSecret(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Timeout < 100*time.Millisecond || cfg.Timeout > time.Minute {
+		return nil, fmt.Errorf("webhookpub: Timeout %s is outside 100ms..1m", cfg.Timeout)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.Concurrency < 1 || cfg.Concurrency > 1024 {
+		return nil, fmt.Errorf("webhookpub: Concurrency %d is outside 1..1024", cfg.Concurrency)
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Publisher{cfg: cfg, key: key}, nil
+}
+
+// DecodeSecret returns the HMAC key of a whsec_ secret.
+func DecodeSecret(secret string) ([]byte, error) {
+	raw, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return nil, errors.New("webhookpub: secret must start with " + SecretPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(raw)
+	if err != nil || len(key) < 24 || len(key) > 64 {
+		return nil, errors.New("webhookpub: secret must be whsec_ and base64 of 24..64 bytes")
+	}
+	return key, nil
+}
+
+// Sign returns the webhook-signature value for a delivery.
+func Sign(key []byte, id string, timestamp int64, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%d.", id, timestamp)
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+type envelope struct {
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// Publish delivers the messages concurrently (they have distinct ordering
+// keys) and reports each one's outcome.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = p.deliver(ctx, m)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
+	body, err := json.Marshal(envelope{Type: m.Type, Timestamp: m.CreatedAt.UTC(), Data: m.Payload})
+	if err != nil {
+		return err
+	}
+	ts := p.cfg.Now().Unix()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", m.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", Sign(p.key, m.ID, ts, body))
+	resp, err := p.cfg.Client.Do(req)
+	if err != nil {
+		return outbox.Unavailable(err) // unreachable or timed out
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
+		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
+		return outbox.Unavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
+	}
+	return fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode)
+}
+
+func (p *Publisher) Close() error { return nil }
