@@ -118,4 +118,5 @@ type Driver interface {
 
 	KeeperDriver
 	LedgerDriver
+	InspectDriver
 }

@@ -18,6 +18,10 @@ const usage = `idem makes retried work happen once.
 Usage:
   idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
   idem migrate [--db URL]                      apply database migrations
+  idem keys get [--tenant T] [--operation OP] KEY          what was stored for an idempotency key
+  idem ledger balance [--tenant T] [--as-of TIME] ACCOUNT  a balance as believed at a moment
+  idem ledger verify                           check every ledger invariant (non-zero exit when broken)
+  (inspection commands take --json for scripts and --db like serve)
 
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
@@ -45,6 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return keys(ctx, args[1:], stdout, stderr)
+	case "ledger":
+		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
