@@ -85,12 +85,19 @@ func inspectFlags(name string, stderr io.Writer) (*flag.FlagSet, *inspectCommon)
 // open opens the database the way serve does: --db, else IDEM_DB, else the
 // configuration file's db, else the embedded default.
 func (c *inspectCommon) open(ctx context.Context) (driver.Driver, error) {
+	return openDB(ctx, c.db, c.configFile)
+}
+
+// openDB opens the database named by a --db value and a --config file, each
+// of which may be empty, with IDEM_DB and IDEM_CONFIG read as serve reads
+// them.
+func openDB(ctx context.Context, db, configFile string) (driver.Driver, error) {
 	var args []string
-	if c.db != "" {
-		args = append(args, "--db", c.db)
+	if db != "" {
+		args = append(args, "--db", db)
 	}
-	if c.configFile != "" {
-		args = append(args, "--config", c.configFile)
+	if configFile != "" {
+		args = append(args, "--config", configFile)
 	}
 	cfg, err := config.Load("inspect", args, os.Getenv, "db")
 	if err != nil {

@@ -26,6 +26,7 @@ Usage:
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
   --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
+  --admin-key IDEM_ADMIN_KEY  web console (/ui/) admin key (default none: console for loopback clients only)
 `
 
 func main() {
