@@ -235,3 +235,21 @@ func TestOutboxFormat(t *testing.T) {
 		t.Fatalf("empty stats JSON %s", js.String())
 	}
 }
+
+// TestRunOutboxArguments checks that bad arguments are refused before the
+// database is opened. The view itself is tested with the outbox package's
+// real implementation.
+func TestRunOutboxArguments(t *testing.T) {
+	t.Parallel()
+	open := func(ctx context.Context, db, configFile string) (inspect.OutboxView, func(), error) {
+		t.Error("the database was opened for bad arguments")
+		return nil, func() {}, errors.New("not opened")
+	}
+	for _, args := range [][]string{nil, {"purge"}, {"stats", "extra"}, {"list"}, {"list", "--dead", "--limit", "0"},
+		{"list", "--dead", "--limit", "5000"}, {"redrive"}, {"redrive", "a", "b"}, {"stats", "--bogus"}} {
+		var out, errOut bytes.Buffer
+		if err := inspect.RunOutbox(context.Background(), args, open, time.Now(), &out, &errOut); err == nil {
+			t.Errorf("outbox %v: no error", args)
+		}
+	}
+}
