@@ -120,4 +120,5 @@ type Driver interface {
 	LedgerDriver
 	OutboxDriver
 	InboxDriver
+	InspectDriver
 }

@@ -19,10 +19,15 @@ Usage:
   idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
   idem migrate [--db URL]                      apply database migrations
   idem relay   [--db URL] [--publish URL]      publish committed outbox messages
+  idem keys get [--tenant T] [--operation OP] KEY          what was stored for an idempotency key
+  idem ledger balance [--tenant T] [--as-of TIME] ACCOUNT  a balance as believed at a moment
+  idem ledger verify                           check every ledger invariant (non-zero exit when broken)
+  (inspection commands take --json for scripts and --db like serve)
 
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
   --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
+  --admin-key IDEM_ADMIN_KEY  web console (/ui/) admin key (default none: console for loopback clients only)
 `
 
 func main() {
@@ -48,6 +53,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, args[1:], stdout, stderr)
 	case "relay":
 		return relay(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return keys(ctx, args[1:], stdout, stderr)
+	case "ledger":
+		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -34,6 +34,10 @@ type Config struct {
 	// APIKeys map bearer tokens to tenants. Default none: every request is
 	// tenant "default".
 	APIKeys []APIKey
+	// AdminKeyHash is the SHA-256 of the web console's admin key. Default
+	// nil: no admin key, and the console answers only loopback clients.
+	// The key is at least 16 characters and must not be an API key.
+	AdminKeyHash *[sha256.Size]byte
 	// Relay runs the outbox relay inside serve. Default true.
 	Relay bool
 	// MaxBodyBytes bounds request bodies. Default 1 MiB; bound 1 KiB..64 MiB.
@@ -208,6 +212,13 @@ func (c Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("config: log format %q: want text or json", c.LogFormat)
+	}
+	if c.AdminKeyHash != nil {
+		for _, k := range c.APIKeys {
+			if k.Hash == *c.AdminKeyHash {
+				return fmt.Errorf("config: the admin key is also tenant %q's API key: give the console a key of its own", k.Tenant)
+			}
+		}
 	}
 	host, _, err := net.SplitHostPort(c.Addr)
 	if err != nil {

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,6 +25,8 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Addr = v; return nil }},
 	{"api-keys", "IDEM_API_KEYS", "api_keys", "tenant:key,… bearer tokens (key may be sha256:HEX)",
 		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
+	{"admin-key", "IDEM_ADMIN_KEY", "admin_key", "web console admin key, at least 16 characters or sha256:HEX (default none: console for loopback clients only)",
+		func(c *Config, v string) (err error) { c.AdminKeyHash, err = ParseAdminKey(v); return err }},
 	{"relay", "IDEM_RELAY", "relay", "run the outbox relay inside serve (default true)",
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
 	{"max-body-bytes", "IDEM_MAX_BODY_BYTES", "max_body_bytes", "request body limit in bytes (default 1048576)",
@@ -58,5 +63,28 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 }()
 
 // ServeSettings are the flags of `idem serve`.
-var ServeSettings = []string{"db", "publish", "addr", "api-keys", "relay", "max-body-bytes",
+var ServeSettings = []string{"db", "publish", "addr", "api-keys", "admin-key", "relay", "max-body-bytes",
 	"key-retention", "in-flight-wait", "shutdown-timeout", "log-level", "log-format"}
+
+// ParseAdminKey parses the console's admin key: the key itself (at least
+// MinAPIKeyLength characters) or sha256:HEX, so configuration files need not
+// hold it. Only the hash is kept. An empty value means no admin key.
+func ParseAdminKey(v string) (*[sha256.Size]byte, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var h [sha256.Size]byte
+	if hexHash, ok := strings.CutPrefix(v, "sha256:"); ok {
+		b, err := hex.DecodeString(hexHash)
+		if err != nil || len(b) != sha256.Size {
+			return nil, fmt.Errorf("admin key: sha256: wants 64 hex digits")
+		}
+		copy(h[:], b)
+		return &h, nil
+	}
+	if len(v) < MinAPIKeyLength {
+		return nil, fmt.Errorf("admin key is shorter than %d characters", MinAPIKeyLength)
+	}
+	h = sha256.Sum256([]byte(v))
+	return &h, nil
+}

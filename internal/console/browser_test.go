@@ -1,0 +1,234 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// chromiumPath is Debian's Chromium, installed when missing and the tests
+// run as root (as in CI); the browser tests never skip.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	const path = "/usr/bin/chromium"
+	installOnce.Do(func() {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if os.Geteuid() != 0 {
+			installErr = fmt.Errorf("%s is missing and the tests are not root: run apt-get install -y chromium", path)
+			return
+		}
+		install := func() ([]byte, error) {
+			cmd := exec.Command("apt-get", "install", "-y", "--no-install-recommends", "chromium")
+			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			return cmd.CombinedOutput()
+		}
+		if _, err := install(); err == nil {
+			return
+		}
+		if out, err := exec.Command("apt-get", "update").CombinedOutput(); err != nil {
+			installErr = fmt.Errorf("apt-get update: %v\n%s", err, out)
+			return
+		}
+		if out, err := install(); err != nil {
+			installErr = fmt.Errorf("apt-get install chromium: %v\n%s", err, out)
+		}
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	return path
+}
+
+var (
+	installOnce sync.Once
+	installErr  error
+)
+
+// browser starts a headless Chromium with a fresh profile; it is closed when
+// t ends. The context bounds the whole browser session.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), 60*time.Second)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc() // waits for the browser process to exit
+		cancelTimeout()
+	})
+	return bctx
+}
+
+// artifacts is where screenshots go: $IDEM_ARTIFACTS, or the test's temp
+// dir.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("IDEM_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func text(t *testing.T, ctx context.Context, id string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+	must(t, "text of #"+id, err)
+	return strings.TrimSpace(s)
+}
+
+// waitJS waits until the JavaScript expression is true.
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second)))
+	must(t, "wait for "+what, err)
+}
+
+func clickAndLoad(t *testing.T, ctx context.Context, what string, sel chromedp.CSS) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.WaitEvent(page.LoadEventFired, nil, chromedp.Click(sel)))
+	must(t, what, err)
+}
+
+// TestBrowser drives the console in a real headless Chromium against the
+// real service on SQLite: log in through the form, look up the key of a
+// double charge, travel back before its reversal with the keyboard, and
+// redrive a dead letter.
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sqlite", adminHash())
+	s := e.tellStory(t)
+	ctx := browser(t)
+	shots := artifacts(t)
+
+	// Unauthenticated: the login form. Log in with the admin key.
+	must(t, "open console", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/")))
+	must(t, "login form", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("key"))))
+	screenshot(t, ctx, shots, "01-login")
+	must(t, "type key", chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("key"), adminKey)))
+	clickAndLoad(t, ctx, "log in", `form[action="/ui/login"] button`)
+	must(t, "home", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("home-key"))))
+
+	// The focused element is visibly outlined.
+	must(t, "tab", chromedp.Do(ctx, chromedp.KeyEvent(kb.Tab)))
+	outline, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.activeElement).outlineStyle`))
+	must(t, "outline", err)
+	if outline == "none" || outline == "" {
+		t.Errorf("the focused element has no visible outline (%q)", outline)
+	}
+
+	// Look up the first charge's key.
+	must(t, "type key", chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("home-key"), "charge-1")))
+	clickAndLoad(t, ctx, "look up key", `form[action="/ui/keys"] button`)
+	results := text(t, ctx, "key-results")
+	for _, want := range []string{"POST /v1/transfers", "201", s.First.ID, "live"} {
+		if !strings.Contains(results, want) {
+			t.Errorf("key results lack %q:\n%s", want, results)
+		}
+	}
+	screenshot(t, ctx, shots, "02-key")
+
+	// The wallet now: 2000 funded, charged 500 twice, the duplicate reversed.
+	must(t, "open account", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/accounts?tenant=default&id=wallet")))
+	waitJS(t, ctx, "enhanced slider", `document.getElementById('time-travel')?.dataset.enhanced === 'true'`)
+	if got := text(t, ctx, "balance"); got != "1500" {
+		t.Fatalf("balance now %q, want 1500", got)
+	}
+	screenshot(t, ctx, shots, "03-account-now")
+
+	// One step back with the keyboard: just before the reversal. The
+	// script fetches the moment and swaps it in without a page load.
+	must(t, "focus slider", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
+	waitJS(t, ctx, "balance before the reversal", `document.getElementById('balance').textContent === '1000'`)
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#entries tr.reversal').length`)); err != nil || n != 0 {
+		t.Errorf("reversal rows before the reversal: %d (%v)", n, err)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#entries a.reversed-by').length`)); err != nil || n != 1 {
+		t.Errorf("the duplicate should link to its (later) reversal: %d links (%v)", n, err)
+	}
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	must(t, "location", err)
+	if !strings.Contains(loc, "at=3") {
+		t.Errorf("location %q does not keep the moment", loc)
+	}
+	if label := text(t, ctx, "moment-label"); !strings.Contains(label, "after entry 3") {
+		t.Errorf("slider label %q", label)
+	}
+	screenshot(t, ctx, shots, "04-account-before-reversal")
+
+	// Without the script the slider is a form: submit it.
+	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
+	waitJS(t, ctx, "balance before the duplicate", `document.getElementById('balance').textContent === '1500'`)
+	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
+	waitJS(t, ctx, "balance before the first charge", `document.getElementById('balance').textContent === '2000'`)
+	clickAndLoad(t, ctx, "submit the moment", `#time-travel button`)
+	if got := text(t, ctx, "balance"); got != "2000" {
+		t.Errorf("submitted moment: balance %q, want 2000", got)
+	}
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.Contains(loc, "at=1") {
+		t.Errorf("submitted location %q", loc)
+	}
+
+	// Redrive a dead letter with the button.
+	must(t, "open outbox", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/outbox")))
+	must(t, "dead letters", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("redrive-msg-1"))))
+	screenshot(t, ctx, shots, "05-outbox")
+	clickAndLoad(t, ctx, "redrive", `#redrive-msg-1`)
+	must(t, "redriven notice", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("redriven"))))
+	if got := e.Outbox.Redriven(); len(got) != 1 || got[0] != "msg-1" {
+		t.Fatalf("the outbox redrove %v, want [msg-1]", got)
+	}
+	if got := text(t, ctx, "dead-count"); got != "1" {
+		t.Errorf("dead letters after the redrive: %q, want 1", got)
+	}
+	screenshot(t, ctx, shots, "06-outbox-redriven")
+}

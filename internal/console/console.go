@@ -1,0 +1,167 @@
+// Package console is idem's operator web console, served at /ui/: look up an
+// idempotency key, watch the outbox's backlog and redrive dead letters, and
+// travel back in an account's history to see what the ledger believed at
+// any moment. Pages are server-rendered html/template and work without
+// JavaScript; a little script (embedded, no build step) only makes the time
+// slider update in place.
+//
+// Access: with an admin key configured, a request must carry it as
+// Authorization: Bearer, or a session cookie the login form sets (an
+// HMAC-signed token, never the key itself). Without one, the console
+// answers only loopback clients. State-changing forms carry a CSRF token.
+package console
+
+import (
+	"crypto/rand"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/ledger"
+)
+
+// Prefix is the path the console is served under.
+const Prefix = "/ui/"
+
+// OutboxView is what the console needs from the outbox; see
+// inspect.OutboxView. The outbox package implements it.
+type OutboxView = inspect.OutboxView
+
+// Config configures New. Comments give defaults and bounds.
+type Config struct {
+	// Driver is the database. Required.
+	Driver driver.Driver
+	// Ledger reads accounts and transfers. Required.
+	Ledger *ledger.Ledger
+	// AdminKeyHash is the SHA-256 of the admin key. Default nil: no key, and
+	// only loopback clients (by the connection's remote address) may use the
+	// console.
+	AdminKeyHash *[32]byte
+	// Outbox backs the outbox page. Default nil: the page says the outbox is
+	// not available.
+	Outbox OutboxView
+	// Logger receives faults. Default slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source for sessions and ages. Default time.Now.
+	Clock func() time.Time
+	// SessionTTL is how long a login lasts. Default 12h; bound 1m..7 days.
+	SessionTTL time.Duration
+}
+
+const (
+	defaultSessionTTL = 12 * time.Hour
+	maxSessionTTL     = 7 * 24 * time.Hour
+)
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = defaultSessionTTL
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Driver == nil:
+		return errors.New("console: Driver is required")
+	case c.Ledger == nil:
+		return errors.New("console: Ledger is required")
+	case c.SessionTTL < time.Minute || c.SessionTTL > maxSessionTTL:
+		return errors.New("console: SessionTTL is outside 1m..7 days")
+	}
+	return nil
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Console serves the operator pages.
+type Console struct {
+	cfg Config
+	// secret signs session and CSRF tokens. It is drawn at start, so a
+	// restart logs every operator out; nothing secret is ever derived from
+	// (or stored beside) the admin key.
+	secret  [32]byte
+	pages   map[string]*template.Template
+	handler http.Handler
+}
+
+// New returns the console.
+func New(cfg Config) (*Console, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
+	if _, err := rand.Read(c.secret[:]); err != nil {
+		return nil, err
+	}
+	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, err
+		}
+		c.pages[page] = t
+	}
+	c.handler = c.routes()
+	return c, nil
+}
+
+// Handler serves every path under Prefix; mount it there.
+func (c *Console) Handler() http.Handler { return c.handler }
+
+func (c *Console) routes() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static") // the directory is embedded above
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /ui/login", c.loginForm)
+	mux.HandleFunc("POST /ui/login", c.login)
+	mux.Handle("POST /ui/logout", c.authed(c.csrf(c.logout)))
+	mux.Handle("GET /ui/{$}", c.authed(c.home))
+	mux.Handle("GET /ui/keys", c.authed(c.keys))
+	mux.Handle("GET /ui/accounts", c.authed(c.account))
+	mux.Handle("GET /ui/transfers/{id}", c.authed(c.transfer))
+	mux.Handle("GET /ui/outbox", c.authed(c.outbox))
+	mux.Handle("POST /ui/outbox/redrive", c.authed(c.csrf(c.redrive)))
+	mux.Handle("/ui/", c.authed(func(w http.ResponseWriter, r *http.Request) {
+		c.message(w, r, http.StatusNotFound, "Not found", "There is no console page at "+r.URL.Path+".")
+	}))
+	return c.guard(mux)
+}
+
+// guard gates everything — static files included — to loopback clients when
+// there is no admin key, and sets the headers every console answer carries.
+func (c *Console) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// Scripts and styles come only from the console itself, so an
+		// injected string can never run; the console is never framed.
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		if c.cfg.AdminKeyHash == nil && !isLoopback(r) {
+			c.message(w, r, http.StatusForbidden, "Forbidden",
+				"No admin key is configured, so the console answers only this machine. Set IDEM_ADMIN_KEY to use it from elsewhere.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,154 @@
+// Package inspect answers an operator's questions about a running idem
+// database — what happened to this idempotency key, what did the ledger
+// believe about this account at 14:02, is the ledger sound — and formats the
+// answers as human tables or JSON. The CLI (idem keys, idem ledger) and the
+// web console share it, so both tell the same story.
+package inspect
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/ledger"
+)
+
+// MaxKeyRecords bounds the records one key lookup returns: one per
+// operation that holds the key, and a tenant has a handful of operations.
+const MaxKeyRecords = 100
+
+// MaxBodyPreviewBytes bounds the stored body a human table prints; --json
+// and the console show it whole (it is bounded by the service's body limit).
+const MaxBodyPreviewBytes = 4 << 10
+
+// KeyRecord is one stored idempotency record as an operator reads it.
+type KeyRecord struct {
+	Tenant    string `json:"tenant"`
+	Operation string `json:"operation"`
+	Key       string `json:"key"`
+	// Fingerprint is the hex SHA-256 of the first request's method,
+	// concrete path and canonical body: a retry with another payload has
+	// another fingerprint and is refused.
+	Fingerprint string    `json:"fingerprint"`
+	FirstSeen   time.Time `json:"first_seen"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// Expired records count as absent for the keeper (a new request with
+	// the key runs again) until the janitor deletes them.
+	Expired bool `json:"expired"`
+	// Status and Body are the stored outcome every duplicate is answered with.
+	Status int             `json:"status"`
+	Header json.RawMessage `json:"header,omitempty"`
+	// Body is the stored body: JSON as is, anything else as a JSON string.
+	Body json.RawMessage `json:"body"`
+}
+
+// Keys reads the records of one client key in a tenant: under operation,
+// or under every operation that holds it when operation is "". No record is
+// an empty list, not an error.
+func Keys(ctx context.Context, d driver.Driver, now time.Time, tenant, operation, key string) ([]KeyRecord, error) {
+	if tenant == "" || key == "" {
+		return nil, errors.New("inspect: a tenant and a key are required")
+	}
+	var recs []driver.KeyRecord
+	if operation != "" {
+		rec, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: driver.KeyID{Scope: tenant, Operation: operation, Key: key}})
+		switch {
+		case errors.Is(err, driver.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("inspect: read key: %w", err)
+		default:
+			recs = append(recs, *rec)
+		}
+	} else {
+		var err error
+		recs, err = d.KeyList(ctx, d.Reader(), &driver.KeyListParams{Scope: tenant, Key: key, Limit: MaxKeyRecords})
+		if err != nil {
+			return nil, fmt.Errorf("inspect: list key: %w", err)
+		}
+	}
+	out := make([]KeyRecord, len(recs))
+	for i, r := range recs {
+		out[i] = KeyRecord{
+			Tenant:      r.ID.Scope,
+			Operation:   r.ID.Operation,
+			Key:         r.ID.Key,
+			Fingerprint: hex.EncodeToString(r.Fingerprint),
+			FirstSeen:   r.CreatedAt.UTC(),
+			ExpiresAt:   r.ExpiresAt.UTC(),
+			Expired:     !r.ExpiresAt.After(now),
+			Status:      r.Status,
+			Header:      jsonOrNil(r.Header),
+			Body:        jsonOrString(r.Body),
+		}
+	}
+	return out, nil
+}
+
+func jsonOrNil(b []byte) json.RawMessage {
+	if len(b) == 0 || !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func jsonOrString(b []byte) json.RawMessage {
+	if len(b) > 0 && json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b)) // a string always encodes
+	return s
+}
+
+// BodyText is the stored body as people read it: the JSON as stored, or the
+// text it was.
+func (r KeyRecord) BodyText() string {
+	var s string
+	if json.Unmarshal(r.Body, &s) == nil {
+		return s
+	}
+	return string(r.Body)
+}
+
+// Balance is an account's totals as believed at asOf (zero: now), with the
+// account itself, read in one snapshot.
+type Balance struct {
+	Tenant   string         `json:"tenant"`
+	Account  ledger.Account `json:"account"`
+	Believed ledger.Balance `json:"balance"`
+}
+
+// AccountBalance reads the account and its balance as of asOf in one
+// snapshot. ledger.ErrNotFound (wrapped) when the tenant has no such account.
+func AccountBalance(ctx context.Context, d driver.Driver, l *ledger.Ledger, tenant, account string, asOf time.Time) (Balance, error) {
+	out := Balance{Tenant: tenant}
+	err := Snapshot(ctx, d, func(tx driver.Tx) (err error) {
+		if out.Account, err = l.GetAccount(ctx, tx, tenant, account); err != nil {
+			return err
+		}
+		out.Believed, err = l.Balance(ctx, tx, tenant, account, asOf)
+		return err
+	})
+	return out, err
+}
+
+// Verify runs ledger.Verify in one snapshot, so transfers committed while it
+// reads are never mistaken for broken invariants. A *ledger.VerifyError
+// lists the violations.
+func Verify(ctx context.Context, d driver.Driver) error {
+	return Snapshot(ctx, d, func(tx driver.Tx) error { return ledger.Verify(ctx, d, tx) })
+}
+
+// Snapshot runs fn in a read-only transaction in which every statement sees
+// the same committed state.
+func Snapshot(ctx context.Context, d driver.Driver, fn func(tx driver.Tx) error) error {
+	tx, err := d.BeginSnapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("inspect: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only: nothing to keep
+	return fn(tx)
+}
