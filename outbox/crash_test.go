@@ -60,7 +60,7 @@ type proc struct {
 func startRelay(t *testing.T, dbURL, natsURL, fp string) *proc {
 	t.Helper()
 	cmd := exec.Command(idemBinary(t), "relay", "--db", dbURL, "--publish", natsURL,
-		"--lease", "1s", "--poll", "10ms", "--batch", "50")
+		"--relay-lease", "1s", "--relay-poll", "10ms", "--relay-batch", "50")
 	cmd.Env = append(os.Environ(), failpoint.Env+"="+fp)
 	cmd.Dir = t.TempDir()
 	stderr, err := cmd.StderrPipe()

@@ -363,3 +363,20 @@ func messageOf(r driver.OutboxRow) Message {
 	}
 	return m
 }
+
+// Stats is the outbox's backlog at one moment.
+type Stats struct {
+	Unsent       int64     // live messages not yet published
+	OldestUnsent time.Time // when the oldest of them was enqueued; zero when none
+	Dead         int64     // dead letters
+}
+
+// Stats counts the backlog: what operators watch (idem outbox stats, the
+// console) beside the relay's metrics.
+func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
+	s, err := o.d.OutboxStats(ctx, o.d.Reader())
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Unsent: s.Unsent, OldestUnsent: s.OldestUnsent, Dead: s.Dead}, nil
+}

@@ -19,6 +19,7 @@ Usage:
   idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
   idem migrate [--db URL]                      apply database migrations
   idem relay   [--db URL] [--publish URL]      publish committed outbox messages
+  idem outbox stats | list --dead | redrive ID  the outbox backlog and its dead letters
   idem keys get [--tenant T] [--operation OP] KEY          what was stored for an idempotency key
   idem ledger balance [--tenant T] [--as-of TIME] ACCOUNT  a balance as believed at a moment
   idem ledger verify                           check every ledger invariant (non-zero exit when broken)
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, args[1:], stdout, stderr)
 	case "relay":
 		return relay(ctx, args[1:], stdout, stderr)
+	case "outbox":
+		return outboxCmd(ctx, args[1:], stdout, stderr)
 	case "keys":
 		return keys(ctx, args[1:], stdout, stderr)
 	case "ledger":

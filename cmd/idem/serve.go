@@ -30,7 +30,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := d.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	srv, err := server.New(cfg, d, log, prometheus.NewRegistry())
+	srv, err := server.New(ctx, cfg, d, log, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,22 @@ type Config struct {
 	AdminKeyHash *[sha256.Size]byte
 	// Relay runs the outbox relay inside serve. Default true.
 	Relay bool
+	// WebhookSecret (whsec_…) signs outgoing webhooks when Publish is an
+	// http(s) URL. Default none.
+	WebhookSecret string
+	// RelayBatch bounds the rows one relay cycle publishes. Default 1000;
+	// bound 1..10000.
+	RelayBatch int
+	// RelayPoll is how often the relay looks for rows committed by other
+	// processes. Default 100ms; bound 1ms..1m.
+	RelayPoll time.Duration
+	// RelayLease is how long a relay's shard leases last without renewal:
+	// after a crash, its rows wait this long for another relay. Default
+	// 30s; bound 1s..10m.
+	RelayLease time.Duration
+	// RelayMaxAttempts is how many refusals make a dead letter. Default 10;
+	// bound 1..1000.
+	RelayMaxAttempts int
 	// MaxBodyBytes bounds request bodies. Default 1 MiB; bound 1 KiB..64 MiB.
 	MaxBodyBytes int64
 	// KeyRetention is how long idempotency keys are kept. Default 24h;
@@ -71,14 +87,18 @@ type APIKey struct {
 // Default returns the built-in defaults.
 func Default() Config {
 	return Config{
-		Addr:            "127.0.0.1:8080",
-		Relay:           true,
-		MaxBodyBytes:    1 << 20,
-		KeyRetention:    24 * time.Hour,
-		InFlightWait:    5 * time.Second,
-		ShutdownTimeout: 15 * time.Second,
-		LogLevel:        "info",
-		LogFormat:       "text",
+		Addr:             "127.0.0.1:8080",
+		Relay:            true,
+		RelayBatch:       1000,
+		RelayPoll:        100 * time.Millisecond,
+		RelayLease:       30 * time.Second,
+		RelayMaxAttempts: 10,
+		MaxBodyBytes:     1 << 20,
+		KeyRetention:     24 * time.Hour,
+		InFlightWait:     5 * time.Second,
+		ShutdownTimeout:  15 * time.Second,
+		LogLevel:         "info",
+		LogFormat:        "text",
 	}
 }
 
@@ -204,6 +224,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: in-flight wait %s is outside 1ms..60s", c.InFlightWait)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
+	case c.RelayBatch < 1 || c.RelayBatch > 10000:
+		return fmt.Errorf("config: relay batch %d is outside 1..10000", c.RelayBatch)
+	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:
+		return fmt.Errorf("config: relay poll %s is outside 1ms..1m", c.RelayPoll)
+	case c.RelayLease < time.Second || c.RelayLease > 10*time.Minute:
+		return fmt.Errorf("config: relay lease %s is outside 1s..10m", c.RelayLease)
+	case c.RelayMaxAttempts < 1 || c.RelayMaxAttempts > 1000:
+		return fmt.Errorf("config: relay max attempts %d is outside 1..1000", c.RelayMaxAttempts)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -240,7 +268,9 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-var tenantRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+// tenantRE: a tenant is a NATS subject token (idem.<tenant>.<type>), so no
+// '.', '*', '>' or spaces.
+var tenantRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
 
 // MinAPIKeyLength is the shortest bearer token accepted.
 const MinAPIKeyLength = 16
@@ -257,7 +287,7 @@ func ParseAPIKeys(s string) ([]APIKey, error) {
 		}
 		tenant, key, ok := strings.Cut(item, ":")
 		if !ok || !tenantRE.MatchString(tenant) {
-			return nil, fmt.Errorf("API key entry %q: want tenant:key with a tenant of letters, digits, _ . - (at most 64)", redactEntry(item))
+			return nil, fmt.Errorf("API key entry %q: want tenant:key with a tenant of letters, digits, _ - (at most 64)", redactEntry(item))
 		}
 		var k APIKey
 		k.Tenant = tenant

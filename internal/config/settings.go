@@ -29,6 +29,16 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.AdminKeyHash, err = ParseAdminKey(v); return err }},
 	{"relay", "IDEM_RELAY", "relay", "run the outbox relay inside serve (default true)",
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
+	{"webhook-secret", "IDEM_WEBHOOK_SECRET", "webhook_secret", "whsec_… secret that signs outgoing webhooks (publish to http(s)://…)",
+		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
+	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 1000)",
+		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
+	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
+		durationSetter(func(c *Config) *time.Duration { return &c.RelayPoll })},
+	{"relay-lease", "IDEM_RELAY_LEASE", "relay_lease", "shard lease TTL: how long a crashed relay's rows wait for another (default 30s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.RelayLease })},
+	{"relay-max-attempts", "IDEM_RELAY_MAX_ATTEMPTS", "relay_max_attempts", "broker refusals before a message becomes a dead letter (default 10)",
+		func(c *Config, v string) (err error) { c.RelayMaxAttempts, err = strconv.Atoi(v); return err }},
 	{"max-body-bytes", "IDEM_MAX_BODY_BYTES", "max_body_bytes", "request body limit in bytes (default 1048576)",
 		func(c *Config, v string) (err error) { c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); return err }},
 	{"key-retention", "IDEM_KEY_RETENTION", "key_retention", "how long idempotency keys are kept (default 24h)",
@@ -62,9 +72,13 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 	return byFlag, byYAML
 }()
 
+// RelaySettings are the flags of `idem relay`; serve has them too.
+var RelaySettings = []string{"db", "publish", "webhook-secret", "relay-batch", "relay-poll",
+	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
+
 // ServeSettings are the flags of `idem serve`.
-var ServeSettings = []string{"db", "publish", "addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "shutdown-timeout", "log-level", "log-format"}
+var ServeSettings = append([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
+	"key-retention", "in-flight-wait", "shutdown-timeout"}, RelaySettings...)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

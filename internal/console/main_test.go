@@ -124,7 +124,8 @@ func newEnv(t *testing.T, dialect string, adminKeyHash *[32]byte) *env {
 	d := drivertest.Open(t, dialect)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Default()
-	srv, err := server.New(cfg, d, log, prometheus.NewRegistry())
+	cfg.Relay = false // the outbox page here shows the fake below
+	srv, err := server.New(context.Background(), cfg, d, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

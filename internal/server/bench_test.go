@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,7 +21,9 @@ import (
 // a real loopback HTTP server.
 func newBenchServer(b *testing.B, dialect string) *httptest.Server {
 	b.Helper()
-	s, err := New(config.Default(), drivertest.Open(b, dialect), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	cfg := config.Default()
+	cfg.Relay = false // measured apart (outbox benchmarks)
+	s, err := New(context.Background(), cfg, drivertest.Open(b, dialect), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}

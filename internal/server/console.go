@@ -4,17 +4,18 @@ import (
 	"net/http"
 
 	"github.com/idemhq/idem/internal/console"
+	"github.com/idemhq/idem/internal/inspect"
 )
 
 // mountConsole serves the operator console under /ui/ on mux, with the
 // service's database, ledger and admin key. The console does its own
-// authentication (the admin key, not tenants' API keys). The outbox page
-// stays empty until the outbox provides a console.OutboxView here.
+// authentication (the admin key, not tenants' API keys).
 func (s *Server) mountConsole(mux *http.ServeMux) {
 	c, err := console.New(console.Config{
 		Driver:       s.d,
 		Ledger:       s.ledger,
 		AdminKeyHash: s.cfg.AdminKeyHash,
+		Outbox:       inspect.NewOutboxView(s.outbox),
 		Logger:       s.log,
 	})
 	if err != nil {

@@ -24,7 +24,11 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 		in.ID = derivedID(r, "account")
 	}
 	tx := idemhttp.Tx(r.Context())
-	a, err := s.ledger.CreateAccount(r.Context(), tx, tenantFrom(r.Context()), in)
+	tenant := tenantFrom(r.Context())
+	a, err := s.ledger.CreateAccount(r.Context(), tx, tenant, in)
+	if err == nil && !a.Existing {
+		err = s.emit(r.Context(), tx, tenant, "account.created", "account/"+a.ID, a)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -62,10 +66,14 @@ func (s *Server) postTransfer(w http.ResponseWriter, r *http.Request) {
 		id = derivedID(r, "transfer")
 	}
 	tx := idemhttp.Tx(r.Context())
-	ts, err := s.ledger.Post(r.Context(), tx, tenantFrom(r.Context()), ledger.NewTransfer{
+	tenant := tenantFrom(r.Context())
+	ts, err := s.ledger.Post(r.Context(), tx, tenant, ledger.NewTransfer{
 		ID: id, DebitAccountID: in.DebitAccountID, CreditAccountID: in.CreditAccountID,
 		Amount: amount, Currency: in.Currency, Metadata: in.Metadata,
 	})
+	if err == nil && !ts[0].Existing {
+		err = s.emit(r.Context(), tx, tenant, "transfer.created", "transfer/"+ts[0].ID, ts[0])
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -102,9 +110,15 @@ func (s *Server) reverseTransfer(w http.ResponseWriter, r *http.Request) {
 		id = derivedID(r, "reversal")
 	}
 	tx := idemhttp.Tx(r.Context())
-	t, err := s.ledger.Reverse(r.Context(), tx, tenantFrom(r.Context()), ledger.NewReversal{
+	tenant := tenantFrom(r.Context())
+	t, err := s.ledger.Reverse(r.Context(), tx, tenant, ledger.NewReversal{
 		TransferID: r.PathValue("id"), ID: id, Amount: amount, Reason: in.Reason, Metadata: in.Metadata,
 	})
+	if err == nil && !t.Existing {
+		// Keyed by the original, so a reversal's event never overtakes the
+		// event of the transfer it reverses.
+		err = s.emit(r.Context(), tx, tenant, "transfer.reversed", "transfer/"+t.ReversesID, t)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

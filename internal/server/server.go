@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
+	"github.com/idemhq/idem/outbox"
 )
 
 // DefaultTenant is every request's tenant when no API keys are configured.
@@ -34,15 +36,21 @@ type Server struct {
 	d       driver.Driver
 	keeper  *idem.Keeper
 	ledger  *ledger.Ledger
+	outbox  *outbox.Outbox
 	guard   *idemhttp.Middleware
+	// relay publishes the outbox when cfg.Relay; closeRelay closes its
+	// publisher after it stopped.
+	relay      *outbox.Relay
+	closeRelay func()
 	metrics *metrics
 	log     *slog.Logger
 	tenants map[[sha256.Size]byte]string
 	handler http.Handler
 }
 
-// New builds the service on a migrated database. Metrics register on reg.
-func New(cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+// New builds the service on a migrated database, with the outbox relay and
+// its publisher when cfg.Relay. Metrics register on reg.
+func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -54,7 +62,11 @@ func New(cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Re
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, log: log,
+	ob, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
 		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
@@ -68,10 +80,20 @@ func New(cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Re
 		Logger:       log,
 		OnOutcome: func(r *http.Request, kind idemhttp.Outcome) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
+			// A first arrival has just committed, maybe with events: wake
+			// the relay now rather than at its next poll.
+			if kind == idemhttp.OutcomeFirst && s.relay != nil {
+				s.relay.Notify()
+			}
 		},
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Relay {
+		if s.relay, s.closeRelay, err = NewRelay(ctx, cfg, d, log, reg, os.Stdout); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
 	}
 	s.handler = s.routes()
 	return s, nil
@@ -100,7 +122,9 @@ func (s *Server) routes() http.Handler {
 	write("POST /v1/transfers", s.postTransfer)
 	read("GET /v1/transfers/{id}", s.getTransfer)
 	write("POST /v1/transfers/{id}/reversals", s.reverseTransfer)
+	read("GET /v1/events", s.listEvents)
 
+	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
@@ -189,9 +213,30 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	janitorCtx, stopJanitor := context.WithCancel(context.Background())
-	defer stopJanitor()
-	go s.keeper.RunJanitor(janitorCtx)
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go s.keeper.RunJanitor(bgCtx)
+	relayDone := make(chan struct{})
+	if s.relay != nil {
+		go func() {
+			defer close(relayDone)
+			if err := s.relay.Run(bgCtx); err != nil && bgCtx.Err() == nil {
+				s.log.Error("idem: relay stopped", "err", err)
+			}
+		}()
+	} else {
+		close(relayDone)
+	}
+	// The relay stops after the HTTP server has drained, so the events of
+	// the last requests are still published promptly; what it leaves
+	// unsent, the next relay publishes.
+	defer func() {
+		stopBackground()
+		<-relayDone
+		if s.closeRelay != nil {
+			s.closeRelay()
+		}
+	}()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

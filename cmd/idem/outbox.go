@@ -1,0 +1,27 @@
+package main
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/outbox"
+)
+
+// outboxCmd is `idem outbox stats|list --dead|redrive ID`.
+func outboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	open := func(ctx context.Context, db, configFile string) (inspect.OutboxView, func(), error) {
+		d, err := openDB(ctx, db, configFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		o, err := outbox.New(d, outbox.Config{})
+		if err != nil {
+			d.Close()
+			return nil, nil, err
+		}
+		return inspect.NewOutboxView(o), func() { d.Close() }, nil
+	}
+	return inspect.RunOutbox(ctx, args, open, time.Now(), stdout, stderr)
+}

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/storage"
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/broker"
+)
+
+// NewRelay opens the publisher cfg.Publish names and a relay on d. The
+// returned func closes the publisher (and an embedded NATS server) once the
+// relay has stopped. stdout receives the stdout publisher's lines.
+func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logger,
+	reg prometheus.Registerer, stdout io.Writer) (*outbox.Relay, func(), error) {
+	pub, err := broker.Open(ctx, cfg.Publish, broker.Options{
+		DataDir:       filepath.Join(storage.DefaultDir, "nats"),
+		WebhookSecret: cfg.WebhookSecret,
+		Stdout:        stdout,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := outbox.NewRelay(d, outbox.RelayConfig{
+		Publisher:    pub,
+		BatchSize:    cfg.RelayBatch,
+		PollInterval: cfg.RelayPoll,
+		LeaseTTL:     cfg.RelayLease,
+		MaxAttempts:  cfg.RelayMaxAttempts,
+		Registerer:   reg,
+		Logger:       log,
+	})
+	if err != nil {
+		_ = pub.Close()
+		return nil, nil, err
+	}
+	return r, func() { _ = pub.Close() }, nil
+}
