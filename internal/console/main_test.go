@@ -118,10 +118,15 @@ type env struct {
 }
 
 // newEnv serves the API and the console on a fresh database of the dialect.
-// adminKeyHash nil leaves the console to loopback clients.
+// adminKeyHash nil leaves the console to loopback clients. The console's
+// outbox page shows a fake; newRealOutboxEnv shows the database's outbox.
 func newEnv(t *testing.T, dialect string, adminKeyHash *[32]byte) *env {
 	t.Helper()
-	d := drivertest.Open(t, dialect)
+	return newEnvWith(t, drivertest.Open(t, dialect), adminKeyHash, nil)
+}
+
+func newEnvWith(t *testing.T, d driver.Driver, adminKeyHash *[32]byte, view inspect.OutboxView) *env {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Default()
 	cfg.Relay = false // the outbox page here shows the fake below
@@ -134,7 +139,10 @@ func newEnv(t *testing.T, dialect string, adminKeyHash *[32]byte) *env {
 		t.Fatal(err)
 	}
 	fo := newFakeOutbox(time.Now())
-	c, err := console.New(console.Config{Driver: d, Ledger: l, AdminKeyHash: adminKeyHash, Outbox: fo, Logger: log})
+	if view == nil {
+		view = fo
+	}
+	c, err := console.New(console.Config{Driver: d, Ledger: l, AdminKeyHash: adminKeyHash, Outbox: view, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
