@@ -8,7 +8,9 @@ package embeddednats
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -39,7 +41,8 @@ func (c Config) withDefaults() Config {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	s *server.Server
+	s    *server.Server
+	lock *os.File // held while the server owns DataDir
 }
 
 // Start starts the server and waits until it accepts clients.
@@ -47,6 +50,12 @@ func Start(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if cfg.StartTimeout < 100*time.Millisecond || cfg.StartTimeout > 5*time.Minute {
 		return nil, fmt.Errorf("embeddednats: StartTimeout %s is outside 100ms..5m", cfg.StartTimeout)
+	}
+	// Two servers writing one JetStream directory would corrupt it, and
+	// nats-server does not refuse that by itself: hold an exclusive lock.
+	lock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	opts := &server.Options{
 		ServerName: "idem",
@@ -60,20 +69,23 @@ func Start(cfg Config) (*Server, error) {
 	} else {
 		host, port, err := splitHostPort(cfg.Listen)
 		if err != nil {
+			lock.Close()
 			return nil, err
 		}
 		opts.Host, opts.Port = host, port
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("embeddednats: %w", err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(cfg.StartTimeout) {
 		s.Shutdown()
+		lock.Close()
 		return nil, errors.New("embeddednats: server not ready in time")
 	}
-	return &Server{s: s}, nil
+	return &Server{s: s, lock: lock}, nil
 }
 
 func splitHostPort(hp string) (string, int, error) {
@@ -112,8 +124,27 @@ func (s *Server) ClientURL() string {
 	return s.s.ClientURL()
 }
 
-// Shutdown stops the server and waits for it.
+// Shutdown stops the server, waits for it, and releases DataDir.
 func (s *Server) Shutdown() {
 	s.s.Shutdown()
 	s.s.WaitForShutdown()
+	s.lock.Close()
+}
+
+// lockDir takes an exclusive lock on dir/LOCK, released when the returned
+// file is closed or the process dies.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("embeddednats: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("embeddednats: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("embeddednats: %s is in use by another process (another idem with the embedded broker?); "+
+			"give each process its own data directory or share one broker with --publish nats://…: %w", dir, err)
+	}
+	return f, nil
 }

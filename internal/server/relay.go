@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,13 +16,24 @@ import (
 	"github.com/idemhq/idem/outbox/broker"
 )
 
+// natsDir is where the embedded NATS server keeps its data: beside an
+// explicit SQLite file (PATH.nats), else ./idem-data/nats.
+func natsDir(db string) string {
+	for _, prefix := range []string{"sqlite:", "file:"} {
+		if path, ok := strings.CutPrefix(db, prefix); ok && path != "" {
+			return strings.TrimPrefix(path, "//") + ".nats"
+		}
+	}
+	return filepath.Join(storage.DefaultDir, "nats")
+}
+
 // NewRelay opens the publisher cfg.Publish names and a relay on d. The
 // returned func closes the publisher (and an embedded NATS server) once the
 // relay has stopped. stdout receives the stdout publisher's lines.
 func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logger,
 	reg prometheus.Registerer, stdout io.Writer) (*outbox.Relay, func(), error) {
 	pub, err := broker.Open(ctx, cfg.Publish, broker.Options{
-		DataDir:       filepath.Join(storage.DefaultDir, "nats"),
+		DataDir:       natsDir(cfg.DB),
 		WebhookSecret: cfg.WebhookSecret,
 		Stdout:        stdout,
 	})

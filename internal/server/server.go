@@ -32,20 +32,20 @@ const DefaultTenant = "default"
 
 // Server serves the HTTP API.
 type Server struct {
-	cfg     config.Config
-	d       driver.Driver
-	keeper  *idem.Keeper
-	ledger  *ledger.Ledger
-	outbox  *outbox.Outbox
-	guard   *idemhttp.Middleware
+	cfg    config.Config
+	d      driver.Driver
+	keeper *idem.Keeper
+	ledger *ledger.Ledger
+	outbox *outbox.Outbox
+	guard  *idemhttp.Middleware
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
 	relay      *outbox.Relay
 	closeRelay func()
-	metrics *metrics
-	log     *slog.Logger
-	tenants map[[sha256.Size]byte]string
-	handler http.Handler
+	metrics    *metrics
+	log        *slog.Logger
+	tenants    map[[sha256.Size]byte]string
+	handler    http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
