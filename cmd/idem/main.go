@@ -18,6 +18,7 @@ const usage = `idem makes retried work happen once.
 Usage:
   idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
   idem migrate [--db URL]                      apply database migrations
+  idem load    --target URL | --chaos --db URL  duplicate-heavy load, then verify exactly-once (idem load -h)
 
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], stdout, stderr)
+	case "load":
+		return loadCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
