@@ -211,29 +211,37 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: stream %s: consumer: %w", natsStream, err)
 	}
-	for {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+	for empty := 0; empty < 3; {
+		// FetchNoWait answers with what is stored now; every batch is read
+		// to its end, so no fetch is left running behind the return.
+		batch, err := cons.FetchNoWait(500)
 		if err != nil {
 			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
 		}
-		got := 0
+		got, done := 0, false
 		for msg := range batch.Messages() {
 			got++
 			counts[msg.Headers().Get(nats.MsgIdHdr)]++
-			md, err := msg.Metadata()
-			if err == nil && md.Sequence.Stream >= last {
-				return counts, nil
+			if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last {
+				done = true
 			}
 		}
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
 		}
-		if got == 0 {
-			// The tail was deleted (limits or purge): what was read is all.
+		if done {
 			return counts, nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if got == 0 {
+			// Nothing more now: the tail was deleted (limits or purge), or
+			// is on its way; a few empty answers end the read.
+			empty++
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	return counts, nil
 }
