@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"reflect"
 	"sort"
@@ -143,7 +144,7 @@ func (v *verifier) probe(ctx context.Context) (int, error) {
 		sample = append(sample, acked[i])
 	}
 	pst := newStats(1)
-	pcl := &client{http: v.cl.http, pool: v.cl.pool, apiKey: v.cl.apiKey, cfg: v.cl.cfg, st: pst, rnd: v.cl.rnd}
+	pcl := &client{http: v.cl.http, pool: v.cl.pool, apiKey: v.cl.apiKey, cfg: v.cl.cfg, st: pst, rnd: rand.New(rand.NewPCG(2, 11))}
 	err := v.parallel(ctx, sample, func(ctx context.Context, o *Op) error {
 		a, ok := pcl.send(ctx, o)
 		if !ok {
