@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
 		cfg.BeforeVerify()
 	}
 	r := &Report{RunID: runID, Targets: j.Targets}
-	e.prog.phase("verify", 0)
+	e.prog.phaseOf("verify", len(j.Ops), &st.checked)
 	err := verify(ctx, cfg, e.cl, st, j, r)
 	e.prog.stop()
 	st.fill(r)
@@ -112,7 +112,10 @@ func Verify(ctx context.Context, cfg Config, j *Journal) (*Report, error) {
 	cl := newClient(cfg, pool, st, uint64(start.UnixNano()))
 	defer cl.close()
 	r := &Report{RunID: j.RunID, Targets: pool.URLs()}
+	prog := newProgress(cfg.Progress, cfg.ProgressBar, st)
+	prog.phaseOf("verify", len(j.Ops), &st.checked)
 	err := verify(ctx, cfg, cl, st, j, r)
+	prog.stop()
 	st.fill(r)
 	r.ElapsedSeconds = time.Since(start).Seconds()
 	return r, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,7 @@ type progress struct {
 	mu    sync.Mutex
 	name  string
 	total int
+	count *atomic.Int64 // what the phase counts
 	base  int64
 	stopc chan struct{}
 	done  chan struct{}
@@ -26,14 +28,18 @@ func newProgress(w io.Writer, bar bool, st *stats) *progress {
 	return &progress{w: w, bar: bar, st: st}
 }
 
-// phase starts reporting a phase of total operations (0: no total).
-func (p *progress) phase(name string, total int) {
+// phase starts reporting a phase of total operations acknowledged (0: no
+// total).
+func (p *progress) phase(name string, total int) { p.phaseOf(name, total, &p.st.done) }
+
+// phaseOf starts reporting a phase of total units counted by count.
+func (p *progress) phaseOf(name string, total int, count *atomic.Int64) {
 	if p.w == nil {
 		return
 	}
 	p.stop()
 	p.mu.Lock()
-	p.name, p.total, p.base = name, total, p.st.done.Load()
+	p.name, p.total, p.count, p.base = name, total, count, count.Load()
 	p.stopc, p.done = make(chan struct{}), make(chan struct{})
 	stopc, done := p.stopc, p.done
 	p.mu.Unlock()
@@ -71,9 +77,9 @@ func (p *progress) stop() {
 
 func (p *progress) draw(final bool) {
 	p.mu.Lock()
-	name, total, base := p.name, p.total, p.base
+	name, total, count, base := p.name, p.total, p.count, p.base
 	p.mu.Unlock()
-	done := int(p.st.done.Load() - base)
+	done := int(count.Load() - base)
 	counts := fmt.Sprintf("%d req, %d dup, %d replayed, %d retries, %d violations",
 		p.st.requests.Load(), p.st.duplicates.Load(), p.st.replays.Load(), p.st.retries.Load(), p.st.violationCount())
 	if !p.bar {

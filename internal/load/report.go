@@ -70,6 +70,7 @@ type Report struct {
 type stats struct {
 	requests, duplicates, replays, retries atomic.Int64
 	done                                   atomic.Int64 // unique operations acknowledged
+	checked                                atomic.Int64 // operations the verifier has checked
 
 	mu  sync.Mutex
 	lat map[string]*Latency

@@ -189,6 +189,7 @@ func (v *verifier) transfers(ctx context.Context) error {
 		}
 	}
 	return v.parallel(ctx, ops, func(ctx context.Context, o *Op) error {
+		v.st.checked.Add(1)
 		status, body, err := v.cl.get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
 		if err != nil {
 			return err
@@ -330,6 +331,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 		}
 	}
 	return v.parallel(ctx, accts, func(ctx context.Context, o *Op) error {
+		v.st.checked.Add(1)
 		status, body, err := v.cl.get(ctx, "/v1/accounts/"+url.PathEscape(o.ID))
 		if err != nil {
 			return err
