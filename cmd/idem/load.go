@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem/internal/load"
@@ -160,7 +161,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	if *progress {
-		cfg.Progress = stderr
+		// Progress and the chaos supervisor write from their own
+		// goroutines: one lock keeps their lines whole.
+		cfg.Progress = &lockedWriter{w: stderr}
 		cfg.ProgressBar = isTerminal(stderr)
 	}
 
@@ -235,6 +238,18 @@ func runLoad(ctx context.Context, cfg load.Config, sup *load.Supervisor, journal
 		}
 	}
 	return report, err
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // isTerminal reports whether w is a character device (a terminal), where a

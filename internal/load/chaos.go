@@ -32,7 +32,8 @@ type ChaosConfig struct {
 	KillEvery time.Duration
 	// Env is added to the servers' environment.
 	Env []string
-	// Log receives the supervisor's own lines (nil: none).
+	// Log receives the supervisor's own lines (nil: none), from a
+	// goroutine of its own.
 	Log io.Writer
 	// StartTimeout bounds one server's start. Default 60s; bound 1s..10m.
 	StartTimeout time.Duration

@@ -87,7 +87,8 @@ type Config struct {
 	// EventsWait bounds the wait for events to be published. Default 30s;
 	// bound 0..10m.
 	EventsWait time.Duration
-	// Progress receives progress output (nil: none).
+	// Progress receives progress output (nil: none). It is written from
+	// a goroutine of its own: share it only behind a lock.
 	Progress io.Writer
 	// ProgressBar draws a bar redrawn in place (a terminal); otherwise
 	// Progress gets a plain line every few seconds.
