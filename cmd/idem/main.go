@@ -24,6 +24,7 @@ Usage:
   idem ledger balance [--tenant T] [--as-of TIME] ACCOUNT  a balance as believed at a moment
   idem ledger verify                           check every ledger invariant (non-zero exit when broken)
   (inspection commands take --json for scripts and --db like serve)
+  idem load    --target URL | --chaos --db URL  duplicate-heavy load, then verify exactly-once (idem load -h)
 
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keys(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
+	case "load":
+		return loadCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/internal/load"
+)
+
+const loadUsage = `Usage:
+  idem load   --target URL [flags]        duplicate-heavy load, then verify exactly-once
+  idem load   --chaos --db URL [flags]    the same against servers it runs and SIGKILLs
+  idem load verify --target URL --journal FILE [--json]   verify a recorded run again
+
+Every flag also reads IDEM_LOAD_<FLAG> (--kill-every: IDEM_LOAD_KILL_EVERY);
+--target, --api-key, --db and --nats read IDEM_TARGET, IDEM_API_KEY, IDEM_DB
+and IDEM_NATS. Flags win. See docs/load.md.
+
+Flags:
+`
+
+// loadFlags binds the flags of load and load verify, each defaulting to its
+// environment variable.
+type loadFlags struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	err    error
+}
+
+func (l *loadFlags) env(name string) string {
+	switch name {
+	case "target", "api-key", "db", "nats":
+		return "IDEM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	}
+	return "IDEM_LOAD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+func (l *loadFlags) str(name, def, help string) *string {
+	if v := l.getenv(l.env(name)); v != "" {
+		def = v
+	}
+	return l.fs.String(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
+}
+
+func (l *loadFlags) int(name string, def int, help string) *int {
+	if v := l.getenv(l.env(name)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil && l.err == nil {
+			l.err = fmt.Errorf("%s: %q is not an integer", l.env(name), v)
+		}
+		def = n
+	}
+	return l.fs.Int(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
+}
+
+func (l *loadFlags) float(name string, def float64, help string) *float64 {
+	if v := l.getenv(l.env(name)); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil && l.err == nil {
+			l.err = fmt.Errorf("%s: %q is not a number", l.env(name), v)
+		}
+		def = f
+	}
+	return l.fs.Float64(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
+}
+
+func (l *loadFlags) dur(name string, def time.Duration, help string) *time.Duration {
+	if v := l.getenv(l.env(name)); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil && l.err == nil {
+			l.err = fmt.Errorf("%s: %q is not a duration such as 3s", l.env(name), v)
+		}
+		def = d
+	}
+	return l.fs.Duration(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
+}
+
+func (l *loadFlags) bool(name string, def bool, help string) *bool {
+	if v := l.getenv(l.env(name)); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil && l.err == nil {
+			l.err = fmt.Errorf("%s: %q is not true or false", l.env(name), v)
+		}
+		def = b
+	}
+	return l.fs.Bool(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
+}
+
+// loadCmd is `idem load` and `idem load verify`.
+func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	verifyOnly := len(args) > 0 && args[0] == "verify"
+	if verifyOnly {
+		args = args[1:]
+	}
+	l := &loadFlags{fs: flag.NewFlagSet("load", flag.ContinueOnError), getenv: os.Getenv}
+	l.fs.SetOutput(stderr)
+	l.fs.Usage = func() {
+		fmt.Fprint(stderr, loadUsage)
+		l.fs.PrintDefaults()
+	}
+	var (
+		target      = l.str("target", "", "base URL(s) of the service, comma-separated")
+		apiKey      = l.str("api-key", "", "API key sent as Authorization: Bearer")
+		journal     = l.str("journal", "", "write the run's journal here (verify: read it)")
+		jsonOut     = l.bool("json", false, "print one JSON object on stdout instead of the table")
+		checkEvents = l.bool("check-events", false, "check GET /v1/events: one event per applied operation")
+		natsURL     = l.str("nats", "", "check stream IDEM at this NATS URL: one message per event")
+		eventsWait  = l.dur("events-wait", 30*time.Second, "how long to wait for events to be published")
+		probes      = l.int("probes", 200, "acknowledged operations re-sent after the run to check their replay")
+		concurrency = l.int("concurrency", 16, "clients sending at once")
+		timeout     = l.dur("timeout", 10*time.Second, "bound on one HTTP exchange")
+		retries     = l.int("retries", 8, "retries of one copy after a timeout, 409 or 5xx (0: the default)")
+
+		accounts   = l.int("accounts", 16, "accounts the run creates")
+		operations = l.int("operations", 1000, "unique transfers and reversals")
+		duration   = l.dur("duration", 30*time.Second, "stop sending new operations after this long")
+		duplicates = l.float("duplicates", 0.2, "share of requests that are extra copies (0..0.9)")
+		burst      = l.int("burst", 4, "most copies of one operation sent at the same instant")
+		rate       = l.float("rate", 0, "requests per second (0: as fast as the clients go)")
+		settle     = l.dur("settle", 30*time.Second, "how long to retry unanswered operations after the run")
+		refused    = l.float("refused", 0.02, "share of transfers built to be refused (currency mismatch)")
+		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
+		progress   = l.bool("progress", true, "report progress on stderr")
+
+		chaos     = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
+		serveBin  = l.str("serve-bin", "", "idem executable the chaos servers run (default: this one)")
+		db        = l.str("db", "", "database of the chaos servers (postgres://…)")
+		servers   = l.int("servers", 2, "chaos servers running at once")
+		killEvery = l.dur("kill-every", 3*time.Second, "mean interval between SIGKILLs (jittered ±50%)")
+	)
+	if l.err != nil {
+		return l.err
+	}
+	if err := l.fs.Parse(args); err != nil {
+		return err
+	}
+	if l.fs.NArg() > 0 {
+		return fmt.Errorf("load: unexpected argument %q", l.fs.Arg(0))
+	}
+	cfg := load.Config{
+		APIKey: *apiKey, Accounts: *accounts, Operations: *operations, Duration: *duration,
+		Duplicates: *duplicates, DuplicatesSet: true, Burst: *burst, Concurrency: *concurrency,
+		Rate: *rate, Retries: *retries, Timeout: *timeout, Settle: *settle, RefusedShare: *refused,
+		Seed: int64(*seed), Probes: *probes, CheckEvents: *checkEvents, NATS: *natsURL, EventsWait: *eventsWait,
+	}
+	if *probes == 0 {
+		cfg.Probes = -1 // none
+	}
+	for _, t := range strings.Split(*target, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.Targets = append(cfg.Targets, strings.TrimRight(t, "/"))
+		}
+	}
+	if *progress {
+		// Progress and the chaos supervisor write from their own
+		// goroutines: one lock keeps their lines whole.
+		cfg.Progress = &lockedWriter{w: stderr}
+		cfg.ProgressBar = isTerminal(stderr)
+	}
+
+	var (
+		report *load.Report
+		err    error
+	)
+	switch {
+	case verifyOnly:
+		if *journal == "" {
+			return errors.New("load verify: --journal FILE is required")
+		}
+		j, rerr := load.ReadJournal(*journal)
+		if rerr != nil {
+			return rerr
+		}
+		if len(cfg.Targets) == 0 {
+			cfg.Targets = j.Targets
+		}
+		report, err = load.Verify(ctx, cfg, j)
+	default:
+		var sup *load.Supervisor
+		if *chaos {
+			if len(cfg.Targets) > 0 {
+				return errors.New("load: --chaos runs its own servers; drop --target")
+			}
+			sup, err = load.StartChaos(ctx, load.ChaosConfig{Bin: *serveBin, DB: *db, Servers: *servers,
+				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed)})
+			if err != nil {
+				return err
+			}
+			defer sup.Close()
+			cfg.Pool = sup.Pool()
+			cfg.Targets = nil
+		}
+		report, err = runLoad(ctx, cfg, sup, *journal)
+	}
+	if report != nil {
+		if *jsonOut {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if jerr := enc.Encode(report); jerr != nil {
+				return jerr
+			}
+		} else {
+			report.WriteTable(stdout)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if report.Violations > 0 {
+		return fmt.Errorf("%w: %d", load.ErrViolations, report.Violations)
+	}
+	return nil
+}
+
+// runLoad runs the load (with the chaos supervisor killing servers while
+// it sends, and calm during verification) and writes the journal.
+func runLoad(ctx context.Context, cfg load.Config, sup *load.Supervisor, journal string) (*load.Report, error) {
+	if sup != nil {
+		sup.Run(ctx)
+		cfg.BeforeVerify = sup.Calm
+	}
+	report, j, err := load.Run(ctx, cfg)
+	if sup != nil && report != nil {
+		report.Restarts = sup.Kills()
+	}
+	if j != nil && journal != "" {
+		if werr := j.WriteFile(journal); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return report, err
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// isTerminal reports whether w is a character device (a terminal), where a
+// progress bar redrawn in place reads well.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

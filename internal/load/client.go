@@ -1,0 +1,271 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pool is the set of live base URLs requests are spread over. The chaos
+// supervisor removes a server before it kills it and adds it back once it
+// serves again. Safe for concurrent use.
+type Pool struct {
+	mu   sync.Mutex
+	urls []string
+	next atomic.Uint64
+}
+
+// NewPool returns a pool of urls.
+func NewPool(urls ...string) *Pool {
+	p := &Pool{}
+	for _, u := range urls {
+		p.Add(u)
+	}
+	return p
+}
+
+// Add puts u in the pool.
+func (p *Pool) Add(u string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u = strings.TrimRight(u, "/")
+	if !slices.Contains(p.urls, u) {
+		p.urls = append(p.urls, u)
+	}
+}
+
+// Remove takes u out of the pool.
+func (p *Pool) Remove(u string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.urls = slices.DeleteFunc(p.urls, func(x string) bool { return x == u })
+}
+
+// URLs returns the live URLs.
+func (p *Pool) URLs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.urls)
+}
+
+// pick returns the next live URL, round robin; false when none is live.
+func (p *Pool) pick() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.urls) == 0 {
+		return "", false
+	}
+	return p.urls[p.next.Add(1)%uint64(len(p.urls))], true
+}
+
+// answer is one final HTTP answer.
+type answer struct {
+	status   int
+	body     []byte
+	replayed bool
+}
+
+// client sends requests with bounded retries and records what happened.
+type client struct {
+	http   *http.Client
+	pool   *Pool
+	apiKey string
+	cfg    Config
+	st     *stats
+
+	rmu sync.Mutex
+	rnd *rand.Rand
+}
+
+func newClient(cfg Config, pool *Pool, st *stats, seed uint64) *client {
+	tr := &http.Transport{
+		MaxIdleConns:        4 * cfg.Concurrency * cfg.Burst,
+		MaxIdleConnsPerHost: 2 * cfg.Concurrency * cfg.Burst,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	return &client{http: &http.Client{Transport: tr, Timeout: cfg.Timeout}, pool: pool,
+		apiKey: cfg.APIKey, cfg: cfg, st: st, rnd: rand.New(rand.NewPCG(seed, 11))}
+}
+
+func (c *client) close() { c.http.CloseIdleConnections() }
+
+// errNoTarget is returned while every server is down.
+var errNoTarget = errors.New("load: no live target")
+
+// exchange is one HTTP round trip's raw result.
+type exchange struct {
+	status     int
+	body       []byte
+	header     http.Header
+	retryAfter time.Duration
+}
+
+func (c *client) roundTrip(ctx context.Context, method, path, key string, body []byte) (exchange, error) {
+	base, ok := c.pool.pick()
+	if !ok {
+		return exchange{}, errNoTarget
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return exchange{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return exchange{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes+1))
+	if err != nil {
+		return exchange{}, err
+	}
+	if len(b) > maxBodyBytes {
+		return exchange{}, fmt.Errorf("load: %s %s: answer larger than %d bytes", method, path, maxBodyBytes)
+	}
+	ex := exchange{status: resp.StatusCode, body: b, header: resp.Header}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		ex.retryAfter = time.Duration(s) * time.Second
+	}
+	return ex, nil
+}
+
+// retryable reports whether an answer is transient: the same key is sent
+// again. Everything else (2xx, and 4xx but 408, 409, 425, 429) is final.
+func retryable(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return status >= 500
+}
+
+// send sends one copy of o, retrying transient failures with the same key
+// and body. It returns false when the retries ran out (or ctx ended)
+// without a final answer.
+func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
+	body := []byte(o.Body)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.st.retries.Add(1)
+		}
+		start := time.Now()
+		ex, err := c.roundTrip(ctx, http.MethodPost, o.Path, o.Key, body)
+		elapsed := time.Since(start)
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return answer{}, false
+			}
+			if !errors.Is(err, errNoTarget) {
+				c.st.requests.Add(1)
+				c.st.observe(outcomeError, elapsed)
+			}
+		case retryable(ex.status):
+			c.st.requests.Add(1)
+			if ex.status == http.StatusConflict {
+				c.st.observe(outcomeInFlight, elapsed)
+			} else {
+				c.st.observe(outcomeUnavailable, elapsed)
+			}
+			if ex.status == http.StatusInternalServerError {
+				// The contract never answers 500 to a duplicate, and a
+				// 500 for a first copy is a bug the run must not hide.
+				c.st.violate(Violation{Check: "internal_error", Key: o.Key, ID: o.ID,
+					Detail: fmt.Sprintf("500: %s", truncate(ex.body))})
+			}
+			wait = min(ex.retryAfter, c.cfg.BackoffMax)
+		default:
+			c.st.requests.Add(1)
+			a := answer{status: ex.status, body: ex.body, replayed: ex.header.Get("Idempotent-Replayed") == "true"}
+			switch {
+			case a.replayed:
+				c.st.replays.Add(1)
+				c.st.observe(outcomeReplayed, elapsed)
+			case a.status < 300:
+				c.st.observe(outcomeFirst, elapsed)
+			default:
+				c.st.observe(outcomeRefused, elapsed)
+			}
+			return a, true
+		}
+		if attempt >= c.cfg.Retries {
+			return answer{}, false
+		}
+		if wait == 0 {
+			wait = c.backoff(attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return answer{}, false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// backoff is exponential with full jitter, from BackoffMax/40 up to
+// BackoffMax.
+func (c *client) backoff(attempt int) time.Duration {
+	base := max(c.cfg.BackoffMax/40, time.Millisecond)
+	ceil := min(base<<min(attempt, 20), c.cfg.BackoffMax)
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return time.Duration(c.rnd.Int64N(int64(ceil))) + time.Millisecond
+}
+
+// get reads path, retrying transport errors and 5xx; a 2xx or 4xx answer is
+// returned as it is.
+func (c *client) get(ctx context.Context, path string) (int, []byte, error) {
+	var lastErr error
+	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, nil, ctx.Err()
+			case <-time.After(c.backoff(attempt)):
+			}
+		}
+		ex, err := c.roundTrip(ctx, http.MethodGet, path, "", nil)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if ex.status >= 500 || ex.status == http.StatusTooManyRequests {
+			lastErr = fmt.Errorf("GET %s: %d %s", path, ex.status, truncate(ex.body))
+			continue
+		}
+		return ex.status, ex.body, nil
+	}
+	return 0, nil, fmt.Errorf("load: GET %s: retries exhausted: %w", path, lastErr)
+}
+
+func truncate(b []byte) string {
+	const n = 300
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

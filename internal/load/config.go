@@ -1,0 +1,219 @@
+// Package load drives duplicate-heavy load at an idem service and verifies
+// afterwards, through the public API only, that every acknowledged operation
+// happened exactly once: transfers exist with the body that acknowledged
+// them, balances and entry counts add up, replays were byte-identical to
+// first answers, and the run's accounts sum to zero per currency.
+//
+// A run has three phases. The account phase creates the run's accounts; the
+// main phase sends transfers and reversals, each operation under its own
+// Idempotency-Key and a share of them several times (late duplicates and
+// bursts of concurrent copies), with clients that retry timeouts, 409 and
+// 5xx with the same key; the settle phase retries, still with the same key,
+// every operation that never got a final answer. Then Verify checks.
+//
+// Operation kinds are a closed list (Kind). A new kind (webhook deliveries,
+// once the service has its intake route) adds a generator in generate.go, its
+// expected effect in expected.go and, where it has its own resource, a check
+// in verify.go; the engine, the retrying client and the journal need no
+// change.
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+)
+
+// Config configures Run. Each field's comment states its default and bound.
+type Config struct {
+	// Targets are the base URLs of the service (http://host:port); requests
+	// are spread over them. Required unless Chaos supervises its own.
+	// At most 64.
+	Targets []string
+	// APIKey is sent as "Authorization: Bearer APIKey" when set.
+	APIKey string
+	// Accounts is how many accounts the run creates. Default 16; bound 2..10000.
+	Accounts int
+	// Operations is how many unique transfers and reversals the main phase
+	// sends. Default 1000; bound 1..10,000,000.
+	Operations int
+	// Duration stops the main phase early when it has run this long.
+	// Default 30s; bound 1s..24h.
+	Duration time.Duration
+	// Duplicates is the share of requests that are extra copies of an
+	// operation already sent (retries are not counted). Default 0.2;
+	// bound 0..0.9.
+	Duplicates float64
+	// DuplicatesSet records that Duplicates was given, so an explicit 0
+	// (no duplicates) is not replaced by the default.
+	DuplicatesSet bool
+	// Burst is the most copies of one operation sent at the same instant.
+	// Default 4; bound 1..64.
+	Burst int
+	// Concurrency is how many clients send at once (a burst counts as one).
+	// Default 16; bound 1..1024.
+	Concurrency int
+	// Rate caps requests per second; 0 means as fast as the clients go.
+	// Default 0; bound 0..100000.
+	Rate float64
+	// Retries bounds the retries of one copy after a timeout, 409, 429 or
+	// 5xx. Default 8; bound 0..100.
+	Retries int
+	// Timeout bounds one HTTP exchange. Default 10s; bound 10ms..5m.
+	Timeout time.Duration
+	// BackoffMax caps the wait between retries and the Retry-After honoured.
+	// Default 2s; bound 1ms..1m. Backoff starts at BackoffMax/40.
+	BackoffMax time.Duration
+	// Settle bounds the settle phase. Default 30s; bound 0..10m.
+	Settle time.Duration
+	// RefusedShare is the share of transfers built to be refused (a currency
+	// mismatch): their 422 must be stored, replayed and never applied.
+	// Default 0.02; bound 0..0.5.
+	RefusedShare float64
+	// Seed seeds the run's choices; 0 draws one from the clock.
+	Seed int64
+	// Probes bounds the acknowledged operations Verify re-sends with their
+	// key to check the stored answer is still byte-identical. Default 200;
+	// negative: none; bound 1,000,000.
+	Probes int
+	// CheckEvents checks GET /v1/events: one event per applied resource.
+	// Default false (the route is not served yet).
+	CheckEvents bool
+	// NATS, when set, checks that stream IDEM at this URL holds exactly one
+	// message per event id (implies CheckEvents).
+	NATS string
+	// EventsWait bounds the wait for events to be published. Default 30s;
+	// bound 0..10m.
+	EventsWait time.Duration
+	// Progress receives progress output (nil: none). It is written from
+	// a goroutine of its own: share it only behind a lock.
+	Progress io.Writer
+	// ProgressBar draws a bar redrawn in place (a terminal); otherwise
+	// Progress gets a plain line every few seconds.
+	ProgressBar bool
+	// BeforeVerify, when set, runs after the load and before the checks
+	// (the chaos supervisor stops killing there).
+	BeforeVerify func()
+	// Pool, when set, supplies the live targets instead of Targets (the
+	// chaos supervisor's pool, which tracks restarts).
+	Pool *Pool
+}
+
+// Defaults and bounds.
+const (
+	defaultAccounts     = 16
+	defaultOperations   = 1000
+	defaultDuration     = 30 * time.Second
+	defaultDuplicates   = 0.2
+	defaultBurst        = 4
+	defaultConcurrency  = 16
+	defaultRetries      = 8
+	defaultTimeout      = 10 * time.Second
+	defaultBackoffMax   = 2 * time.Second
+	defaultSettle       = 30 * time.Second
+	defaultRefusedShare = 0.02
+	defaultProbes       = 200
+	defaultEventsWait   = 30 * time.Second
+	maxTargets          = 64
+	// maxLatencySamples bounds the latencies kept per outcome; beyond it a
+	// reservoir sample keeps the percentiles honest.
+	maxLatencySamples = 200_000
+	// maxDetails bounds the violations reported in detail.
+	maxDetails = 1000
+	// maxBodyBytes bounds a response body read from the service.
+	maxBodyBytes = 4 << 20
+)
+
+func (c Config) withDefaults() Config {
+	if c.Accounts == 0 {
+		c.Accounts = defaultAccounts
+	}
+	if c.Operations == 0 {
+		c.Operations = defaultOperations
+	}
+	if c.Duration == 0 {
+		c.Duration = defaultDuration
+	}
+	if !c.DuplicatesSet && c.Duplicates == 0 {
+		c.Duplicates = defaultDuplicates
+	}
+	if c.Burst == 0 {
+		c.Burst = defaultBurst
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = defaultConcurrency
+	}
+	if c.Retries == 0 {
+		c.Retries = defaultRetries
+	}
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = defaultBackoffMax
+	}
+	if c.Settle == 0 {
+		c.Settle = defaultSettle
+	}
+	if c.RefusedShare == 0 {
+		c.RefusedShare = defaultRefusedShare
+	}
+	if c.Probes == 0 {
+		c.Probes = defaultProbes
+	}
+	if c.EventsWait == 0 {
+		c.EventsWait = defaultEventsWait
+	}
+	if c.NATS != "" {
+		c.CheckEvents = true
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Targets) == 0 && c.Pool == nil {
+		return errors.New("load: no target: pass --target URL (or --chaos to run servers)")
+	}
+	if len(c.Targets) > maxTargets {
+		return fmt.Errorf("load: %d targets; at most %d", len(c.Targets), maxTargets)
+	}
+	for _, t := range c.Targets {
+		u, err := url.Parse(t)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("load: target %q: want http(s)://host:port", t)
+		}
+	}
+	switch {
+	case c.Accounts < 2 || c.Accounts > 10000:
+		return fmt.Errorf("load: accounts %d is outside 2..10000", c.Accounts)
+	case c.Operations < 1 || c.Operations > 10_000_000:
+		return fmt.Errorf("load: operations %d is outside 1..10000000", c.Operations)
+	case c.Duration < time.Second || c.Duration > 24*time.Hour:
+		return fmt.Errorf("load: duration %s is outside 1s..24h", c.Duration)
+	case c.Duplicates < 0 || c.Duplicates > 0.9:
+		return fmt.Errorf("load: duplicates %g is outside 0..0.9", c.Duplicates)
+	case c.Burst < 1 || c.Burst > 64:
+		return fmt.Errorf("load: burst %d is outside 1..64", c.Burst)
+	case c.Concurrency < 1 || c.Concurrency > 1024:
+		return fmt.Errorf("load: concurrency %d is outside 1..1024", c.Concurrency)
+	case c.Rate < 0 || c.Rate > 100000:
+		return fmt.Errorf("load: rate %g is outside 0..100000 requests per second", c.Rate)
+	case c.Retries < 0 || c.Retries > 100:
+		return fmt.Errorf("load: retries %d is outside 0..100", c.Retries)
+	case c.Timeout < 10*time.Millisecond || c.Timeout > 5*time.Minute:
+		return fmt.Errorf("load: timeout %s is outside 10ms..5m", c.Timeout)
+	case c.BackoffMax < time.Millisecond || c.BackoffMax > time.Minute:
+		return fmt.Errorf("load: backoff max %s is outside 1ms..1m", c.BackoffMax)
+	case c.Settle < 0 || c.Settle > 10*time.Minute:
+		return fmt.Errorf("load: settle %s is outside 0..10m", c.Settle)
+	case c.RefusedShare < 0 || c.RefusedShare > 0.5:
+		return fmt.Errorf("load: refused share %g is outside 0..0.5", c.RefusedShare)
+	case c.Probes > 1_000_000:
+		return fmt.Errorf("load: probes %d is more than 1000000", c.Probes)
+	case c.EventsWait < 0 || c.EventsWait > 10*time.Minute:
+		return fmt.Errorf("load: events wait %s is outside 0..10m", c.EventsWait)
+	}
+	return nil
+}

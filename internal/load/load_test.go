@@ -1,0 +1,283 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// small is a quick run's configuration against url.
+func small(url string) Config {
+	return Config{Targets: []string{url}, Accounts: 6, Operations: 150, Duplicates: 0.3, Concurrency: 8,
+		Seed: 42, Timeout: 5 * time.Second, BackoffMax: 20 * time.Millisecond, Settle: 10 * time.Second, RefusedShare: 0.1, EventsWait: time.Second}
+}
+
+func checks(r *Report) map[string]int {
+	m := map[string]int{}
+	for _, v := range r.Details {
+		m[v.Check]++
+	}
+	return m
+}
+
+// A verifier that cannot fail is worthless: each broken service must be
+// caught by the check that names its broken promise, and the correct one
+// (even when it answers 503, 409 and loses answers after commit) must pass.
+func TestVerifierCatchesBrokenServices(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		bugs   bugs
+		events bool
+		want   string // "" = no violations
+	}{
+		{"correct", bugs{}, false, ""},
+		{"correct but flaky", bugs{flaky: true}, true, ""},
+		{"double-applies a duplicate", bugs{doubleApply: true}, false, "applied_twice"},
+		{"different body on replay", bugs{replayDiffers: true}, false, "replay_differs"},
+		{"loses acknowledged transfers", bugs{loseTransfer: true}, false, "acknowledged_lost"},
+		{"applies a refused transfer", bugs{refusedApplied: true}, false, "refused_applied"},
+		{"stores another amount than answered", bugs{wrongAmount: true}, false, "transfer_differs"},
+		{"lists an event twice", bugs{eventDoubled: true}, true, "event_doubled"},
+		{"misses an event", bugs{eventMissing: true}, true, "event_missing"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f, srv := newFake(t, c.bugs)
+			cfg := small(srv.URL)
+			cfg.CheckEvents = c.events
+			r, j, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := checks(r)
+			if c.want == "" {
+				if r.Violations != 0 {
+					t.Fatalf("correct service: %d violations: %v", r.Violations, r.Details)
+				}
+			} else if got[c.want] == 0 {
+				t.Fatalf("want a %s violation; got %v", c.want, r.Details)
+			}
+			// The run did what it says: duplicates sent, replays served,
+			// every operation answered.
+			if r.Duplicates == 0 || r.Replays == 0 || r.Unresolved != 0 || r.Probes == 0 {
+				t.Fatalf("report: %+v", r)
+			}
+			if dupShare := float64(r.Duplicates) / float64(r.Requests-r.Retries); dupShare < 0.2 || dupShare > 0.4 {
+				t.Errorf("duplicates are %.2f of requests, want about 0.3", dupShare)
+			}
+			if c.bugs.flaky && r.Retries == 0 {
+				t.Error("flaky service, but no retries")
+			}
+			if c.name == "correct" {
+				// Effects, read from the fake's own state: each applied
+				// transfer posted once.
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				applied := 0
+				for _, o := range j.Ops {
+					if o.Kind != KindAccount && o.Applied() {
+						applied++
+						if f.transfers[o.ID] == nil {
+							t.Errorf("applied %s missing from the service", o.ID)
+						}
+					}
+				}
+				if applied != len(f.transfers) {
+					t.Errorf("%d applied, the service holds %d transfers", applied, len(f.transfers))
+				}
+			}
+		})
+	}
+}
+
+// Verify reads a journal back and checks the service again; a journal whose
+// acknowledged answer the service does not match fails.
+func TestVerifyJournal(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, bugs{})
+	r, j, err := Run(context.Background(), small(srv.URL))
+	if err != nil || r.Violations != 0 {
+		t.Fatalf("run: %v %v", err, r.Details)
+	}
+	path := filepath.Join(t.TempDir(), "journal.json")
+	if err := j.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Ops) != len(j.Ops) || back.Ops[3].Answer != j.Ops[3].Answer {
+		t.Fatal("journal did not round-trip")
+	}
+	r2, err := Verify(context.Background(), Config{Targets: []string{srv.URL}, Probes: 1000}, back)
+	if err != nil || r2.Violations != 0 || r2.Applied != r.Applied {
+		t.Fatalf("verify: %v %+v", err, r2)
+	}
+
+	// Tamper with one acknowledged transfer's answer: the probe's replay
+	// and the GET no longer match it.
+	for _, o := range back.Ops {
+		if o.Kind == KindTransfer && o.Applied() {
+			o.Answer = strings.Replace(o.Answer, `"amount":`, `"amount":9`, 1)
+			break
+		}
+	}
+	r3, err := Verify(context.Background(), Config{Targets: []string{srv.URL}, Probes: 1000}, back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checks(r3); c["replay_differs"] == 0 || c["transfer_differs"] == 0 {
+		t.Fatalf("tampered journal: %v", r3.Details)
+	}
+}
+
+// The NATS check against a real embedded JetStream server: one message per
+// event passes; a missing or doubled publish fails.
+func TestNATSCheck(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		bugs bugs
+		want string
+	}{
+		{"once each", bugs{}, ""},
+		{"missing publish", bugs{natsMissing: true}, "nats_missing"},
+		{"doubled publish", bugs{natsDoubled: true}, "nats_doubled"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url, js := startNATS(t)
+			f, srv := newFake(t, c.bugs)
+			f.js = js
+			cfg := small(srv.URL)
+			cfg.Operations = 60
+			cfg.NATS = url
+			cfg.EventsWait = 10 * time.Second
+			r, _, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.EventsChecked == 0 {
+				t.Fatal("no events checked")
+			}
+			got := checks(r)
+			if c.want == "" && r.Violations != 0 {
+				t.Fatalf("%d violations: %v", r.Violations, r.Details)
+			}
+			if c.want != "" && got[c.want] == 0 {
+				t.Fatalf("want %s; got %v", c.want, r.Details)
+			}
+			// The stream itself, read independently: one message per
+			// listed event in the correct case.
+			counts, err := streamMsgIDs(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want == "" && len(counts) != r.EventsChecked {
+				t.Fatalf("stream holds %d ids for %d events", len(counts), r.EventsChecked)
+			}
+		})
+	}
+}
+
+// startNATS runs an embedded JetStream server with stream IDEM (a short
+// duplicate window, so a test can publish past it) and returns its URL.
+func startNATS(t *testing.T) (string, nats.JetStreamContext) {
+	t.Helper()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "IDEM", Subjects: []string{"idem.>"},
+		Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return ns.ClientURL(), js
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	ok := Config{Targets: []string{"http://127.0.0.1:1"}}
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no target", func(c *Config) { c.Targets = nil }, "no target"},
+		{"bad target", func(c *Config) { c.Targets = []string{"127.0.0.1:80"} }, "want http(s)"},
+		{"duplicates", func(c *Config) { c.Duplicates = 0.95 }, "duplicates"},
+		{"one account", func(c *Config) { c.Accounts = 1 }, "accounts"},
+		{"burst", func(c *Config) { c.Burst = 65 }, "burst"},
+		{"rate", func(c *Config) { c.Rate = -1 }, "rate"},
+		{"timeout", func(c *Config) { c.Timeout = time.Millisecond }, "timeout"},
+	}
+	for _, c := range cases {
+		cfg := ok
+		c.mutate(&cfg)
+		err := cfg.withDefaults().validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// An explicit zero share of duplicates is kept.
+	if c := (Config{Duplicates: 0, DuplicatesSet: true}).withDefaults(); c.Duplicates != 0 {
+		t.Errorf("explicit zero duplicates became %g", c.Duplicates)
+	}
+}
+
+// The JSON report has an integer violations member and the details beside it.
+func TestReportJSON(t *testing.T) {
+	t.Parallel()
+	st := newStats(1)
+	st.observe(outcomeFirst, 3*time.Millisecond)
+	st.violate(Violation{Check: "zero_sum", Detail: "x"})
+	var r Report
+	st.fill(&r)
+	b, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["violations"] != float64(1) || len(m["violation_details"].([]any)) != 1 {
+		t.Fatalf("report JSON: %s", b)
+	}
+	var sb strings.Builder
+	r.WriteTable(&sb)
+	if !strings.Contains(sb.String(), "violations: 1") || !strings.Contains(sb.String(), "first") {
+		t.Fatalf("table:\n%s", sb.String())
+	}
+}

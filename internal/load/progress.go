@@ -1,0 +1,105 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// progress reports a run's progress: a bar redrawn in place on a terminal,
+// a plain line every few seconds otherwise.
+type progress struct {
+	w     io.Writer
+	bar   bool
+	st    *stats
+	mu    sync.Mutex
+	name  string
+	total int
+	count *atomic.Int64 // what the phase counts
+	base  int64
+	stopc chan struct{}
+	done  chan struct{}
+}
+
+func newProgress(w io.Writer, bar bool, st *stats) *progress {
+	return &progress{w: w, bar: bar, st: st}
+}
+
+// phase starts reporting a phase of total operations acknowledged (0: no
+// total).
+func (p *progress) phase(name string, total int) { p.phaseOf(name, total, &p.st.done) }
+
+// phaseOf starts reporting a phase of total units counted by count.
+func (p *progress) phaseOf(name string, total int, count *atomic.Int64) {
+	if p.w == nil {
+		return
+	}
+	p.stop()
+	p.mu.Lock()
+	p.name, p.total, p.count, p.base = name, total, count, count.Load()
+	p.stopc, p.done = make(chan struct{}), make(chan struct{})
+	stopc, done := p.stopc, p.done
+	p.mu.Unlock()
+	every := 2 * time.Second
+	if p.bar {
+		every = 200 * time.Millisecond
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopc:
+				p.draw(true)
+				return
+			case <-t.C:
+				p.draw(false)
+			}
+		}
+	}()
+}
+
+// stop ends the current phase's reporting.
+func (p *progress) stop() {
+	p.mu.Lock()
+	stopc, done := p.stopc, p.done
+	p.stopc, p.done = nil, nil
+	p.mu.Unlock()
+	if stopc != nil {
+		close(stopc)
+		<-done
+	}
+}
+
+func (p *progress) draw(final bool) {
+	p.mu.Lock()
+	name, total, count, base := p.name, p.total, p.count, p.base
+	p.mu.Unlock()
+	done := int(count.Load() - base)
+	counts := fmt.Sprintf("%d req, %d dup, %d replayed, %d retries, %d violations",
+		p.st.requests.Load(), p.st.duplicates.Load(), p.st.replays.Load(), p.st.retries.Load(), p.st.violationCount())
+	if !p.bar {
+		if total > 0 {
+			fmt.Fprintf(p.w, "load: %s %d/%d ops, %s\n", name, done, total, counts)
+		} else {
+			fmt.Fprintf(p.w, "load: %s, %s\n", name, counts)
+		}
+		return
+	}
+	const width = 30
+	line := fmt.Sprintf("%-9s %s", name, counts)
+	if total > 0 {
+		filled := min(width, done*width/total)
+		line = fmt.Sprintf("%-9s [%s%s] %d/%d ops, %s", name, strings.Repeat("#", filled),
+			strings.Repeat(".", width-filled), done, total, counts)
+	}
+	end := ""
+	if final {
+		end = "\n"
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s%s", line, end)
+}
