@@ -112,7 +112,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		apiKey      = l.str("api-key", "", "API key sent as Authorization: Bearer")
 		journal     = l.str("journal", "", "write the run's journal here (verify: read it)")
 		jsonOut     = l.bool("json", false, "print one JSON object on stdout instead of the table")
-		checkEvents = l.bool("check-events", false, "check GET /v1/events: one event per applied operation")
+		checkEvents = l.bool("check-events", true, "check GET /v1/events: one event per applied operation (false for a service that runs no relay)")
 		natsURL     = l.str("nats", "", "check stream IDEM at this NATS URL: one message per event")
 		eventsWait  = l.dur("events-wait", 30*time.Second, "how long to wait for events to be published")
 		probes      = l.int("probes", 200, "acknowledged operations re-sent after the run to check their replay")

@@ -48,9 +48,12 @@ func metric(t *testing.T, url, series string) int64 {
 // each operation ran once and every duplicate was a replay.
 func TestLoad(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dialect string) {
-		p, _ := serveDB(t, dialect, nil)
+		// The relay publishes to a real NATS server, so the verifier checks
+		// the events API and the stream: one message per event.
+		natsURL, _ := startNATS(t)
+		p, _ := serveDB(t, dialect, nil, "--publish", natsURL)
 		journal := filepath.Join(t.TempDir(), "journal.json")
-		r, err := loadRun(t, "--target", p.URL, "--journal", journal)
+		r, err := loadRun(t, "--target", p.URL, "--journal", journal, "--nats", natsURL)
 		if err != nil || r.Violations != 0 {
 			t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 		}

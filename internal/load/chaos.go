@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -88,6 +89,11 @@ type Supervisor struct {
 	pool *Pool
 	rnd  *rand.Rand
 
+	// dir holds one working directory per launch, so each server's
+	// embedded broker has a data directory of its own.
+	dir      string
+	launches int
+
 	mu      sync.Mutex
 	servers []*server
 	kills   int
@@ -118,7 +124,11 @@ func StartChaos(ctx context.Context, cfg ChaosConfig) (*Supervisor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Supervisor{cfg: cfg, pool: NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13))}
+	dir, err := os.MkdirTemp("", "idem-chaos-")
+	if err != nil {
+		return nil, fmt.Errorf("load: chaos: %w", err)
+	}
+	s := &Supervisor{cfg: cfg, pool: NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13)), dir: dir}
 	for range cfg.Servers {
 		srv, err := s.launch(ctx)
 		if err != nil {
@@ -153,6 +163,13 @@ func (s *Supervisor) logf(format string, args ...any) {
 func (s *Supervisor) launch(ctx context.Context) (*server, error) {
 	cmd := exec.Command(s.cfg.Bin, "serve", "--addr", "127.0.0.1:0", "--db", s.cfg.DB, "--log-format", "text")
 	cmd.Env = append(os.Environ(), s.cfg.Env...)
+	s.mu.Lock()
+	s.launches++
+	cmd.Dir = filepath.Join(s.dir, fmt.Sprintf("server-%d", s.launches))
+	s.mu.Unlock()
+	if err := os.MkdirAll(cmd.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("load: chaos: %w", err)
+	}
 	setDeathSignal(cmd)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -291,4 +308,5 @@ func (s *Supervisor) Close() {
 			<-srv.exited
 		}
 	}
+	_ = os.RemoveAll(s.dir)
 }
