@@ -32,20 +32,22 @@ const DefaultTenant = "default"
 
 // Server serves the HTTP API.
 type Server struct {
-	cfg     config.Config
-	d       driver.Driver
-	keeper  *idem.Keeper
-	ledger  *ledger.Ledger
-	outbox  *outbox.Outbox
-	guard   *idemhttp.Middleware
+	cfg    config.Config
+	d      driver.Driver
+	keeper *idem.Keeper
+	ledger *ledger.Ledger
+	outbox *outbox.Outbox
+	guard  *idemhttp.Middleware
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
 	relay      *outbox.Relay
 	closeRelay func()
-	metrics *metrics
-	log     *slog.Logger
-	tenants map[[sha256.Size]byte]string
-	handler http.Handler
+	metrics    *metrics
+	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
+	webhooks *webhooks
+	log      *slog.Logger
+	tenants  map[[sha256.Size]byte]string
+	handler  http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -73,6 +75,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	}
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
+	}
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait); err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{
 		Keeper:       keeper,
@@ -123,6 +128,10 @@ func (s *Server) routes() http.Handler {
 	read("GET /v1/transfers/{id}", s.getTransfer)
 	write("POST /v1/transfers/{id}/reversals", s.reverseTransfer)
 	read("GET /v1/events", s.listEvents)
+	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
+	// the provider's signature authenticates them, the endpoint's
+	// configuration names their tenant, and their stable event id is the key.
+	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(http.HandlerFunc(s.webhookIntake)))
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", s.healthz)
