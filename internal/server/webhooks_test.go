@@ -264,3 +264,47 @@ func hexMAC(secret, msg string) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A copy that arrives while the first is still in its handler waits
+// InFlightWait, then gets 409 request_in_flight with Retry-After (not a
+// 500, and nothing of its own stored); once the first commits, copies
+// replay it.
+func TestWebhookInFlight(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	cfg := config.Default()
+	cfg.Relay = false
+	cfg.InFlightWait = 50 * time.Millisecond
+	cfg.Webhooks = []byte(webhookTestConfig)
+	s, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	s.HandleWebhook("stripe", webhook.AnyType, func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+		runs.Add(1)
+		close(entered)
+		<-release
+		return nil
+	})
+	body := `{"id":"evt_slow","type":"invoice.paid"}`
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- deliverStripe(t, s, "stripe-main", "whsec_handler_test", body) }()
+	<-entered
+	w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+	close(release)
+	if w.Code != 409 || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"code":"request_in_flight"`) {
+		t.Fatalf("copy in flight: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	if w := <-first; w.Code != 200 {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	w = deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+	if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" || runs.Load() != 1 {
+		t.Fatalf("after commit: %d %s, handler ran %d times", w.Code, w.Body, runs.Load())
+	}
+	if n := countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid"); n != 1 {
+		t.Fatalf("%d events", n)
+	}
+}
