@@ -1,6 +1,7 @@
 // Package server is the idem HTTP service: the ledger API behind the
-// Idempotency-Key middleware, tenants from API keys, health, readiness and
-// metrics. cmd/idem's serve wires it to a database and a listener.
+// Idempotency-Key middleware, tenants from API keys, the webhook intake
+// (verified provider deliveries deduplicated by their event id), health,
+// readiness and metrics. cmd/idem's serve wires it to a database and a listener.
 package server
 
 import (
