@@ -13,6 +13,7 @@ type metrics struct {
 	gatherer    prometheus.Gatherer
 	requests    *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
+	webhooks    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,8 +27,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "idem_http_idempotency_outcomes_total",
 			Help: "Guarded requests by how they were answered: first, replayed, reused, in_flight, missing_key, invalid_key, unavailable, …",
 		}, []string{"outcome"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_webhook_deliveries_total",
+			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, unavailable, error, rejected_<code>.",
+		}, []string{"endpoint", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.idempotency,
+	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.webhooks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 // Package server is the idem HTTP service: the ledger API behind the
-// Idempotency-Key middleware, tenants from API keys, health, readiness and
-// metrics. cmd/idem's serve wires it to a database and a listener.
+// Idempotency-Key middleware, tenants from API keys, the webhook intake
+// (verified provider deliveries deduplicated by their event id), health,
+// readiness and metrics. cmd/idem's serve wires it to a database and a listener.
 package server
 
 import (
@@ -43,9 +44,11 @@ type Server struct {
 	relay      *outbox.Relay
 	closeRelay func()
 	metrics    *metrics
-	log        *slog.Logger
-	tenants    map[[sha256.Size]byte]string
-	handler    http.Handler
+	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
+	webhooks *webhooks
+	log      *slog.Logger
+	tenants  map[[sha256.Size]byte]string
+	handler  http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -73,6 +76,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	}
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
+	}
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait); err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{
 		Keeper:       keeper,
@@ -123,6 +129,10 @@ func (s *Server) routes() http.Handler {
 	read("GET /v1/transfers/{id}", s.getTransfer)
 	write("POST /v1/transfers/{id}/reversals", s.reverseTransfer)
 	read("GET /v1/events", s.listEvents)
+	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
+	// the provider's signature authenticates them, the endpoint's
+	// configuration names their tenant, and their stable event id is the key.
+	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(http.HandlerFunc(s.webhookIntake)))
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", s.healthz)

@@ -1,0 +1,310 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	stripewebhook "github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/webhook"
+)
+
+const webhookTestConfig = `
+webhooks:
+  stripe-main:
+    provider: stripe
+    secrets: [whsec_handler_test]
+    tenant: acme
+  slack-app:
+    provider: slack
+    secrets: [slack-signing-secret]
+`
+
+func newWebhookServer(t *testing.T, d driver.Driver) *Server {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Relay = false
+	cfg.Webhooks = []byte(webhookTestConfig)
+	s, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// deliverStripe signs body with stripe-go as Stripe would, now, and posts
+// it to the endpoint through the service's handler.
+func deliverStripe(t *testing.T, s *Server, endpoint, secret, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	p := stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{Payload: []byte(body), Secret: secret, Timestamp: time.Now()})
+	r := httptest.NewRequest(http.MethodPost, "/v1/webhooks/"+endpoint, strings.NewReader(body))
+	r.Header.Set("Stripe-Signature", p.Header)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	return w
+}
+
+func countRows(t *testing.T, d driver.Driver, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := d.Reader().QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A registered Go handler runs once, in the delivery's transaction: its row,
+// the dedupe key and the webhook.* event commit together. A handler that
+// fails rolls all three back and the delivery is answered 503, so the
+// provider retries; the retry runs it again and stores everything once.
+func TestWebhookHandlers(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE handled (event_id TEXT PRIMARY KEY, type TEXT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		s := newWebhookServer(t, d)
+		var paidRuns, failedRuns atomic.Int32
+		insert := func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			_, err := tx.Exec(ctx, `INSERT INTO handled (event_id, type) VALUES ($1, $2)`, e.ID, e.Type)
+			return err
+		}
+		s.HandleWebhook("stripe", "invoice.paid", func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			paidRuns.Add(1)
+			return insert(ctx, tx, e)
+		})
+		s.HandleWebhook("stripe", "charge.failed", func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			// The row is written before the failure: the rollback must undo it.
+			if err := insert(ctx, tx, e); err != nil {
+				return err
+			}
+			if failedRuns.Add(1) == 1 {
+				return errors.New("downstream bookkeeping not ready")
+			}
+			return nil
+		})
+		handled := func(id string) int {
+			return countRows(t, d, `SELECT count(*) FROM handled WHERE event_id = $1`, id)
+		}
+		events := func(typ string) int {
+			return countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE tenant = $1 AND type = $2`, "acme", typ)
+		}
+		key := func(id string) error {
+			_, err := s.webhooks.keeper.Lookup(ctx, idem.Key{Scope: "acme", Operation: "webhook:stripe-main", Key: id})
+			return err
+		}
+
+		paid := `{"id":"evt_paid_1","object":"event","type":"invoice.paid","data":{"object":{"id":"in_1","note":"<b>&</b>"}}}`
+		for i, wantReplayed := range []string{"", "true", "true"} {
+			w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", paid)
+			if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != wantReplayed {
+				t.Fatalf("delivery %d: %d replayed=%q %s", i, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+			}
+			if got := w.Body.String(); got != `{"event_id":"evt_paid_1","received":true}`+"\n" {
+				t.Fatalf("delivery %d answered %q", i, got)
+			}
+		}
+		if paidRuns.Load() != 1 || handled("evt_paid_1") != 1 || events("webhook.stripe.invoice.paid") != 1 {
+			t.Fatalf("handler ran %d times, %d rows, %d events", paidRuns.Load(), handled("evt_paid_1"), events("webhook.stripe.invoice.paid"))
+		}
+		var payload []byte
+		if err := d.Reader().QueryRow(ctx, `SELECT payload FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid").Scan(&payload); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Provider, EventID, Type string
+			Body                    map[string]any
+		}
+		if err := json.Unmarshal(payload, &got); err != nil {
+			t.Fatal(err)
+		}
+		var want map[string]any
+		_ = json.Unmarshal([]byte(paid), &want)
+		if got.Provider != "stripe" || got.Type != "invoice.paid" || !jsonEqual(got.Body, want) {
+			t.Fatalf("payload %s", payload)
+		}
+		if !strings.Contains(string(payload), `"event_id":"evt_paid_1"`) {
+			t.Fatalf("payload %s has no event_id", payload)
+		}
+
+		failed := `{"id":"evt_failed_1","object":"event","type":"charge.failed","data":{"object":{"id":"ch_1"}}}`
+		w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", failed)
+		if w.Code != 503 || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), `"code":"handler_failed"`) {
+			t.Fatalf("failing handler: %d %v %s", w.Code, w.Header(), w.Body)
+		}
+		if handled("evt_failed_1") != 0 || events("webhook.stripe.charge.failed") != 0 || !errors.Is(key("evt_failed_1"), driver.ErrNotFound) {
+			t.Fatalf("a failed handler left rows %d, events %d, key %v", handled("evt_failed_1"), events("webhook.stripe.charge.failed"), key("evt_failed_1"))
+		}
+		w = deliverStripe(t, s, "stripe-main", "whsec_handler_test", failed)
+		if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("retry: %d %s", w.Code, w.Body)
+		}
+		if failedRuns.Load() != 2 || handled("evt_failed_1") != 1 || events("webhook.stripe.charge.failed") != 1 || key("evt_failed_1") != nil {
+			t.Fatalf("retry: runs %d, rows %d, events %d, key %v", failedRuns.Load(), handled("evt_failed_1"), events("webhook.stripe.charge.failed"), key("evt_failed_1"))
+		}
+
+		// An event type without a handler is recorded only; the key is kept
+		// for the webhook retention, not the service's 24h.
+		w = deliverStripe(t, s, "stripe-main", "whsec_handler_test", `{"id":"evt_other","type":"customer.created"}`)
+		if w.Code != 200 || events("webhook.stripe.customer.created") != 1 {
+			t.Fatalf("unhandled type: %d %s", w.Code, w.Body)
+		}
+		rec, err := s.webhooks.keeper.Lookup(ctx, idem.Key{Scope: "acme", Operation: "webhook:stripe-main", Key: "evt_other"})
+		if err != nil || rec.ExpiresAt.Before(time.Now().Add(WebhookRetention-time.Hour)) {
+			t.Fatalf("key kept until %v (%v)", rec, err)
+		}
+	})
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// Slack's url_verification is answered with its challenge and stores
+// nothing; an unknown endpoint is 404 (never 410, which makes senders
+// disable the endpoint).
+func TestWebhookChallengeAndUnknownEndpoint(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "sqlite")
+	s := newWebhookServer(t, d)
+	body := `{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`
+	ts := time.Now().Unix()
+	sig := "v0=" + hexMAC("slack-signing-secret", "v0:"+itoa(ts)+":"+body)
+	r := httptest.NewRequest(http.MethodPost, "/v1/webhooks/slack-app", strings.NewReader(body))
+	r.Header.Set("X-Slack-Request-Timestamp", itoa(ts))
+	r.Header.Set("X-Slack-Signature", sig)
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, r)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"`) {
+		t.Fatalf("challenge: %d %s", w.Code, w.Body)
+	}
+	if n := countRows(t, d, `SELECT count(*) FROM idem_keys`); n != 0 {
+		t.Fatalf("challenge stored %d keys", n)
+	}
+	if n := countRows(t, d, `SELECT count(*) FROM idem_outbox`); n != 0 {
+		t.Fatalf("challenge stored %d events", n)
+	}
+
+	w = deliverStripe(t, s, "no-such-endpoint", "whsec_handler_test", `{"id":"evt_1","type":"x"}`)
+	if w.Code != 404 || !strings.Contains(w.Body.String(), `"code":"not_found"`) {
+		t.Fatalf("unknown endpoint: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestWebhookEventType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ provider, typ, want string }{
+		{"stripe", "invoice.paid", "webhook.stripe.invoice.paid"},
+		{"shopify", "orders/create", "webhook.shopify.orders/create"},
+		{"hmac", "", "webhook.hmac"},
+		{"hmac", "a..b.", "webhook.hmac.a.b"},
+		{"hmac", "odd type>*", "webhook.hmac.odd_type__"},
+		{"hmac", "é", "webhook.hmac.__"},
+		{"hmac", strings.Repeat("x.", 200), "webhook.hmac." + strings.TrimRight(strings.Repeat("x.", 200)[:255-len("webhook.hmac.")], ".")},
+	} {
+		if got := webhookEventType(tc.provider, tc.typ); got != tc.want {
+			t.Errorf("webhookEventType(%q, %q) = %q, want %q", tc.provider, tc.typ, got, tc.want)
+		}
+	}
+}
+
+// The service refuses to start on a webhooks block it cannot serve.
+func TestWebhookConfigErrors(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "sqlite")
+	for _, raw := range []string{
+		"webhooks:\n  s:\n    provider: stripe\n    secret: [x]\n",
+		"webhooks:\n  s:\n    provider: stripe\n    secrets: [x]\n    tenant: a.b\n",
+	} {
+		cfg := config.Default()
+		cfg.Relay = false
+		cfg.Webhooks = []byte(raw)
+		_, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		if !errors.Is(err, webhook.ErrConfig) {
+			t.Errorf("%q: %v, want a webhook configuration error", raw, err)
+		}
+	}
+}
+
+// hexMAC is Slack's scheme ("Verifying requests from Slack"): Slack
+// publishes no Go signer.
+func hexMAC(secret, msg string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(msg))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A copy that arrives while the first is still in its handler waits
+// InFlightWait, then gets 409 request_in_flight with Retry-After (not a
+// 500, and nothing of its own stored); once the first commits, copies
+// replay it.
+func TestWebhookInFlight(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	cfg := config.Default()
+	cfg.Relay = false
+	cfg.InFlightWait = 50 * time.Millisecond
+	cfg.Webhooks = []byte(webhookTestConfig)
+	s, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	s.HandleWebhook("stripe", webhook.AnyType, func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+		runs.Add(1)
+		close(entered)
+		<-release
+		return nil
+	})
+	body := `{"id":"evt_slow","type":"invoice.paid"}`
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- deliverStripe(t, s, "stripe-main", "whsec_handler_test", body) }()
+	<-entered
+	w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+	close(release)
+	if w.Code != 409 || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"code":"request_in_flight"`) {
+		t.Fatalf("copy in flight: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	if w := <-first; w.Code != 200 {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	w = deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+	if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" || runs.Load() != 1 {
+		t.Fatalf("after commit: %d %s, handler ran %d times", w.Code, w.Body, runs.Load())
+	}
+	if n := countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid"); n != 1 {
+		t.Fatalf("%d events", n)
+	}
+}
