@@ -82,19 +82,25 @@ type client struct {
 	apiKey string
 	cfg    Config
 	st     *stats
+	// whKey signs webhook deliveries (nil: the run sends none).
+	whKey []byte
 
 	rmu sync.Mutex
 	rnd *rand.Rand
 }
 
 func newClient(cfg Config, pool *Pool, st *stats, seed uint64) *client {
+	var whKey []byte
+	if cfg.WebhookSecret != "" {
+		whKey, _ = webhookKey(cfg.WebhookSecret) // validated with the config
+	}
 	tr := &http.Transport{
 		MaxIdleConns:        4 * cfg.Concurrency * cfg.Burst,
 		MaxIdleConnsPerHost: 2 * cfg.Concurrency * cfg.Burst,
 		IdleConnTimeout:     30 * time.Second,
 	}
 	return &client{http: &http.Client{Transport: tr, Timeout: cfg.Timeout}, pool: pool,
-		apiKey: cfg.APIKey, cfg: cfg, st: st, rnd: rand.New(rand.NewPCG(seed, 11))}
+		apiKey: cfg.APIKey, cfg: cfg, st: st, whKey: whKey, rnd: rand.New(rand.NewPCG(seed, 11))}
 }
 
 func (c *client) close() { c.http.CloseIdleConnections() }
@@ -110,7 +116,9 @@ type exchange struct {
 	retryAfter time.Duration
 }
 
-func (c *client) roundTrip(ctx context.Context, method, path, key string, body []byte) (exchange, error) {
+// roundTrip sends one request with hdr (nil for a GET: then only the API
+// key) to the next live target.
+func (c *client) roundTrip(ctx context.Context, method, path string, hdr http.Header, body []byte) (exchange, error) {
 	base, ok := c.pool.pick()
 	if !ok {
 		return exchange{}, errNoTarget
@@ -126,10 +134,10 @@ func (c *client) roundTrip(ctx context.Context, method, path, key string, body [
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
-	if c.apiKey != "" {
+	if hdr == nil && c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
 	resp, err := c.http.Do(req)
@@ -171,7 +179,7 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 			c.st.retries.Add(1)
 		}
 		start := time.Now()
-		ex, err := c.roundTrip(ctx, http.MethodPost, o.Path, o.Key, body)
+		ex, err := c.roundTrip(ctx, http.MethodPost, o.Path, c.headers(o), body)
 		elapsed := time.Since(start)
 		var wait time.Duration
 		switch {
@@ -225,6 +233,29 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 	}
 }
 
+// headers are one copy's request headers. An API operation carries its
+// Idempotency-Key and the API key. A webhook delivery carries neither: it
+// is signed as its sender would sign a redelivery, under a timestamp of its
+// own (each copy and retry steps one second further back, within the
+// spec's tolerance), so no two copies in a row share a signature and only
+// the stable webhook-id can make them one.
+func (c *client) headers(o *Op) http.Header {
+	h := http.Header{}
+	if o.Kind == KindWebhook {
+		o.mu.Lock()
+		o.attempts++
+		n := o.attempts
+		o.mu.Unlock()
+		ts := time.Now().Add(-time.Duration(n%redeliverySpread) * time.Second)
+		return signStandard(c.whKey, o.Key, ts, []byte(o.Body))
+	}
+	h.Set("Idempotency-Key", o.Key)
+	if c.apiKey != "" {
+		h.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	return h
+}
+
 // backoff is exponential with full jitter, from BackoffMax/40 up to
 // BackoffMax.
 func (c *client) backoff(attempt int) time.Duration {
@@ -247,7 +278,7 @@ func (c *client) get(ctx context.Context, path string) (int, []byte, error) {
 			case <-time.After(c.backoff(attempt)):
 			}
 		}
-		ex, err := c.roundTrip(ctx, http.MethodGet, path, "", nil)
+		ex, err := c.roundTrip(ctx, http.MethodGet, path, nil, nil)
 		if err != nil {
 			lastErr = err
 			continue

@@ -11,11 +11,12 @@
 // 5xx with the same key; the settle phase retries, still with the same key,
 // every operation that never got a final answer. Then Verify checks.
 //
-// Operation kinds are a closed list (Kind). A new kind (webhook deliveries,
-// once the service has its intake route) adds a generator in generate.go, its
-// expected effect in expected.go and, where it has its own resource, a check
-// in verify.go; the engine, the retrying client and the journal need no
-// change.
+// Operation kinds are a closed list (Kind): accounts, transfers, reversals
+// and, with a webhook endpoint configured, Standard Webhooks deliveries
+// (webhook.go), signed by the tool itself and redelivered under new
+// timestamps and signatures. A kind adds a generator in generate.go and its
+// checks in verify.go or events.go; the engine and the journal need no
+// change, and the client only signs what it sends.
 package load
 
 import (
@@ -87,6 +88,21 @@ type Config struct {
 	// EventsWait bounds the wait for events to be published. Default 30s;
 	// bound 0..10m.
 	EventsWait time.Duration
+	// WebhookEndpoint, with WebhookSecret, adds webhook deliveries to the
+	// main phase: Standard Webhooks deliveries to POST
+	// /v1/webhooks/WebhookEndpoint, verified through GET /v1/events (so
+	// CheckEvents must be on, and with API keys APIKey must be the
+	// endpoint's tenant's). Default none; the service's endpoint name rules
+	// (1 to 64 of A-Z a-z 0-9 . _ -).
+	WebhookEndpoint string
+	// WebhookSecret is the endpoint's Standard Webhooks secret, whsec_ and
+	// base64 decoding to 24..64 bytes; the tool signs every delivery with
+	// it. Required with WebhookEndpoint, and to verify a journal holding
+	// deliveries (the probes re-sign them).
+	WebhookSecret string
+	// WebhookShare is the share of the main phase's operations that are
+	// webhook deliveries when an endpoint is set. Default 0.2; bound 0..1.
+	WebhookShare float64
 	// Progress receives progress output (nil: none). It is written from
 	// a goroutine of its own: share it only behind a lock.
 	Progress io.Writer
@@ -116,6 +132,7 @@ const (
 	defaultRefusedShare = 0.02
 	defaultProbes       = 200
 	defaultEventsWait   = 30 * time.Second
+	defaultWebhookShare = 0.2
 	maxTargets          = 64
 	// maxLatencySamples bounds the latencies kept per outcome; beyond it a
 	// reservoir sample keeps the percentiles honest.
@@ -169,6 +186,9 @@ func (c Config) withDefaults() Config {
 	if c.NATS != "" {
 		c.CheckEvents = true
 	}
+	if c.WebhookEndpoint != "" && c.WebhookShare == 0 {
+		c.WebhookShare = defaultWebhookShare
+	}
 	return c
 }
 
@@ -214,6 +234,24 @@ func (c Config) validate() error {
 		return fmt.Errorf("load: probes %d is more than 1000000", c.Probes)
 	case c.EventsWait < 0 || c.EventsWait > 10*time.Minute:
 		return fmt.Errorf("load: events wait %s is outside 0..10m", c.EventsWait)
+	case c.WebhookShare < 0 || c.WebhookShare > 1:
+		return fmt.Errorf("load: webhook share %g is outside 0..1", c.WebhookShare)
+	}
+	if c.WebhookSecret != "" {
+		if _, err := webhookKey(c.WebhookSecret); err != nil {
+			return err
+		}
+	}
+	if c.WebhookEndpoint != "" {
+		if err := checkEndpointName(c.WebhookEndpoint); err != nil {
+			return err
+		}
+		switch {
+		case c.WebhookSecret == "":
+			return errors.New("load: --webhook-endpoint needs --webhook-secret (whsec_…), the endpoint's Standard Webhooks secret")
+		case !c.CheckEvents:
+			return errors.New("load: webhook deliveries are verified through GET /v1/events: drop --check-events=false")
+		}
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, nil, err
 	}
+	if cfg.WebhookSecret != "" && cfg.WebhookEndpoint == "" {
+		return nil, nil, errors.New("load: --webhook-secret without --webhook-endpoint: name the endpoint to deliver to")
+	}
 	seed := uint64(cfg.Seed)
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -53,7 +56,7 @@ func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
 	runID := "ld" + hex.EncodeToString(rb[:])
 	st := newStats(seed)
 	e := &engine{cfg: cfg, pool: pool, st: st, cl: newClient(cfg, pool, st, seed),
-		gen: newGenerator(runID, cfg.RefusedShare, seed), rnd: mrand.New(mrand.NewPCG(seed, 5)),
+		gen: newGenerator(cfg, runID, seed), rnd: mrand.New(mrand.NewPCG(seed, 5)),
 		prog: newProgress(cfg.Progress, cfg.ProgressBar, st)}
 	defer e.cl.close()
 	start := time.Now()
@@ -102,6 +105,18 @@ func Verify(ctx context.Context, cfg Config, j *Journal) (*Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	for _, o := range j.Ops {
+		if o.Kind != KindWebhook {
+			continue
+		}
+		if cfg.WebhookSecret == "" {
+			return nil, errors.New("load verify: the journal holds webhook deliveries; pass --webhook-secret so the probes can sign them")
+		}
+		if !cfg.CheckEvents {
+			return nil, errors.New("load verify: the journal holds webhook deliveries, which are verified through GET /v1/events: drop --check-events=false")
+		}
+		break
 	}
 	pool := cfg.Pool
 	if pool == nil {
@@ -247,6 +262,14 @@ func (e *engine) record(o *Op, a answer) {
 	if a.status == 422 && problemCode(a.body) == "idempotency_key_reused" {
 		e.st.violate(Violation{Check: "key_reused", Key: o.Key, ID: o.ID,
 			Detail: "a copy with the identical body was refused as a reused key"})
+	}
+	if o.Kind == KindWebhook && a.status >= 300 && !a.replayed {
+		// Every delivery is authentic and fresh: a refusal is a wrong
+		// --webhook-secret or endpoint, or a verifier refusing what the
+		// Standard Webhooks spec allows. Either way the run cannot show
+		// exactly-once for it.
+		e.st.violate(Violation{Check: "webhook_refused", Key: o.Key, ID: o.ID,
+			Detail: fmt.Sprintf("a signed delivery was answered %d %s (check --webhook-endpoint and --webhook-secret)", a.status, truncate(a.body))})
 	}
 	o.mu.Lock()
 	first := o.Status == 0

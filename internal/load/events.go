@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -36,14 +37,25 @@ var eventType = map[Kind]string{
 	KindReversal: "transfer.reversed",
 }
 
+// opEventType is the event o emits when applied.
+func opEventType(o *Op) string {
+	if o.Kind == KindWebhook {
+		return webhookEventType(o.Type)
+	}
+	return eventType[o.Kind]
+}
+
 // events checks the tenant's event list holds exactly one event per
-// applied operation (by type and payload id) and none for the others; with
-// cfg.NATS, that stream IDEM holds exactly one message per such event. It
-// waits up to cfg.EventsWait for the relay to publish them.
-func (v *verifier) events(ctx context.Context) (int, error) {
+// applied operation (by type and payload id: a webhook delivery's
+// event_id) and none for the others; an unresolved webhook delivery, which
+// has no resource of its own to look up, may have at most one. With
+// cfg.NATS, stream IDEM must hold exactly one message per such event. It
+// waits up to cfg.EventsWait for the relay to publish them. It returns the
+// events of the run checked, and how many of them were webhook events.
+func (v *verifier) events(ctx context.Context) (int, int, error) {
 	want := map[string]*Op{} // type + " " + resource id
 	for _, o := range v.j.Ops {
-		want[eventType[o.Kind]+" "+o.ID] = o
+		want[opEventType(o)+" "+o.ID] = o
 	}
 	prefix := v.j.RunID + "-"
 	deadline := time.Now().Add(v.cfg.EventsWait)
@@ -51,7 +63,7 @@ func (v *verifier) events(ctx context.Context) (int, error) {
 	for {
 		all, err := v.listEvents(ctx)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		ours = ours[:0]
 		complete := true
@@ -77,13 +89,14 @@ func (v *verifier) events(ctx context.Context) (int, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 
 	count := map[string]int{}
 	ids := map[string]int{}
+	webhooks := 0
 	for _, ev := range ours {
 		k := ev.Type + " " + payloadID(ev.Payload)
 		count[k]++
@@ -92,16 +105,27 @@ func (v *verifier) events(ctx context.Context) (int, error) {
 		switch {
 		case !ok:
 			v.violate("event_unexpected", nil, "event %s (%s) names no operation of this run", ev.ID, k)
+		case o.Kind == KindWebhook && !o.Acknowledged():
+			// Unresolved: the server may have committed it and died
+			// before answering. One event is its effect; more are checked
+			// below.
+			webhooks++
+			v.checkWebhookPayload(o, ev)
 		case !v.isApplied(o):
 			v.violate("event_unexpected", o, "event %s (%s) for an operation that was not applied", ev.ID, ev.Type)
+		case o.Kind == KindWebhook:
+			webhooks++
+			v.checkWebhookPayload(o, ev)
 		}
 	}
 	for k, o := range want {
 		switch n := count[k]; {
 		case v.isApplied(o) && n == 0:
-			v.violate("event_missing", o, "no %s event", eventType[o.Kind])
+			v.violate("event_missing", o, "no %s event", opEventType(o))
+		case n > 1 && o.Kind == KindWebhook:
+			v.violate("event_doubled", o, "%d %s events for one delivery id: a redelivery was applied again", n, opEventType(o))
 		case n > 1:
-			v.violate("event_doubled", o, "%d %s events", n, eventType[o.Kind])
+			v.violate("event_doubled", o, "%d %s events", n, opEventType(o))
 		}
 	}
 	for id, n := range ids {
@@ -111,27 +135,63 @@ func (v *verifier) events(ctx context.Context) (int, error) {
 	}
 	if v.cfg.NATS != "" {
 		if err := v.natsCheck(ctx, ours); err != nil {
-			return len(ours), err
+			return len(ours), webhooks, err
 		}
 	}
-	return len(ours), nil
+	return len(ours), webhooks, nil
 }
 
+// isApplied reports whether o's effect must be there: an account that
+// exists, a transfer or reversal found applied, a webhook delivery
+// acknowledged with 2xx.
 func (v *verifier) isApplied(o *Op) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if o.Kind == KindAccount {
+	switch o.Kind {
+	case KindAccount:
 		_, exists := v.balances[o.ID]
 		return exists
+	case KindWebhook:
+		return o.Applied()
 	}
 	return v.applied[o]
 }
 
+// checkWebhookPayload checks a webhook event carries the delivery it
+// claims: the provider, the endpoint, the type and the body as sent.
+func (v *verifier) checkWebhookPayload(o *Op, ev event) {
+	var p struct {
+		Provider string          `json:"provider"`
+		Endpoint string          `json:"endpoint"`
+		Type     string          `json:"type"`
+		Body     json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		v.violate("webhook_differs", o, "event %s payload: %v", ev.ID, err)
+		return
+	}
+	got, gerr := decodeObject(p.Body)
+	want, werr := decodeObject([]byte(o.Body))
+	switch {
+	case p.Provider != webhookProvider || "/v1/webhooks/"+url.PathEscape(p.Endpoint) != o.Path || p.Type != o.Type:
+		v.violate("webhook_differs", o, "event %s names provider %q, endpoint %q, type %q; the delivery went to %s with type %q",
+			ev.ID, p.Provider, p.Endpoint, p.Type, o.Path, o.Type)
+	case gerr != nil || werr != nil || !reflect.DeepEqual(got, want):
+		v.violate("webhook_differs", o, "event %s carries body %s; the delivery sent %s", ev.ID, truncate(p.Body), truncate([]byte(o.Body)))
+	}
+}
+
+// payloadID is the id an event's payload names: the resource's id, or a
+// webhook event's event_id (the delivery's stable id).
 func payloadID(p json.RawMessage) string {
 	var m struct {
-		ID string `json:"id"`
+		ID      string `json:"id"`
+		EventID string `json:"event_id"`
 	}
 	_ = json.Unmarshal(p, &m)
+	if m.ID == "" {
+		return m.EventID
+	}
 	return m.ID
 }
 

@@ -2,6 +2,7 @@ package load
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/webhook"
 	"github.com/nats-io/nats.go"
 )
 
@@ -26,6 +28,7 @@ type bugs struct {
 	eventMissing   bool // every 10th event is not listed
 	natsDoubled    bool // the first events are published twice, past the duplicate window
 	natsMissing    bool // every 10th event is never published
+	webhookTwice   bool // a redelivery (same webhook-id) is applied again: a new event
 	flaky          bool // 503s, 409s and answers lost after commit: not bugs
 }
 
@@ -43,7 +46,14 @@ type fake struct {
 	accounts  map[string]*facct
 	transfers map[string]*ftransfer
 	events    []*fevent
+	// sigs holds the distinct webhook-signature values each delivery id
+	// arrived with.
+	sigs map[string]map[string]bool
+	wh   webhook.Verifier
 }
+
+// fakeWebhookSecret is the fake's Standard Webhooks endpoint secret.
+var fakeWebhookSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("load-test-secret-of-32-bytes-ok!"))
 
 type stored struct {
 	fp     string
@@ -98,8 +108,16 @@ type fevent struct {
 }
 
 func newFake(t *testing.T, b bugs) (*fake, *httptest.Server) {
-	f := &fake{t: t, bugs: b, keys: map[string]stored{}, accounts: map[string]*facct{}, transfers: map[string]*ftransfer{}}
+	f := &fake{t: t, bugs: b, keys: map[string]stored{}, accounts: map[string]*facct{}, transfers: map[string]*ftransfer{},
+		sigs: map[string]map[string]bool{}}
+	// The service's own standard verifier checks the tool's signatures.
+	wh, err := webhook.NewVerifier(webhook.Endpoint{Name: "hooks", Provider: webhook.ProviderStandard, Secrets: []string{fakeWebhookSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wh = wh
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/webhooks/hooks", f.webhook)
 	mux.HandleFunc("POST /v1/accounts", f.post)
 	mux.HandleFunc("POST /v1/transfers", f.post)
 	mux.HandleFunc("POST /v1/transfers/{id}/reversals", f.post)
@@ -192,6 +210,56 @@ func (f *fake) post(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeBody(w, status, out, false)
+}
+
+// webhook is the fake intake: verify, then dedupe by the stable
+// webhook-id, write one webhook.standard.<type> event and answer 200; a
+// redelivery is a replay of the stored answer.
+func (f *fake) webhook(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	ev, err := f.wh.Verify(r.Header, body, time.Now())
+	if err != nil {
+		status, code := webhook.HTTPStatus(err)
+		writeBody(w, status, problemBody(code), false)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sigs[ev.ID] == nil {
+		f.sigs[ev.ID] = map[string]bool{}
+	}
+	f.sigs[ev.ID][r.Header.Get("Webhook-Signature")] = true
+	key := "webhook:" + ev.ID
+	if s, ok := f.keys[key]; ok {
+		if f.bugs.webhookTwice {
+			f.webhookEvent(ev)
+		}
+		writeBody(w, s.status, s.body, true)
+		return
+	}
+	f.n++
+	if f.bugs.flaky && f.n%13 == 0 {
+		w.Header().Set("Retry-After", "0")
+		writeBody(w, 503, problemBody("unavailable"), false)
+		return
+	}
+	out := mustMarshal(map[string]any{"received": true, "event_id": ev.ID})
+	f.keys[key] = stored{status: 200, body: out}
+	f.webhookEvent(ev)
+	if f.bugs.flaky && f.n%7 == 0 {
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+				return
+			}
+		}
+	}
+	writeBody(w, 200, out, false)
+}
+
+func (f *fake) webhookEvent(ev webhook.Event) {
+	f.event("webhook.standard."+ev.Type, mustMarshal(map[string]any{"provider": ev.Provider, "endpoint": "hooks",
+		"event_id": ev.ID, "type": ev.Type, "body": json.RawMessage(ev.Body)}))
 }
 
 func mustMarshal(v any) []byte {

@@ -20,20 +20,29 @@ const maxAmount = 10_000
 type generator struct {
 	runID        string
 	refusedShare float64
-	rnd          *rand.Rand // used by the one goroutine that generates
+	// webhookEndpoint, when set, makes webhookShare of the main phase's
+	// operations webhook deliveries to it.
+	webhookEndpoint string
+	webhookShare    float64
+	rnd             *rand.Rand // used by the one goroutine that generates
 
 	accounts   map[string][]string // currency → acknowledged account ids
 	currencies []string
 	transfers  int
 	reversals  int
+	webhooks   int
 
 	mu         sync.Mutex
 	reversible []*Op // transfers acknowledged with 201, not yet reversed
 }
 
-func newGenerator(runID string, refusedShare float64, seed uint64) *generator {
-	return &generator{runID: runID, refusedShare: refusedShare,
+func newGenerator(cfg Config, runID string, seed uint64) *generator {
+	g := &generator{runID: runID, refusedShare: cfg.RefusedShare,
 		rnd: rand.New(rand.NewPCG(seed, 3)), accounts: map[string][]string{}}
+	if cfg.WebhookEndpoint != "" {
+		g.webhookEndpoint, g.webhookShare = cfg.WebhookEndpoint, cfg.WebhookShare
+	}
+	return g
 }
 
 var currencies = []string{"EUR", "USD"}
@@ -70,6 +79,9 @@ func (g *generator) ready() bool {
 
 // next makes the next main-phase operation.
 func (g *generator) next() *Op {
+	if g.webhookEndpoint != "" && g.rnd.Float64() < g.webhookShare {
+		return g.webhookDelivery()
+	}
 	if g.rnd.Float64() < reversalShare {
 		if o := g.reversal(); o != nil {
 			return o

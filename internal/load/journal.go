@@ -17,6 +17,9 @@ const (
 	KindAccount  Kind = "account"
 	KindTransfer Kind = "transfer"
 	KindReversal Kind = "reversal"
+	// KindWebhook is a Standard Webhooks delivery to POST
+	// /v1/webhooks/{endpoint}: its Key and ID are the stable event id.
+	KindWebhook Kind = "webhook"
 )
 
 // Op is one unique operation: one Idempotency-Key and one request body,
@@ -38,6 +41,8 @@ type Op struct {
 	Amount int64  `json:"amount,omitempty"`
 	// Reverses is a reversal's original transfer.
 	Reverses string `json:"reverses,omitempty"`
+	// Type is a webhook delivery's event type (the body's "type").
+	Type string `json:"type,omitempty"`
 	// Status and Answer are the first final answer (0 and "" when none
 	// arrived: the operation is unresolved).
 	Status int    `json:"status"`
@@ -46,6 +51,9 @@ type Op struct {
 	Copies int `json:"copies"`
 
 	mu sync.Mutex
+	// attempts counts the requests sent for a webhook delivery, to give
+	// each its own timestamp and signature.
+	attempts int
 }
 
 // Acknowledged reports whether the service gave the operation a final answer.

@@ -2,14 +2,17 @@ package load
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"go.uber.org/goleak"
 )
 
@@ -37,20 +40,23 @@ func checks(r *Report) map[string]int {
 func TestVerifierCatchesBrokenServices(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name   string
-		bugs   bugs
-		events bool
-		want   string // "" = no violations
+		name     string
+		bugs     bugs
+		events   bool
+		want     string // "" = no violations
+		webhooks bool
 	}{
-		{"correct", bugs{}, false, ""},
-		{"correct but flaky", bugs{flaky: true}, true, ""},
-		{"double-applies a duplicate", bugs{doubleApply: true}, false, "applied_twice"},
-		{"different body on replay", bugs{replayDiffers: true}, false, "replay_differs"},
-		{"loses acknowledged transfers", bugs{loseTransfer: true}, false, "acknowledged_lost"},
-		{"applies a refused transfer", bugs{refusedApplied: true}, false, "refused_applied"},
-		{"stores another amount than answered", bugs{wrongAmount: true}, false, "transfer_differs"},
-		{"lists an event twice", bugs{eventDoubled: true}, true, "event_doubled"},
-		{"misses an event", bugs{eventMissing: true}, true, "event_missing"},
+		{"correct", bugs{}, false, "", false},
+		{"correct with webhooks", bugs{}, true, "", true},
+		{"correct but flaky", bugs{flaky: true}, true, "", true},
+		{"applies a webhook redelivery twice", bugs{webhookTwice: true}, true, "event_doubled", true},
+		{"double-applies a duplicate", bugs{doubleApply: true}, false, "applied_twice", false},
+		{"different body on replay", bugs{replayDiffers: true}, false, "replay_differs", false},
+		{"loses acknowledged transfers", bugs{loseTransfer: true}, false, "acknowledged_lost", false},
+		{"applies a refused transfer", bugs{refusedApplied: true}, false, "refused_applied", false},
+		{"stores another amount than answered", bugs{wrongAmount: true}, false, "transfer_differs", false},
+		{"lists an event twice", bugs{eventDoubled: true}, true, "event_doubled", false},
+		{"misses an event", bugs{eventMissing: true}, true, "event_missing", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,6 +64,9 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 			f, srv := newFake(t, c.bugs)
 			cfg := small(srv.URL)
 			cfg.CheckEvents = c.events
+			if c.webhooks {
+				cfg.WebhookEndpoint, cfg.WebhookSecret, cfg.WebhookShare = "hooks", fakeWebhookSecret, 0.3
+			}
 			r, j, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -70,6 +79,11 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 			} else if got[c.want] == 0 {
 				t.Fatalf("want a %s violation; got %v", c.want, r.Details)
 			}
+			if c.bugs.webhookTwice && !slices.ContainsFunc(r.Details, func(v Violation) bool {
+				return v.Check == "event_doubled" && strings.Contains(v.Detail, "redelivery was applied again")
+			}) {
+				t.Fatalf("no doubled webhook delivery reported: %v", r.Details)
+			}
 			// The run did what it says: duplicates sent, replays served,
 			// every operation answered.
 			if r.Duplicates == 0 || r.Replays == 0 || r.Unresolved != 0 || r.Probes == 0 {
@@ -81,6 +95,9 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 			if c.bugs.flaky && r.Retries == 0 {
 				t.Error("flaky service, but no retries")
 			}
+			if c.webhooks {
+				checkWebhookEffects(t, f, r, j, c.want == "")
+			}
 			if c.name == "correct" {
 				// Effects, read from the fake's own state: each applied
 				// transfer posted once.
@@ -88,7 +105,7 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 				defer f.mu.Unlock()
 				applied := 0
 				for _, o := range j.Ops {
-					if o.Kind != KindAccount && o.Applied() {
+					if (o.Kind == KindTransfer || o.Kind == KindReversal) && o.Applied() {
 						applied++
 						if f.transfers[o.ID] == nil {
 							t.Errorf("applied %s missing from the service", o.ID)
@@ -100,6 +117,90 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkWebhookEffects reads the fake's own state after a run with webhook
+// deliveries: the copies of a delivery were real redeliveries (several
+// distinct signatures for one id), and, for a correct service, each applied
+// delivery left exactly one event.
+func checkWebhookEffects(t *testing.T, f *fake, r *Report, j *Journal, correct bool) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	applied, resigned := 0, 0
+	for _, o := range j.Ops {
+		if o.Kind != KindWebhook || !o.Applied() {
+			continue
+		}
+		applied++
+		if len(f.sigs[o.ID]) > 1 {
+			resigned++
+		}
+	}
+	if applied == 0 || r.Operations[KindWebhook] < applied {
+		t.Fatalf("%d webhook deliveries applied; report %v", applied, r.Operations)
+	}
+	if resigned == 0 {
+		t.Error("no delivery was resent under a new signature")
+	}
+	if !correct {
+		return
+	}
+	events := map[string]int{}
+	for _, ev := range f.events {
+		if strings.HasPrefix(ev.Type, "webhook.standard.") {
+			events[payloadID(ev.Payload)]++
+		}
+	}
+	for _, o := range j.Ops {
+		if o.Kind == KindWebhook && o.Applied() && events[o.ID] != 1 {
+			t.Errorf("delivery %s left %d events", o.ID, events[o.ID])
+		}
+	}
+	if len(events) != applied || r.WebhookEvents != applied {
+		t.Errorf("%d deliveries applied; the fake holds events of %d, the report counts %d", applied, len(events), r.WebhookEvents)
+	}
+}
+
+// The tool's Standard Webhooks signer agrees with the specification's
+// reference library, and the service's verifier accepts what it signs and
+// refuses it with another secret.
+func TestSignStandard(t *testing.T) {
+	t.Parallel()
+	key, err := webhookKey(fakeWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := standardwebhooks.NewWebhook(fakeWebhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now()
+	body := []byte(`{"type":"load.ping","data":{"n":1}}`)
+	h := signStandard(key, "ld1-w1", ts, body)
+	want, err := ref.Sign("ld1-w1", ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Get("Webhook-Signature"); got != want {
+		t.Fatalf("signature %q; the reference library signs %q", got, want)
+	}
+	if err := ref.Verify(body, h); err != nil {
+		t.Fatalf("reference library refuses: %v", err)
+	}
+	// A redelivery a second later: same id and body, another signature.
+	if again := signStandard(key, "ld1-w1", ts.Add(time.Second), body); again.Get("Webhook-Signature") == h.Get("Webhook-Signature") {
+		t.Fatal("a new timestamp made the same signature")
+	}
+	other, _ := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte("another-secret-of-thirty-two-by!")))
+	if err := other.Verify(body, h); err == nil {
+		t.Fatal("another secret verified the signature")
+	}
+	for _, bad := range []string{"whsec_!!!", "whsec_" + base64.StdEncoding.EncodeToString([]byte("short"))} {
+		if _, err := webhookKey(bad); err == nil {
+			t.Errorf("secret %q accepted", bad)
+		}
 	}
 }
 
@@ -241,6 +342,14 @@ func TestConfigValidation(t *testing.T) {
 		{"burst", func(c *Config) { c.Burst = 65 }, "burst"},
 		{"rate", func(c *Config) { c.Rate = -1 }, "rate"},
 		{"timeout", func(c *Config) { c.Timeout = time.Millisecond }, "timeout"},
+		{"webhooks", func(c *Config) { c.WebhookEndpoint, c.WebhookSecret, c.CheckEvents = "hooks", fakeWebhookSecret, true }, ""},
+		{"webhook without secret", func(c *Config) { c.WebhookEndpoint, c.CheckEvents = "hooks", true }, "--webhook-secret"},
+		{"webhook without events", func(c *Config) { c.WebhookEndpoint, c.WebhookSecret = "hooks", fakeWebhookSecret }, "--check-events"},
+		{"webhook endpoint name", func(c *Config) {
+			c.WebhookEndpoint, c.WebhookSecret, c.CheckEvents = "a/b", fakeWebhookSecret, true
+		}, "endpoint"},
+		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_abc" }, "webhook secret"},
+		{"webhook share", func(c *Config) { c.WebhookEndpoint, c.WebhookShare = "hooks", 2 }, "webhook share"},
 	}
 	for _, c := range cases {
 		cfg := ok

@@ -61,6 +61,7 @@ type Report struct {
 	Probes         int                `json:"probes"`
 	Restarts       int                `json:"restarts"`
 	EventsChecked  int                `json:"events_checked"`
+	WebhookEvents  int                `json:"webhook_events"`
 	Latency        map[string]Latency `json:"latency"`
 	Violations     int                `json:"violations"`
 	Details        []Violation        `json:"violation_details"`
@@ -177,6 +178,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(tw, "replay probes\t%d\n", r.Probes)
 	if r.EventsChecked > 0 {
 		fmt.Fprintf(tw, "events checked\t%d\n", r.EventsChecked)
+	}
+	if r.WebhookEvents > 0 {
+		fmt.Fprintf(tw, "webhook events\t%d\n", r.WebhookEvents)
 	}
 	tw.Flush()
 	if len(r.Latency) > 0 {

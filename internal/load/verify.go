@@ -75,8 +75,8 @@ func verify(ctx context.Context, cfg Config, cl *client, st *stats, j *Journal, 
 	}
 	v.zeroSum()
 	if cfg.CheckEvents {
-		n, err := v.events(ctx)
-		r.EventsChecked = n
+		n, w, err := v.events(ctx)
+		r.EventsChecked, r.WebhookEvents = n, w
 		if err != nil {
 			return err
 		}
@@ -144,7 +144,7 @@ func (v *verifier) probe(ctx context.Context) (int, error) {
 		sample = append(sample, acked[i])
 	}
 	pst := newStats(1)
-	pcl := &client{http: v.cl.http, pool: v.cl.pool, apiKey: v.cl.apiKey, cfg: v.cl.cfg, st: pst, rnd: rand.New(rand.NewPCG(2, 11))}
+	pcl := &client{http: v.cl.http, pool: v.cl.pool, apiKey: v.cl.apiKey, cfg: v.cl.cfg, st: pst, whKey: v.cl.whKey, rnd: rand.New(rand.NewPCG(2, 11))}
 	err := v.parallel(ctx, sample, func(ctx context.Context, o *Op) error {
 		a, ok := pcl.send(ctx, o)
 		if !ok {
@@ -313,7 +313,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 		return e
 	}
 	for _, o := range v.j.Ops {
-		if o.Kind == KindAccount || !v.applied[o] {
+		if (o.Kind != KindTransfer && o.Kind != KindReversal) || !v.applied[o] {
 			continue
 		}
 		d, c := get(o.Debit), get(o.Credit)
