@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		retries     = l.int("retries", 8, "retries of one copy after a timeout, 409 or 5xx (0: the default)")
 
 		accounts   = l.int("accounts", 16, "accounts the run creates")
-		operations = l.int("operations", 1000, "unique transfers and reversals")
+		operations = l.int("operations", 1000, "unique transfers, reversals and webhook deliveries")
 		duration   = l.dur("duration", 30*time.Second, "stop sending new operations after this long")
 		duplicates = l.float("duplicates", 0.2, "share of requests that are extra copies (0..0.9)")
 		burst      = l.int("burst", 4, "most copies of one operation sent at the same instant")
@@ -131,11 +132,16 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
 		progress   = l.bool("progress", true, "report progress on stderr")
 
+		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")
+		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
+		whShare    = l.float("webhook-share", 0.2, "share of the main phase's operations that are webhook deliveries (0..1)")
+
 		chaos     = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
 		serveBin  = l.str("serve-bin", "", "idem executable the chaos servers run (default: this one)")
 		db        = l.str("db", "", "database of the chaos servers (postgres://…)")
 		servers   = l.int("servers", 2, "chaos servers running at once")
 		killEvery = l.dur("kill-every", 3*time.Second, "mean interval between SIGKILLs (jittered ±50%)")
+		serveCfg  = l.str("serve-config", "", "configuration file the chaos servers read (serve --config): the webhook endpoints")
 	)
 	if l.err != nil {
 		return l.err
@@ -151,6 +157,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Duplicates: *duplicates, DuplicatesSet: true, Burst: *burst, Concurrency: *concurrency,
 		Rate: *rate, Retries: *retries, Timeout: *timeout, Settle: *settle, RefusedShare: *refused,
 		Seed: int64(*seed), Probes: *probes, CheckEvents: *checkEvents, NATS: *natsURL, EventsWait: *eventsWait,
+		WebhookEndpoint: *whEndpoint, WebhookSecret: *whSecret, WebhookShare: *whShare,
 	}
 	if *probes == 0 {
 		cfg.Probes = -1 // none
@@ -186,12 +193,24 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		report, err = load.Verify(ctx, cfg, j)
 	default:
 		var sup *load.Supervisor
+		if *serveCfg != "" && !*chaos {
+			return errors.New("load: --serve-config configures the servers --chaos runs; a --target service reads its own --config")
+		}
 		if *chaos {
 			if len(cfg.Targets) > 0 {
 				return errors.New("load: --chaos runs its own servers; drop --target")
 			}
+			var args []string
+			if *serveCfg != "" {
+				// Absolute: each server runs in a directory of its own.
+				p, aerr := filepath.Abs(*serveCfg)
+				if aerr != nil {
+					return fmt.Errorf("load: --serve-config: %w", aerr)
+				}
+				args = []string{"--config", p}
+			}
 			sup, err = load.StartChaos(ctx, load.ChaosConfig{Bin: *serveBin, DB: *db, Servers: *servers,
-				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed)})
+				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args})
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -43,17 +44,37 @@ func metric(t *testing.T, url, series string) int64 {
 	return n
 }
 
-// idem load with nothing but --target against a real idem serve, on both
-// databases: zero violations, and the service's own counters agree that
-// each operation ran once and every duplicate was a replay.
+// loadWebhookSecret is the Standard Webhooks secret of the load tests'
+// endpoint: whsec_ and the base64 of 32 bytes.
+var loadWebhookSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("idem-load-webhook-secret-32bytes"))
+
+// loadWebhookConfig writes a serve configuration with one standard
+// endpoint, "hooks", in the default tenant (the tenant GET /v1/events lists
+// without API keys), and returns its path.
+func loadWebhookConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.yaml")
+	cfg := "webhooks:\n  hooks:\n    provider: standard\n    secrets: [" + loadWebhookSecret + "]\n    tenant: default\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// idem load with --target and a webhook endpoint against a real idem
+// serve, on both databases: zero violations, webhook deliveries among the
+// operations with their events counted, and the service's own counters
+// agree that each operation and delivery ran once and every duplicate and
+// redelivery was a replay.
 func TestLoad(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dialect string) {
 		// The relay publishes to a real NATS server, so the verifier checks
 		// the events API and the stream: one message per event.
 		natsURL, _ := startNATS(t)
-		p, _ := serveDB(t, dialect, nil, "--publish", natsURL)
+		p, _ := serveDB(t, dialect, nil, "--publish", natsURL, "--config", loadWebhookConfig(t))
 		journal := filepath.Join(t.TempDir(), "journal.json")
-		r, err := loadRun(t, "--target", p.URL, "--journal", journal, "--nats", natsURL)
+		r, err := loadRun(t, "--target", p.URL, "--journal", journal, "--nats", natsURL,
+			"--webhook-endpoint", "hooks", "--webhook-secret", loadWebhookSecret)
 		if err != nil || r.Violations != 0 {
 			t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 		}
@@ -61,21 +82,34 @@ func TestLoad(t *testing.T) {
 		for _, n := range r.Operations {
 			ops += n
 		}
+		hooks := r.Operations[load.KindWebhook]
 		if ops != 1016 || r.Unresolved != 0 || r.Duplicates == 0 || r.Replays < r.Duplicates || r.Probes == 0 {
 			t.Fatalf("report: %+v", r)
 		}
-		// The service ran each operation exactly once (no retries happened
-		// against a healthy server, so nothing was rolled back and redone)…
-		if first := metric(t, p.URL, `idem_http_idempotency_outcomes_total{outcome="first"}`); r.Retries == 0 && first != int64(ops) {
-			t.Errorf("service ran %d handlers for %d operations", first, ops)
+		if hooks == 0 || r.WebhookEvents != hooks {
+			t.Fatalf("%d webhook deliveries, %d webhook events checked", hooks, r.WebhookEvents)
+		}
+		// The service ran each operation and delivery exactly once (no
+		// retries happened against a healthy server, so nothing was rolled
+		// back and redone)…
+		first := metric(t, p.URL, `idem_http_idempotency_outcomes_total{outcome="first"}`)
+		whFirst := metric(t, p.URL, `idem_webhook_deliveries_total{endpoint="hooks",outcome="first"}`)
+		if r.Retries == 0 && (first != int64(ops-hooks) || whFirst != int64(hooks)) {
+			t.Errorf("service ran %d handlers for %d operations and %d deliveries for %d", first, ops-hooks, whFirst, hooks)
 		}
 		// …and answered every other copy, and every probe, with a replay.
-		if replayed := metric(t, p.URL, `idem_http_idempotency_outcomes_total{outcome="replayed"}`); replayed != r.Replays+int64(r.Probes) {
+		replayed := metric(t, p.URL, `idem_http_idempotency_outcomes_total{outcome="replayed"}`) +
+			metric(t, p.URL, `idem_webhook_deliveries_total{endpoint="hooks",outcome="replayed"}`)
+		if replayed != r.Replays+int64(r.Probes) {
 			t.Errorf("service replayed %d; the run saw %d replays and sent %d probes", replayed, r.Replays, r.Probes)
 		}
+		if refused := metric(t, p.URL, `idem_webhook_deliveries_total{endpoint="hooks",outcome="rejected_signature_invalid"}`); refused != 0 {
+			t.Errorf("%d deliveries refused as forged", refused)
+		}
 
-		// The journal verifies again later.
-		v, err := loadRun(t, "verify", "--target", p.URL, "--journal", journal)
+		// The journal verifies again later (the probes re-sign deliveries,
+		// so the secret is needed again).
+		v, err := loadRun(t, "verify", "--target", p.URL, "--journal", journal, "--webhook-secret", loadWebhookSecret)
 		if err != nil || v.Violations != 0 || v.Applied != r.Applied {
 			t.Fatalf("verify: %v %+v", err, v)
 		}
@@ -96,7 +130,7 @@ func TestLoad(t *testing.T) {
 		if err := j.WriteFile(bad); err != nil {
 			t.Fatal(err)
 		}
-		v, err = loadRun(t, "verify", "--target", p.URL, "--journal", bad, "--progress=false")
+		v, err = loadRun(t, "verify", "--target", p.URL, "--journal", bad, "--progress=false", "--webhook-secret", loadWebhookSecret)
 		if !errors.Is(err, load.ErrViolations) || v.Violations == 0 {
 			t.Fatalf("tampered journal: %v, %d violations", err, v.Violations)
 		}
@@ -104,21 +138,23 @@ func TestLoad(t *testing.T) {
 }
 
 // idem load --chaos on Postgres: two servers, one SIGKILLed and restarted
-// about every 2 seconds while load runs. Nothing acknowledged is lost or
-// doubled.
+// about every 2 seconds while load runs, webhook deliveries included (the
+// servers read the endpoint from --serve-config). Nothing acknowledged is
+// lost or doubled.
 func TestLoadChaos(t *testing.T) {
 	t.Parallel()
 	db := dbURL(t, "postgres")
 	r, err := loadRun(t, "--chaos", "--db", db, "--serve-bin", binary(t), "--kill-every", "2s",
-		"--duration", "20s", "--operations", "1000000", "--concurrency", "8", "--seed", "7")
+		"--duration", "20s", "--operations", "1000000", "--concurrency", "8", "--seed", "7",
+		"--serve-config", loadWebhookConfig(t), "--webhook-endpoint", "hooks", "--webhook-secret", loadWebhookSecret)
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("chaos: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Restarts < 3 || r.Applied == 0 || r.Duplicates == 0 {
+	if r.Restarts < 3 || r.Applied == 0 || r.Duplicates == 0 || r.Operations[load.KindWebhook] == 0 || r.WebhookEvents == 0 {
 		t.Fatalf("chaos report: %+v", r)
 	}
-	t.Logf("chaos: %d kills, %d operations applied, %d requests, %d retries, %d unresolved",
-		r.Restarts, r.Applied, r.Requests, r.Retries, r.Unresolved)
+	t.Logf("chaos: %d kills, %d operations applied (%d webhook deliveries), %d requests, %d retries, %d unresolved",
+		r.Restarts, r.Applied, r.Operations[load.KindWebhook], r.Requests, r.Retries, r.Unresolved)
 }
 
 // Flags and environment: flags win, bad values are refused clearly.
@@ -138,6 +174,9 @@ func TestLoadFlags(t *testing.T) {
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--duplicates", "0.95"}, "duplicates"},
 		{[]string{"load", "--chaos"}, "--db"},
 		{[]string{"load", "verify", "--target", "http://127.0.0.1:1"}, "--journal"},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--webhook-endpoint", "hooks"}, "--webhook-secret"},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--webhook-endpoint", "hooks", "--webhook-secret", "whsec_x"}, "webhook secret"},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--serve-config", "idem.yaml"}, "--chaos"},
 	} {
 		out.Reset()
 		if err := run(t.Context(), c.args, &out, &out); err == nil || !strings.Contains(err.Error(), c.want) {

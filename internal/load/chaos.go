@@ -33,6 +33,11 @@ type ChaosConfig struct {
 	KillEvery time.Duration
 	// Env is added to the servers' environment.
 	Env []string
+	// Args are added to every server's command line after `serve --addr
+	// … --db …` (for example --config FILE, which configures the webhook
+	// endpoints a run delivers to). Paths in them must be absolute: each
+	// server runs in a directory of its own. Default none; at most 64.
+	Args []string
 	// Log receives the supervisor's own lines (nil: none), from a
 	// goroutine of its own.
 	Log io.Writer
@@ -77,6 +82,8 @@ func (c ChaosConfig) validate() error {
 		return fmt.Errorf("load: kill interval %s is outside 100ms..1h", c.KillEvery)
 	case c.StartTimeout < time.Second || c.StartTimeout > 10*time.Minute:
 		return fmt.Errorf("load: start timeout %s is outside 1s..10m", c.StartTimeout)
+	case len(c.Args) > 64:
+		return fmt.Errorf("load: chaos: %d extra serve arguments; at most 64", len(c.Args))
 	}
 	return nil
 }
@@ -161,7 +168,8 @@ func (s *Supervisor) logf(format string, args ...any) {
 
 // launch starts one server on a free loopback port and waits until it serves.
 func (s *Supervisor) launch(ctx context.Context) (*server, error) {
-	cmd := exec.Command(s.cfg.Bin, "serve", "--addr", "127.0.0.1:0", "--db", s.cfg.DB, "--log-format", "text")
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", s.cfg.DB, "--log-format", "text"}, s.cfg.Args...)
+	cmd := exec.Command(s.cfg.Bin, args...)
 	cmd.Env = append(os.Environ(), s.cfg.Env...)
 	s.mu.Lock()
 	s.launches++

@@ -37,8 +37,8 @@ type Config struct {
 	APIKey string
 	// Accounts is how many accounts the run creates. Default 16; bound 2..10000.
 	Accounts int
-	// Operations is how many unique transfers and reversals the main phase
-	// sends. Default 1000; bound 1..10,000,000.
+	// Operations is how many unique transfers, reversals and webhook
+	// deliveries the main phase sends. Default 1000; bound 1..10,000,000.
 	Operations int
 	// Duration stops the main phase early when it has run this long.
 	// Default 30s; bound 1s..24h.
