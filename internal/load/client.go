@@ -240,7 +240,6 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 // spec's tolerance), so no two copies in a row share a signature and only
 // the stable webhook-id can make them one.
 func (c *client) headers(o *Op) http.Header {
-	h := http.Header{}
 	if o.Kind == KindWebhook {
 		o.mu.Lock()
 		o.attempts++
@@ -249,6 +248,7 @@ func (c *client) headers(o *Op) http.Header {
 		ts := time.Now().Add(-time.Duration(n%redeliverySpread) * time.Second)
 		return signStandard(c.whKey, o.Key, ts, []byte(o.Body))
 	}
+	h := http.Header{}
 	h.Set("Idempotency-Key", o.Key)
 	if c.apiKey != "" {
 		h.Set("Authorization", "Bearer "+c.apiKey)
