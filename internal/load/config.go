@@ -101,7 +101,8 @@ type Config struct {
 	// deliveries (the probes re-sign them).
 	WebhookSecret string
 	// WebhookShare is the share of the main phase's operations that are
-	// webhook deliveries when an endpoint is set. Default 0.2; bound 0..1.
+	// webhook deliveries when an endpoint is set. Default 0.2 (0 means the
+	// default: a run with an endpoint sends deliveries); bound 0..1.
 	WebhookShare float64
 	// Progress receives progress output (nil: none). It is written from
 	// a goroutine of its own: share it only behind a lock.
