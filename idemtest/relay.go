@@ -305,3 +305,17 @@ func RelayMain(name string, run func(ctx context.Context) error) {
 	}
 	os.Exit(0)
 }
+
+// IdemRelay returns a RelayCrash.Command that runs `idem relay` (the binary
+// at bin) on dbURL, publishing to natsURL, with a 1s lease and a 10ms poll
+// so that the restart takes over quickly. extra flags are appended.
+func IdemRelay(bin, dbURL, natsURL string, extra ...string) func() *exec.Cmd {
+	return func() *exec.Cmd {
+		args := append([]string{"relay", "--db", dbURL, "--publish", natsURL, "--relay-lease", "1s", "--relay-poll", "10ms"}, extra...)
+		cmd := exec.Command(bin, args...)
+		// The binary's own files (an embedded NATS when --publish is empty)
+		// stay out of the caller's directory.
+		cmd.Dir = os.TempDir()
+		return cmd
+	}
+}
