@@ -20,6 +20,11 @@
 //
 // Storage is pluggable through package driver: driver/postgres for
 // production, driver/sqlite for the embedded default.
+//
+// Package idemhttp puts the Keeper in front of net/http handlers, and
+// package idemtest checks a handler built on it in one line per test
+// (SendTwice, SendConcurrently, DoTwice, KillRelay). docs/architecture.md
+// draws the transaction boundary; docs/keys.md says how to choose the key.
 package idem
 
 import (

@@ -2,7 +2,11 @@
 // deliver at least once (a consumer killed after its commit and before its
 // ack gets the message again), so the consumer records the message id under
 // a unique constraint in the same transaction as the message's effects: a
-// redelivery finds the id and does nothing.
+// redelivery finds the id and does nothing. Call Process in the transaction
+// of the work and ack the message only after that transaction commits: an
+// ack before the commit loses the message if the process dies in between.
+// The id is the producer's stable message id (for idem's outbox, the outbox
+// row's id), never a broker sequence number; see docs/keys.md.
 package inbox
 
 import (

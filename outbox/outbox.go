@@ -6,7 +6,11 @@
 // committed rows to a broker through a Publisher, at least once, with the
 // row's id as the broker's deduplication id, in order per ordering key. A
 // worker killed between commit and publish leaves the row unsent, and the
-// next relay to own its shard publishes it.
+// next relay to own its shard publishes it. A worker killed after the publish
+// and before marking the row sent publishes it again, with the same id: the
+// broker (JetStream's duplicate window) or the consumer (package inbox)
+// drops the copy. idemtest.KillRelay kills a real relay process at both
+// points and checks that every message reached the broker once.
 //
 // See docs/outbox.md for the ordering, leasing and retry rules.
 package outbox
