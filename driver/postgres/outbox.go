@@ -36,13 +36,24 @@ const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.pos IS NOT NULL
-   AND o.shard = ANY($1::integer[])
+   AND o.shard = ANY($1::integer[]) AND o.pos > $4
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))
  ORDER BY o.pos
  LIMIT $3`
 
-const sqlOutboxMarkSent = `UPDATE idem_outbox SET sent_at = $2 WHERE id = ANY($1::uuid[])`
+// The ids arrive as one array, joined by primary key: one statement and one
+// round trip per batch, whatever its size.
+const sqlOutboxMarkSent = `
+UPDATE idem_outbox o SET sent_at = $2
+  FROM unnest($1::uuid[]) AS u(id)
+ WHERE o.id = u.id`
+
+// Local to the mark-sent transaction: a commit that returns before its
+// write-ahead log record is flushed. Losing it in a database crash loses
+// only "sent" stamps, and a row that lost its stamp is published again and
+// dropped by the broker's deduplication window (docs/outbox.md).
+const sqlOutboxLazyCommit = `SET LOCAL synchronous_commit = off`
 
 const sqlOutboxFailRow = `
 UPDATE idem_outbox SET attempts = $2, last_error = $3,
@@ -149,10 +160,15 @@ func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit, p.AfterPos)
 }
 
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
+	if p.Lazy {
+		if _, err := tx.Exec(ctx, sqlOutboxLazyCommit); err != nil {
+			return err
+		}
+	}
 	_, err := tx.Exec(ctx, sqlOutboxMarkSent, p.IDs, p.Now)
 	return err
 }
