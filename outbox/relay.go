@@ -292,7 +292,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			if rerr := r.record(ctx, res.sent, res.failed, false); rerr != nil {
+			if rerr := r.record(ctx, res.sent, res.failed); rerr != nil {
 				return 0, rerr
 			}
 			if markErr != nil {
@@ -302,7 +302,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		}
 
 		marking = make(chan error, 1)
-		go func(sent []string) { marking <- r.record(ctx, sent, nil, true) }(res.sent)
+		go func(sent []string) { marking <- r.record(ctx, sent, nil) }(res.sent)
 		next := <-ahead
 		if next.err != nil || len(next.rows) == 0 {
 			// Nothing more to publish: the cycle ends once its last mark
@@ -418,11 +418,11 @@ func (r *Relay) sequence(ctx context.Context) error {
 
 // record marks published rows sent and failed ones retried later (or dead)
 // in one transaction. It runs on a context of its own so that a relay
-// stopping mid-cycle still records what it published. With lazy (only
-// when nothing failed), the commit does not wait for durability: a mark
-// lost in a database crash makes a republish that the broker drops, while
-// a lost failure record would hand a dead letter's key back to the relay.
-func (r *Relay) record(ctx context.Context, sent []string, failed []failure, lazy bool) error {
+// stopping mid-cycle still records what it published. When nothing
+// failed, the commit does not wait for durability: a mark lost in a
+// database crash only makes a republish that the broker drops (see
+// docs/outbox.md); failures, rare, stay durable.
+func (r *Relay) record(ctx context.Context, sent []string, failed []failure) error {
 	if len(sent) == 0 && len(failed) == 0 {
 		return nil
 	}
@@ -435,7 +435,7 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure, laz
 	defer tx.Rollback(ctx)
 	now := r.cfg.Now()
 	if len(sent) > 0 {
-		p := &driver.OutboxMarkSentParams{IDs: sent, Now: now, Lazy: lazy && len(failed) == 0}
+		p := &driver.OutboxMarkSentParams{IDs: sent, Now: now, Lazy: len(failed) == 0}
 		if err := r.d.OutboxMarkSent(ctx, tx, p); err != nil {
 			return err
 		}
