@@ -146,10 +146,16 @@ type OutboxStats struct {
 	Dead         int64     // dead letters
 }
 
+// Lease times: Postgres, shared by relays on several hosts, ignores Now and
+// Until and reads the database's clock (now() and now() + TTL), so relays
+// agree on a lease's expiry whatever their hosts' clocks say. SQLite, a
+// file that relays on one host share, uses Now and Until.
+
 type OutboxHeartbeatParams struct {
 	Owner string
 	Now   time.Time
 	Until time.Time
+	TTL   time.Duration
 }
 
 type OutboxShardParams struct {
@@ -157,5 +163,6 @@ type OutboxShardParams struct {
 	Shards []int
 	Now    time.Time
 	Until  time.Time
+	TTL    time.Duration
 	Limit  int
 }

@@ -499,13 +499,13 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 	}
 	defer tx.Rollback(ctx)
 	until := now.Add(r.cfg.LeaseTTL)
-	live, err := r.d.OutboxHeartbeat(ctx, tx, &driver.OutboxHeartbeatParams{Owner: r.cfg.Owner, Now: now, Until: until})
+	live, err := r.d.OutboxHeartbeat(ctx, tx, &driver.OutboxHeartbeatParams{Owner: r.cfg.Owner, Now: now, Until: until, TTL: r.cfg.LeaseTTL})
 	if err != nil {
 		return err
 	}
 	mine := []int{}
 	if len(r.shards) > 0 {
-		mine, err = r.d.OutboxShardRenew(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: r.shards, Now: now, Until: until})
+		mine, err = r.d.OutboxShardRenew(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: r.shards, Now: now, Until: until, TTL: r.cfg.LeaseTTL})
 		if err != nil {
 			return err
 		}
@@ -520,7 +520,7 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 		}
 		mine = mine[:fair]
 	case len(mine) < fair:
-		got, err := r.d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Now: now, Until: until, Limit: fair - len(mine)})
+		got, err := r.d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Now: now, Until: until, TTL: r.cfg.LeaseTTL, Limit: fair - len(mine)})
 		if err != nil {
 			return err
 		}

@@ -285,3 +285,35 @@ func countRows(t *testing.T, ob *outbox.Outbox, d driver.Driver) (sent, total in
 	}
 	return sent, len(events)
 }
+
+// On Postgres a lease's expiry is the database's clock's business: a relay
+// whose host clock runs an hour ahead does not see a live relay's leases as
+// expired, and takes no shard from it.
+func TestLeaseUsesDatabaseClock(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	ctx := context.Background()
+	acquire := func(owner string, now time.Time) []int {
+		t.Helper()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		got, err := d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: owner, Now: now,
+			Until: now.Add(30 * time.Second), TTL: 30 * time.Second, Limit: driver.OutboxShards})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := acquire("a", time.Now()); len(got) != driver.OutboxShards {
+		t.Fatalf("first relay acquired %d shards, want %d", len(got), driver.OutboxShards)
+	}
+	if got := acquire("skewed", time.Now().Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("a relay with its clock an hour ahead took %d live shards", len(got))
+	}
+}
