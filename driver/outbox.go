@@ -28,10 +28,15 @@ type OutboxDriver interface {
 	// them sequences, the others return 0.
 	OutboxSequence(ctx context.Context, tx Tx, p *OutboxSequenceParams) (int, error)
 	// OutboxFetch reads at most Limit unsent, live, sequenced rows of the
-	// given shards in position order, leaving out every row whose key is
-	// held (dead, or backing off until after Now).
+	// given shards with a position above AfterPos, in position order,
+	// leaving out every row whose key is held (dead, or backing off until
+	// after Now).
 	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) ([]OutboxRow, error)
-	// OutboxMarkSent stamps rows as published.
+	// OutboxMarkSent stamps rows as published, in one statement. With Lazy,
+	// the caller's commit may return before it is durable (see
+	// docs/outbox.md: a lost mark only causes a republish the broker drops);
+	// the setting is local to tx, which must hold nothing else that needs
+	// durability.
 	OutboxMarkSent(ctx context.Context, tx Tx, p *OutboxMarkSentParams) error
 	// OutboxFail records a failed attempt on a row and holds its key: until
 	// HoldUntil, or for good when Dead (the row becomes a dead letter).
@@ -90,14 +95,16 @@ type OutboxSequenceParams struct {
 }
 
 type OutboxFetchParams struct {
-	Shards []int
-	Now    time.Time
-	Limit  int
+	Shards   []int
+	Now      time.Time
+	AfterPos int64 // 0 reads from the start
+	Limit    int
 }
 
 type OutboxMarkSentParams struct {
-	IDs []string
-	Now time.Time
+	IDs  []string
+	Now  time.Time
+	Lazy bool // the commit need not wait for its write-ahead log flush
 }
 
 type OutboxFailParams struct {
@@ -139,10 +146,16 @@ type OutboxStats struct {
 	Dead         int64     // dead letters
 }
 
+// Lease times: Postgres, shared by relays on several hosts, ignores Now and
+// Until and reads the database's clock (now() and now() + TTL), so relays
+// agree on a lease's expiry whatever their hosts' clocks say. SQLite, a
+// file that relays on one host share, uses Now and Until.
+
 type OutboxHeartbeatParams struct {
 	Owner string
 	Now   time.Time
 	Until time.Time
+	TTL   time.Duration
 }
 
 type OutboxShardParams struct {
@@ -150,5 +163,6 @@ type OutboxShardParams struct {
 	Shards []int
 	Now    time.Time
 	Until  time.Time
+	TTL    time.Duration
 	Limit  int
 }

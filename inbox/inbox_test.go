@@ -3,11 +3,13 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/inbox"
@@ -18,7 +20,18 @@ import (
 	"github.com/idemhq/idem/outbox/natspub"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(m)) }
+// TestMain runs the tests on a throwaway Postgres, then fails the run if a
+// goroutine outlived them (a relay, consumer or connection left running).
+func TestMain(m *testing.M) {
+	code := testpg.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // A consumer commits its effect and dies before acking: JetStream
 // redelivers the message, and the inbox makes the redelivery a no-op.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/embeddednats"
@@ -18,7 +19,18 @@ import (
 	"github.com/idemhq/idem/outbox/natspub"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(m)) }
+// TestMain runs the tests on a throwaway Postgres, then fails the run if a
+// goroutine outlived them (a relay, consumer or connection left running).
+func TestMain(m *testing.M) {
+	code := testpg.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // stream is a JetStream stream on an embedded server of the test's own.
 type stream struct {

@@ -242,25 +242,106 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// cycle sequences newly committed rows, reads a batch of the owned shards'
-// unsent rows and publishes it in rounds, one message per key per round,
-// so that a message is never in flight beside a later one of its key. It
-// returns how many rows it read.
+// cycle publishes the owned shards' unsent rows batch after batch, as a
+// pipeline: while one batch is being published, the next is sequenced and
+// read, and the batch before it is being marked sent. It stops after a
+// batch that was not full, a failure, or at the next lease renewal, and
+// returns the size of the last batch read (BatchSize means more is likely
+// waiting).
+//
+// The next batch is read with a position cursor: only rows after the
+// current batch's last position. Rows sequenced later get larger positions
+// (docs/outbox.md), so the cursor skips nothing but the rows of the batch in
+// flight, and those rows are never read twice. A row of the next batch is
+// published only after the whole current batch was acknowledged, so a key
+// with a row in both never has two in flight, and its rows reach the broker
+// in order; marking them sent can lag behind, as within a batch, because a
+// republish after a crash is dropped by the broker's deduplication. A
+// failure or outage ends the pipeline: the rows read ahead are dropped
+// unpublished, and the next cycle reads again from the start, where held
+// keys are left out.
 func (r *Relay) cycle(ctx context.Context) (int, error) {
 	if len(r.shards) == 0 {
 		return 0, nil
 	}
-	if r.d.OutboxNeedsSequencing() {
-		if err := r.sequence(ctx); err != nil {
-			return 0, err
-		}
-	}
-	rows, err := r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
-		Shards: r.shards, Now: r.cfg.Now(), Limit: r.cfg.BatchSize})
+	rows, err := r.fetch(ctx, 0)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
+	var marking chan error // the previous batch's mark-sent, when in flight
+	for {
+		var ahead chan fetched
+		if len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt) {
+			ahead = make(chan fetched, 1)
+			go func(after int64) {
+				rs, err := r.fetch(ctx, after)
+				ahead <- fetched{rs, err}
+			}(rows[len(rows)-1].Pos)
+		}
 
+		res, err := r.publish(ctx, rows)
+		var markErr error
+		if marking != nil {
+			markErr = <-marking
+			marking = nil
+		}
+		if err != nil || markErr != nil || res.outage != nil || len(res.failed) > 0 || ahead == nil {
+			if ahead != nil {
+				<-ahead // dropped: read again from the start next cycle
+			}
+			if err != nil {
+				return 0, err
+			}
+			if rerr := r.record(ctx, res.sent, res.failed); rerr != nil {
+				return 0, rerr
+			}
+			if markErr != nil {
+				return 0, markErr
+			}
+			return len(rows), res.outage
+		}
+
+		marking = make(chan error, 1)
+		go func(sent []string) { marking <- r.record(ctx, sent, nil) }(res.sent)
+		next := <-ahead
+		if next.err != nil || len(next.rows) == 0 {
+			// Nothing more to publish: the cycle ends once its last mark
+			// is in, so the next cycle cannot read those rows again.
+			if err := <-marking; err != nil {
+				return 0, err
+			}
+			return 0, next.err
+		}
+		rows = next.rows
+	}
+}
+
+type fetched struct {
+	rows []driver.OutboxRow
+	err  error
+}
+
+// fetch sequences newly committed rows and reads a batch of the owned
+// shards' unsent rows after position after.
+func (r *Relay) fetch(ctx context.Context, after int64) ([]driver.OutboxRow, error) {
+	if r.d.OutboxNeedsSequencing() {
+		if err := r.sequence(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
+		Shards: r.shards, Now: r.cfg.Now(), AfterPos: after, Limit: r.cfg.BatchSize})
+}
+
+type published struct {
+	sent   []string
+	failed []failure
+	outage error
+}
+
+// publish sends a batch in rounds, one message per key per round, so that
+// a message is never in flight beside a later one of its key.
+func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published, error) {
 	// Queues per key, in commit order; keys in order of their first row.
 	queues := make(map[string][]driver.OutboxRow)
 	var keys []string
@@ -275,12 +356,11 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	failpoint.Hit(FailpointBeforePublish)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	var sent []string
-	var failed []failure
-	var outage error
+	var res published
+	res.sent = make([]string, 0, len(rows))
 	heads := make([]driver.OutboxRow, 0, len(keys))
 	msgs := make([]Message, 0, len(keys))
-	for len(keys) > 0 && outage == nil && pctx.Err() == nil {
+	for len(keys) > 0 && res.outage == nil && pctx.Err() == nil {
 		heads, msgs = heads[:0], msgs[:0]
 		for _, k := range keys {
 			heads = append(heads, queues[k][0])
@@ -290,13 +370,13 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		errs := r.cfg.Publisher.Publish(pctx, msgs)
 		r.metrics.publishSeconds.Observe(time.Since(start).Seconds())
 		if len(errs) != len(msgs) {
-			return 0, fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs))
+			return published{}, fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs))
 		}
 		next := keys[:0]
 		for i, k := range keys {
 			switch err := errs[i]; {
 			case err == nil:
-				sent = append(sent, heads[i].ID)
+				res.sent = append(res.sent, heads[i].ID)
 				if q := queues[k][1:]; len(q) > 0 {
 					queues[k] = q
 					next = append(next, k)
@@ -304,24 +384,19 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 			case errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 				// Not the message's fault: no attempt counted, the key
 				// stays unheld, and the relay backs off as a whole.
-				outage = Unavailable(err)
+				res.outage = Unavailable(err)
 			default:
-				failed = append(failed, failure{row: heads[i], err: err})
+				res.failed = append(res.failed, failure{row: heads[i], err: err})
 			}
 		}
 		keys = next
 	}
+	if len(keys) > 0 && res.outage == nil {
+		// The publish timeout ended the batch between rounds.
+		res.outage = Unavailable(pctx.Err())
+	}
 	failpoint.Hit(FailpointAfterPublish)
-
-	if err := r.record(ctx, sent, failed); err != nil {
-		return 0, err
-	}
-	r.metrics.published.Add(float64(len(sent)))
-	r.metrics.failures.Add(float64(len(failed)))
-	if outage != nil {
-		return len(rows), outage
-	}
-	return len(rows), nil
+	return res, nil
 }
 
 type failure struct {
@@ -343,7 +418,10 @@ func (r *Relay) sequence(ctx context.Context) error {
 
 // record marks published rows sent and failed ones retried later (or dead)
 // in one transaction. It runs on a context of its own so that a relay
-// stopping mid-cycle still records what it published.
+// stopping mid-cycle still records what it published. When nothing
+// failed, the commit does not wait for durability: a mark lost in a
+// database crash only makes a republish that the broker drops (see
+// docs/outbox.md); failures, rare, stay durable.
 func (r *Relay) record(ctx context.Context, sent []string, failed []failure) error {
 	if len(sent) == 0 && len(failed) == 0 {
 		return nil
@@ -357,7 +435,8 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 	defer tx.Rollback(ctx)
 	now := r.cfg.Now()
 	if len(sent) > 0 {
-		if err := r.d.OutboxMarkSent(ctx, tx, &driver.OutboxMarkSentParams{IDs: sent, Now: now}); err != nil {
+		p := &driver.OutboxMarkSentParams{IDs: sent, Now: now, Lazy: len(failed) == 0}
+		if err := r.d.OutboxMarkSent(ctx, tx, p); err != nil {
 			return err
 		}
 	}
@@ -380,6 +459,8 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	r.metrics.published.Add(float64(len(sent)))
+	r.metrics.failures.Add(float64(len(failed)))
 	r.metrics.dead.Add(float64(dead))
 	return nil
 }
@@ -418,13 +499,13 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 	}
 	defer tx.Rollback(ctx)
 	until := now.Add(r.cfg.LeaseTTL)
-	live, err := r.d.OutboxHeartbeat(ctx, tx, &driver.OutboxHeartbeatParams{Owner: r.cfg.Owner, Now: now, Until: until})
+	live, err := r.d.OutboxHeartbeat(ctx, tx, &driver.OutboxHeartbeatParams{Owner: r.cfg.Owner, Now: now, Until: until, TTL: r.cfg.LeaseTTL})
 	if err != nil {
 		return err
 	}
 	mine := []int{}
 	if len(r.shards) > 0 {
-		mine, err = r.d.OutboxShardRenew(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: r.shards, Now: now, Until: until})
+		mine, err = r.d.OutboxShardRenew(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Shards: r.shards, Now: now, Until: until, TTL: r.cfg.LeaseTTL})
 		if err != nil {
 			return err
 		}
@@ -439,7 +520,7 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 		}
 		mine = mine[:fair]
 	case len(mine) < fair:
-		got, err := r.d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Now: now, Until: until, Limit: fair - len(mine)})
+		got, err := r.d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: r.cfg.Owner, Now: now, Until: until, TTL: r.cfg.LeaseTTL, Limit: fair - len(mine)})
 		if err != nil {
 			return err
 		}

@@ -36,13 +36,24 @@ const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.pos IS NOT NULL
-   AND o.shard = ANY($1::integer[])
+   AND o.shard = ANY($1::integer[]) AND o.pos > $4
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))
  ORDER BY o.pos
  LIMIT $3`
 
-const sqlOutboxMarkSent = `UPDATE idem_outbox SET sent_at = $2 WHERE id = ANY($1::uuid[])`
+// The ids arrive as one array, joined by primary key: one statement and one
+// round trip per batch, whatever its size.
+const sqlOutboxMarkSent = `
+UPDATE idem_outbox o SET sent_at = $2
+  FROM unnest($1::uuid[]) AS u(id)
+ WHERE o.id = u.id`
+
+// Local to the mark-sent transaction: a commit that returns before its
+// write-ahead log record is flushed. Losing it in a database crash loses
+// only "sent" stamps, and a row that lost its stamp is published again and
+// dropped by the broker's deduplication window (docs/outbox.md).
+const sqlOutboxLazyCommit = `SET LOCAL synchronous_commit = off`
 
 const sqlOutboxFailRow = `
 UPDATE idem_outbox SET attempts = $2, last_error = $3,
@@ -89,25 +100,28 @@ SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NU
        (SELECT min(created_at) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
        (SELECT count(*) FROM idem_outbox WHERE dead_at IS NOT NULL)`
 
+// Leases and heartbeats are timed by the database's clock (TTLs arrive in
+// seconds), so that relays on hosts whose clocks disagree still agree
+// on when a lease expires.
 const sqlOutboxHeartbeat = `
-INSERT INTO idem_outbox_relays (owner, seen_until) VALUES ($1, $2)
+INSERT INTO idem_outbox_relays (owner, seen_until) VALUES ($1, now() + $2::float8 * interval '1 second')
 ON CONFLICT (owner) DO UPDATE SET seen_until = EXCLUDED.seen_until`
 
-const sqlOutboxForgetRelays = `DELETE FROM idem_outbox_relays WHERE seen_until < $1`
+const sqlOutboxForgetRelays = `DELETE FROM idem_outbox_relays WHERE seen_until < now()`
 
 const sqlOutboxCountRelays = `SELECT count(*) FROM idem_outbox_relays`
 
 // SKIP LOCKED: two relays acquiring at once take different shards instead
 // of queueing on the same rows.
 const sqlOutboxShardAcquire = `
-UPDATE idem_outbox_shards SET owner = $1, lease_until = $3
+UPDATE idem_outbox_shards SET owner = $1, lease_until = now() + $2::float8 * interval '1 second'
  WHERE shard IN (SELECT shard FROM idem_outbox_shards
-                  WHERE lease_until <= $2 ORDER BY shard LIMIT $4
+                  WHERE lease_until <= now() ORDER BY shard LIMIT $3
                   FOR UPDATE SKIP LOCKED)
 RETURNING shard`
 
 const sqlOutboxShardRenew = `
-UPDATE idem_outbox_shards SET lease_until = $3
+UPDATE idem_outbox_shards SET lease_until = now() + $3::float8 * interval '1 second'
  WHERE owner = $1 AND shard = ANY($2::integer[])
 RETURNING shard`
 
@@ -149,10 +163,15 @@ func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit, p.AfterPos)
 }
 
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
+	if p.Lazy {
+		if _, err := tx.Exec(ctx, sqlOutboxLazyCommit); err != nil {
+			return err
+		}
+	}
 	_, err := tx.Exec(ctx, sqlOutboxMarkSent, p.IDs, p.Now)
 	return err
 }
@@ -206,10 +225,10 @@ func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxS
 }
 
 func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.OutboxHeartbeatParams) (int, error) {
-	if _, err := tx.Exec(ctx, sqlOutboxHeartbeat, p.Owner, p.Until); err != nil {
+	if _, err := tx.Exec(ctx, sqlOutboxHeartbeat, p.Owner, p.TTL.Seconds()); err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, sqlOutboxForgetRelays, p.Now); err != nil {
+	if _, err := tx.Exec(ctx, sqlOutboxForgetRelays); err != nil {
 		return 0, err
 	}
 	var n int
@@ -218,11 +237,11 @@ func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.Ou
 }
 
 func (d *Driver) OutboxShardAcquire(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, p.Now, p.Until, p.Limit)
+	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, p.TTL.Seconds(), p.Limit)
 }
 
 func (d *Driver) OutboxShardRenew(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, shardArray(p.Shards), p.Until)
+	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, shardArray(p.Shards), p.TTL.Seconds())
 }
 
 func (d *Driver) OutboxShardRelease(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) error {

@@ -22,7 +22,7 @@ const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL
-   AND o.shard IN (SELECT value FROM json_each(?1))
+   AND o.shard IN (SELECT value FROM json_each(?1)) AND o.pos > ?4
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > ?2))
  ORDER BY o.pos
@@ -121,9 +121,11 @@ func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit)
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit, p.AfterPos)
 }
 
+// OutboxMarkSent ignores Lazy: SQLite's commit cost is the driver's
+// journal setting, the same for every transaction.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
 	_, err := tx.Exec(ctx, sqlOutboxMarkSent, jsonArray(p.IDs), toMicros(p.Now))
 	return err

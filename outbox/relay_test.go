@@ -1,0 +1,319 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/outbox"
+)
+
+// A backlog many batches long drains through the pipelined relay (the next
+// batch read while the current one publishes) with a key that is refused
+// now and then: each message is handed to the broker once unless it was
+// refused, each key's messages reach the stream in enqueue order, and no
+// key ever has two messages in flight.
+func TestPipelinedDrain(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ob := newOutbox(t, d)
+		st := newStream(t, "")
+		rec := newRecorder(st.pub)
+		rec.fail = func(m outbox.Message, attempt int) error {
+			if m.Key == "k3" && attempt == 1 && m.Payload[6]%4 == 0 {
+				return errors.New("refused once")
+			}
+			return nil
+		}
+		const n = 1200
+		want := map[string][]string{}
+		for i := 0; i < n; i += 100 {
+			var batch []outbox.Message
+			for j := i; j < i+100; j++ {
+				m := msg(fmt.Sprintf("k%d", j%7), j)
+				want[m.Key] = append(want[m.Key], m.ID)
+				batch = append(batch, m)
+			}
+			enqueue(t, d, ob, batch...)
+		}
+		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 40,
+			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond})
+		r.Notify()
+		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+
+		byKey := map[string][]string{}
+		got := st.messages(t)
+		for _, m := range got {
+			byKey[m.Key] = append(byKey[m.Key], m.ID)
+		}
+		if len(got) != n {
+			t.Fatalf("stream holds %d messages, want %d", len(got), n)
+		}
+		for k, ids := range want {
+			if fmt.Sprint(byKey[k]) != fmt.Sprint(ids) {
+				t.Fatalf("key %s out of order in the stream", k)
+			}
+		}
+		calls, _, overlap := rec.snapshot()
+		refused := 0
+		for id, c := range calls {
+			switch {
+			case c == 2:
+				refused++
+			case c != 1:
+				t.Fatalf("id %s handed to the broker %d times", id, c)
+			}
+		}
+		if refused == 0 {
+			t.Fatal("no message was refused: the test proves nothing about failures mid-pipeline")
+		}
+		if overlap {
+			t.Fatal("two messages of one key in flight at once")
+		}
+	})
+}
+
+// The relay's Prometheus metrics, read back from a registry: the backlog
+// and its oldest age while the broker is down (outages are no failures),
+// then published, failed and dead-lettered counts, then the gauges after
+// the drain.
+func TestRelayMetrics(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		ob := newOutbox(t, d)
+		reg := prometheus.NewRegistry()
+		poison := msg("bad", 0)
+		msgs := []outbox.Message{poison}
+		for i := range 10 {
+			msgs = append(msgs, msg(fmt.Sprintf("k%d", i), i))
+		}
+		enqueue(t, d, ob, msgs...)
+
+		// The broker is down, and the relay's clock is an hour ahead.
+		down := newRecorder(nil)
+		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
+			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+			Now: func() time.Time { return time.Now().Add(time.Hour) }})
+		waitFor(t, "backlog gauge", func() bool { return metric(t, reg, "idem_outbox_backlog") == 11 })
+		waitFor(t, "attempts during the outage", func() bool { c, _, _ := down.snapshot(); return len(c) > 0 })
+		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age < 3590 || age > 3700 {
+			t.Fatalf("oldest unsent age = %vs, want about 3600", age)
+		}
+		if s := metric(t, reg, "idem_outbox_relay_shards"); s != driver.OutboxShards {
+			t.Fatalf("shards gauge = %v, want %d", s, driver.OutboxShards)
+		}
+		stop()
+		for _, name := range []string{"idem_outbox_published_total", "idem_outbox_publish_failures_total", "idem_outbox_dead_lettered_total", "idem_outbox_dead_letters"} {
+			if v := metric(t, reg, name); v != 0 {
+				t.Fatalf("during an outage %s = %v, want 0", name, v)
+			}
+		}
+
+		// The broker is back and refuses the poison twice: a dead letter.
+		rec := newRecorder(nil)
+		rec.fail = func(m outbox.Message, _ int) error {
+			if m.ID == poison.ID {
+				return errors.New("poison")
+			}
+			return nil
+		}
+		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: rec, Registerer: reg, MaxAttempts: 2,
+			BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
+		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, "", 10); return len(dead) == 1 })
+		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+		stop()
+		for name, want := range map[string]float64{
+			"idem_outbox_published_total":        10,
+			"idem_outbox_publish_failures_total": 2,
+			"idem_outbox_dead_lettered_total":    1,
+		} {
+			if v := metric(t, reg, name); v != want {
+				t.Errorf("%s = %v, want %v", name, v, want)
+			}
+		}
+
+		// A fresh relay refreshes the gauges when it starts.
+		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: newRecorder(nil), Registerer: reg})
+		waitFor(t, "gauges after the drain", func() bool {
+			return metric(t, reg, "idem_outbox_backlog") == 0 && metric(t, reg, "idem_outbox_dead_letters") == 1
+		})
+		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age != 0 {
+			t.Fatalf("oldest unsent age with no backlog = %v, want 0", age)
+		}
+		stop()
+	})
+}
+
+// Retention deletes published rows older than Retention, at most
+// RetentionBatch rows per statement and 10 statements per pass, and keeps
+// unsent rows and dead letters whatever their age.
+func TestRetention(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		ob := newOutbox(t, d)
+		clock := &fakeClock{t: time.Now()}
+		poison := msg("bad", 0)
+		batch := []outbox.Message{poison}
+		for i := range 40 {
+			batch = append(batch, msg(fmt.Sprintf("k%d", i), i))
+		}
+		enqueue(t, d, ob, batch...)
+		rec := newRecorder(nil)
+		rec.fail = func(m outbox.Message, _ int) error {
+			if m.ID == poison.ID {
+				return errors.New("poison")
+			}
+			return nil
+		}
+		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Now: clock.now,
+			Retention: time.Minute, RetentionBatch: 3, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+		stop := startStoppable(t, d, cfg)
+		waitFor(t, "published", func() bool { return unsent(t, d) == 0 })
+		stop()
+		if sent, total := countRows(t, ob, d); sent != 40 || total != 41 {
+			t.Fatalf("%d sent of %d rows before retention, want 40 of 41", sent, total)
+		}
+
+		// One more row, unsent because the broker is down; two minutes
+		// later the published rows are past retention.
+		late := msg("late", 0)
+		enqueue(t, d, ob, late)
+		down := newRecorder(nil)
+		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		cfg.Publisher = down
+		clock.advance(2 * time.Minute)
+		stop = startStoppable(t, d, cfg)
+		defer stop()
+		waitFor(t, "first retention pass", func() bool { sent, _ := countRows(t, ob, d); return sent == 10 })
+		time.Sleep(50 * time.Millisecond) // the clock stands still: no second pass may run
+		if sent, _ := countRows(t, ob, d); sent != 10 {
+			t.Fatalf("after one pass %d sent rows remain, want 10 (10 statements of 3)", sent)
+		}
+		clock.advance(2 * time.Minute)
+		waitFor(t, "second retention pass", func() bool { sent, _ := countRows(t, ob, d); return sent == 0 })
+		if _, total := countRows(t, ob, d); total != 2 {
+			t.Fatalf("%d rows remain, want 2 (the unsent row and the dead letter)", total)
+		}
+		s, err := ob.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Unsent != 1 || s.Dead != 1 {
+			t.Fatalf("stats %+v, want 1 unsent and 1 dead", s)
+		}
+	})
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// startStoppable runs a relay until the returned stop is called (at the
+// latest when the test ends); stop returns once Run has returned.
+func startStoppable(t *testing.T, d driver.Driver, cfg outbox.RelayConfig) func() {
+	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 5 * time.Millisecond
+	}
+	r, err := outbox.NewRelay(d, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// metric reads one unlabelled gauge or counter from reg.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if g := m.GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+	}
+	t.Fatalf("registry has no metric %s", name)
+	return 0
+}
+
+// countRows counts the default tenant's rows and those of them published.
+func countRows(t *testing.T, ob *outbox.Outbox, d driver.Driver) (sent, total int) {
+	t.Helper()
+	events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.PublishedAt != nil {
+			sent++
+		}
+	}
+	return sent, len(events)
+}
+
+// On Postgres a lease's expiry is the database's clock's business: a relay
+// whose host clock runs an hour ahead does not see a live relay's leases as
+// expired, and takes no shard from it.
+func TestLeaseUsesDatabaseClock(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	ctx := context.Background()
+	acquire := func(owner string, now time.Time) []int {
+		t.Helper()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		got, err := d.OutboxShardAcquire(ctx, tx, &driver.OutboxShardParams{Owner: owner, Now: now,
+			Until: now.Add(30 * time.Second), TTL: 30 * time.Second, Limit: driver.OutboxShards})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := acquire("a", time.Now()); len(got) != driver.OutboxShards {
+		t.Fatalf("first relay acquired %d shards, want %d", len(got), driver.OutboxShards)
+	}
+	if got := acquire("skewed", time.Now().Add(time.Hour)); len(got) != 0 {
+		t.Fatalf("a relay with its clock an hour ahead took %d live shards", len(got))
+	}
+}
