@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // Fingerprint is SHA-256 over the operation and the canonical form of a JSON
@@ -48,4 +49,42 @@ func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
 	}
 	// encoding/json writes map keys sorted and json.Number as written.
 	return json.Marshal(v)
+}
+
+// fingerprintMemo remembers recent fingerprints by a hash of the exact bytes
+// they were computed from. A fingerprint is a pure function of the operation
+// and the body bytes (and a keeper's fixed IgnoreFields), so a duplicate
+// that repeats its first copy byte for byte skips the canonical JSON, most
+// of a replay's own CPU. It is direct-mapped and lock-free: a slot holds the
+// newest of the bodies that hash to it.
+type fingerprintMemo struct {
+	slots [fingerprintMemoSlots]atomic.Pointer[memoEntry]
+}
+
+const fingerprintMemoSlots = 4096
+
+type memoEntry struct {
+	raw [sha256.Size]byte
+	fp  []byte
+}
+
+func (m *fingerprintMemo) get(operation string, body []byte, ignore []string) ([]byte, error) {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
+	h.Write(n[:])
+	h.Write([]byte(operation))
+	h.Write(body)
+	var raw [sha256.Size]byte
+	h.Sum(raw[:0])
+	slot := &m.slots[binary.BigEndian.Uint32(raw[:4])%fingerprintMemoSlots]
+	if e := slot.Load(); e != nil && e.raw == raw {
+		return e.fp, nil
+	}
+	fp, err := Fingerprint(operation, body, ignore...)
+	if err != nil {
+		return nil, err
+	}
+	slot.Store(&memoEntry{raw: raw, fp: fp})
+	return fp, nil
 }

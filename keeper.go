@@ -161,6 +161,8 @@ type Keeper struct {
 
 	mu      sync.Mutex
 	flights map[driver.KeyID]*flight
+
+	fingerprints fingerprintMemo
 }
 
 // flight is one in-process attempt at a key that later copies join instead
@@ -285,7 +287,7 @@ func (k *Keeper) prepare(req *Request) ([]byte, error) {
 	if req.Fingerprint != nil {
 		return req.Fingerprint, nil
 	}
-	return Fingerprint(req.Key.Operation, req.Body, k.cfg.IgnoreFields...)
+	return k.fingerprints.get(req.Key.Operation, req.Body, k.cfg.IgnoreFields)
 }
 
 // run is one attempt in a transaction of the keeper's own.

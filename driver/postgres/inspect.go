@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemhq/idem/driver"
 )
 
@@ -43,9 +41,9 @@ func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListPar
 }
 
 func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
-	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := d.beginWith(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, err // not a nil *ownedTx in a non-nil interface
 	}
-	return &ownedTx{pgTx: pgTx{q: tx}, tx: tx}, nil
+	return tx, nil
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -120,28 +119,38 @@ func (d *Driver) Close() error { d.pool.Close(); return nil }
 // serialization error instead of waiting for the twin's outcome, so the
 // isolation level is part of the keeper's contract, not a tuning knob.
 func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
-	txOpts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+	begin := "BEGIN ISOLATION LEVEL READ COMMITTED"
 	if opts.ReadOnly {
-		txOpts.AccessMode = pgx.ReadOnly
+		begin += " READ ONLY"
 	}
+	stmts := []string{begin}
 	if opts.LockTimeout > 0 && opts.LockTimeout != d.lockTimeout {
-		// One round trip: BEGIN and SET LOCAL travel as one simple query.
-		txOpts.BeginQuery = beginWithLockTimeout(opts.LockTimeout)
+		stmts = append(stmts, setLockTimeout(opts.LockTimeout))
 	}
-	tx, err := d.pool.BeginTx(ctx, txOpts)
+	tx, err := d.beginWith(ctx, stmts...)
+	if err != nil {
+		return nil, err // not a nil *ownedTx in a non-nil interface
+	}
+	return tx, nil
+}
+
+// beginWith takes a connection for a transaction that the statements open,
+// sent with its first statement.
+func (d *Driver) beginWith(ctx context.Context, stmts ...string) (*ownedTx, error) {
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &ownedTx{pgTx: pgTx{q: tx}, tx: tx}, nil
+	return &ownedTx{conn: conn, begin: stmts, pending: true}, nil
 }
 
-func beginWithLockTimeout(d time.Duration) string {
+func setLockTimeout(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms < 1 {
 		ms = 1
 	}
 	// The value is an integer we formatted, never user text.
-	return "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10)
+	return "SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10)
 }
 
 // Migrate applies pending migrations in one transaction, under an advisory

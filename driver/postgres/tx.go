@@ -64,19 +64,155 @@ type pgRow struct{ row pgx.Row }
 func (r pgRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
 
 // ownedTx is a transaction the driver began; it also commits and rolls back.
+//
+// Its BEGIN is not sent alone: it travels in one round trip (a pipelined
+// batch) with the transaction's first statement, which saves a round trip
+// on every transaction — a sixth of a keeper first arrival's. The
+// connection is the transaction's until Commit or Rollback returns it to the
+// pool; the pool destroys a connection it gets back inside a transaction.
 type ownedTx struct {
-	pgTx
-	tx pgx.Tx
+	conn    *pgxpool.Conn
+	begin   []string // the statements that open the transaction, until sent
+	pending bool     // begin not yet sent
+	begun   bool     // the server holds the transaction open
+	done    bool
 }
 
-func (t *ownedTx) Commit(ctx context.Context) error { return mapErr(t.tx.Commit(ctx)) }
+func (t *ownedTx) Dialect() string { return dialect }
+
+// sendFirst sends the opening statements and sql in one batch, reads the
+// opening statements' results, and returns the batch for sql's result.
+func (t *ownedTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	for _, stmt := range t.begin {
+		b.Queue(stmt)
+	}
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, b)
+	t.pending = false
+	for range t.begin {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, mapErr(err)
+		}
+		t.begun = true
+	}
+	return br, nil
+}
+
+func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if !t.pending {
+		tag, err := t.conn.Exec(ctx, sql, args...)
+		if err != nil {
+			return 0, mapErr(err)
+		}
+		return tag.RowsAffected(), nil
+	}
+	br, err := t.sendFirst(ctx, sql, args)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	if !t.pending {
+		rows, err := t.conn.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return pgRows{rows}, nil
+	}
+	br, err := t.sendFirst(ctx, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, mapErr(err)
+	}
+	return batchRows{pgRows{rows}, br}, nil
+}
+
+func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
+	if !t.pending {
+		return pgRow{t.conn.QueryRow(ctx, sql, args...)}
+	}
+	br, err := t.sendFirst(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{br.QueryRow(), br}
+}
+
+func (t *ownedTx) Commit(ctx context.Context) error {
+	if t.done {
+		return mapErr(pgx.ErrTxClosed)
+	}
+	t.done = true
+	defer t.conn.Release()
+	if !t.begun {
+		return nil // no statement was sent: there is nothing to commit
+	}
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return mapErr(err)
+	}
+	if tag.String() == "ROLLBACK" { // a statement failed and aborted it
+		return mapErr(pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
 func (t *ownedTx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback(ctx)
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if t.done {
 		return nil
+	}
+	t.done = true
+	defer t.conn.Release()
+	if !t.begun {
+		return nil
+	}
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return mapErr(err)
+}
+
+// batchRows closes the batch its rows came from with them.
+type batchRows struct {
+	pgRows
+	br pgx.BatchResults
+}
+
+func (r batchRows) Close() {
+	r.pgRows.Close()
+	_ = r.br.Close()
+}
+
+// batchRow closes the batch its row came from once scanned.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
 	}
 	return mapErr(err)
 }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 var _ driver.TxCloser = (*ownedTx)(nil)
 

@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+func TestMain(m *testing.M) { os.Exit(testpg.Main(m)) }
+
+func open(t *testing.T) *Driver {
+	t.Helper()
+	d, err := Open(context.Background(), Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tx, err := d.Begin(context.Background(), driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func count(t *testing.T, d *Driver) int {
+	t.Helper()
+	var n int
+	if err := d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM t`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The BEGIN that travels with the first statement: every way a
+// transaction ends leaves the right rows and an idle connection.
+func TestOwnedTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t)
+
+	// Nothing sent: commit and rollback are no-ops.
+	for range 10 {
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal("rollback after commit:", err)
+		}
+	}
+
+	// First statement of each kind (Exec, QueryRow, Query), then commit.
+	tx, _ := d.Begin(ctx, driver.BeginOptions{})
+	var one int
+	if err := tx.QueryRow(ctx, `INSERT INTO t VALUES (1) RETURNING id`).Scan(&one); err != nil || one != 1 {
+		t.Fatalf("QueryRow first: %v %d", err, one)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, _ = d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+	rows, err := tx.Query(ctx, `SELECT id FROM t ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) != 2 {
+		t.Fatalf("Query first: %v %v", ids, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (3)`); err == nil {
+		t.Fatal("a read-only transaction wrote")
+	}
+	_ = tx.Rollback(ctx)
+
+	// Rolled back: gone.
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (4)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A failed first statement aborts the transaction: commit says so.
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); !errors.Is(err, driver.ErrUniqueViolation) {
+		t.Fatalf("duplicate insert: %v", err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("commit of an aborted transaction succeeded")
+	}
+	if got := count(t, d); got != 2 {
+		t.Fatalf("rows %d, want 2", got)
+	}
+	if n := d.pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still held", n)
+	}
+}
+
+// A per-transaction lock timeout goes out with BEGIN and bounds the wait.
+func TestOwnedTxLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t)
+	holder, _ := d.Begin(ctx, driver.BeginOptions{})
+	if _, err := holder.Exec(ctx, `INSERT INTO t VALUES (7)`); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+
+	waiter, _ := d.Begin(ctx, driver.BeginOptions{LockTimeout: 100 * time.Millisecond})
+	defer waiter.Rollback(ctx)
+	start := time.Now()
+	_, err := waiter.Exec(ctx, `INSERT INTO t VALUES (7)`)
+	if !errors.Is(err, driver.ErrLockTimeout) {
+		t.Fatalf("insert behind a held key: %v, want ErrLockTimeout", err)
+	}
+	if waited := time.Since(start); waited > 3*time.Second {
+		t.Fatalf("waited %s: the transaction's 100ms bound was not applied", waited)
+	}
+}
