@@ -2,7 +2,8 @@
 -- that idem serve runs for a first arrival (driver/postgres keeper.go and
 -- ledger.go): claim the key, lock the transfer id and the two accounts,
 -- look for the id, append the transfer with its two entries and move the
--- accounts' totals, store the answer, commit.
+-- accounts' totals, write the transfer.created event to the outbox, store
+-- the answer, commit.
 \set k random(1, 9000000000000000)
 \set a random(1, 500)
 \set b random(501, 1000)
@@ -49,6 +50,9 @@ WITH clock AS (
    WHERE acc.tenant = 'bench' AND acc.id = v.id
 )
 SELECT created_at FROM t;
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
+SELECT * FROM unnest(ARRAY[gen_random_uuid()], ARRAY['bench'], ARRAY['transfer.created'], ARRAY['transfer/pgb-' || :k],
+                     ARRAY[(:k::bigint % 64)::integer], ARRAY[convert_to(repeat('x', 180), 'UTF8')], ARRAY[NULL::bytea], ARRAY[now()]);
 UPDATE idem_keys SET status = 201, header = convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8'),
        body = convert_to(repeat('x', 280), 'UTF8')
  WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = 'pgb-' || :k;
