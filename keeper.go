@@ -219,6 +219,11 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 		return Result{}, err
 	}
 
+	// One bound for the whole call, in real time (not Config.Clock, the
+	// records' clock): waiting for an in-process twin and then for the
+	// database's row lock together never exceed Config.Wait.
+	lockWait := k.cfg.Wait
+	waitUntil := time.Now().Add(k.cfg.Wait)
 	deadline := time.NewTimer(k.cfg.Wait)
 	defer deadline.Stop()
 	for {
@@ -228,7 +233,7 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 			f = &flight{done: make(chan struct{}), fp: fp}
 			k.flights[id] = f
 			k.mu.Unlock()
-			f.res, f.err = k.run(ctx, req.Key, fp, work)
+			f.res, f.err = k.run(ctx, req.Key, fp, work, lockWait)
 			k.mu.Lock()
 			delete(k.flights, id)
 			k.mu.Unlock()
@@ -251,7 +256,8 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 		}
 		if f.err != nil {
 			// The first copy stored nothing: this copy is now a retry and
-			// tries for itself.
+			// tries for itself, with what is left of its wait.
+			lockWait = max(time.Millisecond, time.Until(waitUntil))
 			continue
 		}
 		if string(f.fp) != string(fp) {
@@ -291,8 +297,9 @@ func (k *Keeper) prepare(req *Request) ([]byte, error) {
 }
 
 // run is one attempt in a transaction of the keeper's own.
-func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work) (Result, error) {
-	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: k.cfg.Wait})
+// lockWait bounds its wait for a twin's row in the database.
+func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWait time.Duration) (Result, error) {
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait})
 	if err != nil {
 		return Result{}, err
 	}
@@ -355,8 +362,8 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 	return Result{Outcome: out, Replayed: true}, nil
 }
 
-// Lookup returns the stored outcome of key, as a replay, and the record's
-// times; driver.ErrNotFound when there is none or it expired.
+// Lookup returns key's live record (fingerprint, stored outcome, times), or
+// driver.ErrNotFound when there is none or it expired.
 func (k *Keeper) Lookup(ctx context.Context, key Key) (*driver.KeyRecord, error) {
 	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: key.id()})
 	if err != nil {
