@@ -221,101 +221,41 @@ func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.Ledg
 }
 
 func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
-	if p.Accounts != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanAccounts, func(r driver.Rows) error {
-			a, err := scanLedgerAccount(r)
-			if err != nil {
-				return err
-			}
-			return p.Accounts(a)
-		}); err != nil {
-			return err
-		}
-	}
-	if p.Entries != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanEntries, func(r driver.Rows) error {
-			e, err := scanLedgerEntry(r)
-			if err != nil {
-				return err
-			}
-			return p.Entries(e)
-		}); err != nil {
-			return err
-		}
-	}
-	if p.Transfers != nil {
-		var cur *driver.LedgerTransfer
-		var entries []driver.LedgerEntry
-		flush := func() error {
-			if cur == nil {
-				return nil
-			}
-			return p.Transfers(cur, entries)
-		}
-		if err := scanEach(ctx, tx, sqlLedgerScanTransfers, func(r driver.Rows) error {
-			var t driver.LedgerTransfer
-			var meta *string
-			var (
-				acct           *string
-				seq, amt, d, c *int64
-				credit         *bool
-				entryAt        *time.Time
-			)
-			if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-				&meta, &t.ReversesID, &t.Reason, &t.CreatedAt,
-				&acct, &seq, &amt, &credit, &d, &c, &entryAt); err != nil {
-				return err
-			}
-			t.Metadata = textBytes(meta)
-			t.CreatedAt = t.CreatedAt.UTC()
-			if cur == nil || cur.Tenant != t.Tenant || cur.ID != t.ID {
-				if err := flush(); err != nil {
-					return err
-				}
-				cur, entries = &t, nil
-			}
-			if acct != nil {
-				entries = append(entries, driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq,
-					TransferID: t.ID, Amount: *amt, Credit: *credit, DebitsPosted: *d, CreditsPosted: *c,
-					CreatedAt: entryAt.UTC()})
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if err := flush(); err != nil {
-			return err
-		}
-	}
-	if p.ReversedTotals != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanReversed, func(r driver.Rows) error {
-			var tenant, id string
-			var n int64
-			if err := r.Scan(&tenant, &id, &n); err != nil {
-				return err
-			}
-			return p.ReversedTotals(tenant, id, n)
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return driver.ScanLedger(ctx, tx, &ledgerScan, p)
 }
 
-func scanEach(ctx context.Context, tx driver.Tx, sql string, fn func(driver.Rows) error) error {
-	rows, err := tx.Query(ctx, sql)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+// ledgerScan is this dialect's part of driver.ScanLedger.
+var ledgerScan = driver.LedgerScanQueries{
+	Accounts:       sqlLedgerScanAccounts,
+	Entries:        sqlLedgerScanEntries,
+	Transfers:      sqlLedgerScanTransfers,
+	ReversedTotals: sqlLedgerScanReversed,
+	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
+	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
+	TransferEntry:  scanLedgerTransferEntry,
 }
 
+// scanLedgerTransferEntry decodes a transfer joined with one of its
+// entries (the entry's columns are NULL when it has none).
+func scanLedgerTransferEntry(r driver.Rows) (driver.LedgerTransfer, *driver.LedgerEntry, error) {
+	var t driver.LedgerTransfer
+	var meta, acct *string
+	var seq, amt, deb, cred *int64
+	var credit *bool
+	var entryAt *time.Time
+	if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
+		&meta, &t.ReversesID, &t.Reason, &t.CreatedAt,
+		&acct, &seq, &amt, &credit, &deb, &cred, &entryAt); err != nil {
+		return t, nil, err
+	}
+	t.Metadata = textBytes(meta)
+	t.CreatedAt = t.CreatedAt.UTC()
+	if acct == nil {
+		return t, nil, nil
+	}
+	return t, &driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq, TransferID: t.ID,
+		Amount: *amt, Credit: *credit, DebitsPosted: *deb, CreditsPosted: *cred, CreatedAt: entryAt.UTC()}, nil
+}
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {

@@ -209,98 +209,41 @@ func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.Ledg
 }
 
 func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
-	if p.Accounts != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanAccounts, func(r driver.Rows) error {
-			a, err := scanLedgerAccount(r)
-			if err != nil {
-				return err
-			}
-			return p.Accounts(a)
-		}); err != nil {
-			return err
-		}
-	}
-	if p.Entries != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanEntries, func(r driver.Rows) error {
-			e, err := scanLedgerEntry(r)
-			if err != nil {
-				return err
-			}
-			return p.Entries(e)
-		}); err != nil {
-			return err
-		}
-	}
-	if p.Transfers != nil {
-		var cur *driver.LedgerTransfer
-		var entries []driver.LedgerEntry
-		flush := func() error {
-			if cur == nil {
-				return nil
-			}
-			return p.Transfers(cur, entries)
-		}
-		if err := scanEach(ctx, tx, sqlLedgerScanTransfers, func(r driver.Rows) error {
-			var t driver.LedgerTransfer
-			var meta, acct *string
-			var created int64
-			var seq, amt, deb, cred, entryAt *int64
-			var credit *bool
-			if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-				&meta, &t.ReversesID, &t.Reason, &created,
-				&acct, &seq, &amt, &credit, &deb, &cred, &entryAt); err != nil {
-				return err
-			}
-			t.Metadata = textBytes(meta)
-			t.CreatedAt = fromMicros(created)
-			if cur == nil || cur.Tenant != t.Tenant || cur.ID != t.ID {
-				if err := flush(); err != nil {
-					return err
-				}
-				cur, entries = &t, nil
-			}
-			if acct != nil {
-				entries = append(entries, driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq,
-					TransferID: t.ID, Amount: *amt, Credit: *credit, DebitsPosted: *deb, CreditsPosted: *cred,
-					CreatedAt: fromMicros(*entryAt)})
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if err := flush(); err != nil {
-			return err
-		}
-	}
-	if p.ReversedTotals != nil {
-		if err := scanEach(ctx, tx, sqlLedgerScanReversed, func(r driver.Rows) error {
-			var tenant, id string
-			var n int64
-			if err := r.Scan(&tenant, &id, &n); err != nil {
-				return err
-			}
-			return p.ReversedTotals(tenant, id, n)
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return driver.ScanLedger(ctx, tx, &ledgerScan, p)
 }
 
-func scanEach(ctx context.Context, tx driver.Tx, query string, fn func(driver.Rows) error) error {
-	rows, err := tx.Query(ctx, query)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+// ledgerScan is this dialect's part of driver.ScanLedger.
+var ledgerScan = driver.LedgerScanQueries{
+	Accounts:       sqlLedgerScanAccounts,
+	Entries:        sqlLedgerScanEntries,
+	Transfers:      sqlLedgerScanTransfers,
+	ReversedTotals: sqlLedgerScanReversed,
+	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
+	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
+	TransferEntry:  scanLedgerTransferEntry,
 }
 
+// scanLedgerTransferEntry decodes a transfer joined with one of its
+// entries (the entry's columns are NULL when it has none).
+func scanLedgerTransferEntry(r driver.Rows) (driver.LedgerTransfer, *driver.LedgerEntry, error) {
+	var t driver.LedgerTransfer
+	var meta, acct *string
+	var created int64
+	var seq, amt, deb, cred, entryAt *int64
+	var credit *bool
+	if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
+		&meta, &t.ReversesID, &t.Reason, &created,
+		&acct, &seq, &amt, &credit, &deb, &cred, &entryAt); err != nil {
+		return t, nil, err
+	}
+	t.Metadata = textBytes(meta)
+	t.CreatedAt = fromMicros(created)
+	if acct == nil {
+		return t, nil, nil
+	}
+	return t, &driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq, TransferID: t.ID,
+		Amount: *amt, Credit: *credit, DebitsPosted: *deb, CreditsPosted: *cred, CreatedAt: fromMicros(*entryAt)}, nil
+}
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
 	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {

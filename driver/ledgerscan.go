@@ -1,0 +1,101 @@
+package driver
+
+import "context"
+
+// LedgerScanQueries are what a driver gives ScanLedger: its SQL for each
+// table, in the orders LedgerScanParams states, and how it decodes a row.
+// The walk itself is the same on every database, so it lives here once.
+type LedgerScanQueries struct {
+	Accounts, Entries, Transfers, ReversedTotals string
+
+	Account func(Rows) (*LedgerAccount, error)
+	Entry   func(Rows) (*LedgerEntry, error)
+	// TransferEntry decodes one row of the transfers query: a transfer
+	// joined with one of its entries, or with none (entry nil).
+	TransferEntry func(Rows) (LedgerTransfer, *LedgerEntry, error)
+}
+
+// ScanLedger implements LedgerDriver.LedgerScan with a driver's queries.
+func ScanLedger(ctx context.Context, tx Tx, q *LedgerScanQueries, p *LedgerScanParams) error {
+	if p.Accounts != nil {
+		if err := ScanEach(ctx, tx, q.Accounts, func(r Rows) error {
+			a, err := q.Account(r)
+			if err != nil {
+				return err
+			}
+			return p.Accounts(a)
+		}); err != nil {
+			return err
+		}
+	}
+	if p.Entries != nil {
+		if err := ScanEach(ctx, tx, q.Entries, func(r Rows) error {
+			e, err := q.Entry(r)
+			if err != nil {
+				return err
+			}
+			return p.Entries(e)
+		}); err != nil {
+			return err
+		}
+	}
+	if p.Transfers != nil {
+		// Rows come ordered by transfer: gather each one's entries, then
+		// hand the transfer over when the next begins.
+		var cur *LedgerTransfer
+		var entries []LedgerEntry
+		flush := func() error {
+			if cur == nil {
+				return nil
+			}
+			return p.Transfers(cur, entries)
+		}
+		if err := ScanEach(ctx, tx, q.Transfers, func(r Rows) error {
+			t, e, err := q.TransferEntry(r)
+			if err != nil {
+				return err
+			}
+			if cur == nil || cur.Tenant != t.Tenant || cur.ID != t.ID {
+				if err := flush(); err != nil {
+					return err
+				}
+				cur, entries = &t, nil
+			}
+			if e != nil {
+				entries = append(entries, *e)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	if p.ReversedTotals != nil {
+		return ScanEach(ctx, tx, q.ReversedTotals, func(r Rows) error {
+			var tenant, id string
+			var n int64
+			if err := r.Scan(&tenant, &id, &n); err != nil {
+				return err
+			}
+			return p.ReversedTotals(tenant, id, n)
+		})
+	}
+	return nil
+}
+
+// ScanEach runs sql in tx and calls fn for every row.
+func ScanEach(ctx context.Context, tx Tx, sql string, fn func(Rows) error) error {
+	rows, err := tx.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
