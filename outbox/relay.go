@@ -264,7 +264,13 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	if len(r.shards) == 0 {
 		return 0, nil
 	}
-	rows, err := r.fetch(ctx, 0)
+	// Every fetch of the cycle judges key holds at the cycle's start: a key
+	// held then stays out of the whole cycle. Were its hold to expire
+	// between the first fetch and a read-ahead, the read-ahead (positions
+	// after the cursor) would take the key's later messages while its
+	// earlier, refused one waits behind the cursor: out of order.
+	now := r.cfg.Now()
+	rows, err := r.fetch(ctx, 0, now)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -274,7 +280,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		if len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt) {
 			ahead = make(chan fetched, 1)
 			go func(after int64) {
-				rs, err := r.fetch(ctx, after)
+				rs, err := r.fetch(ctx, after, now)
 				ahead <- fetched{rs, err}
 			}(rows[len(rows)-1].Pos)
 		}
@@ -322,15 +328,15 @@ type fetched struct {
 }
 
 // fetch sequences newly committed rows and reads a batch of the owned
-// shards' unsent rows after position after.
-func (r *Relay) fetch(ctx context.Context, after int64) ([]driver.OutboxRow, error) {
+// shards' unsent rows after position after, of keys not held at now.
+func (r *Relay) fetch(ctx context.Context, after int64, now time.Time) ([]driver.OutboxRow, error) {
 	if r.d.OutboxNeedsSequencing() {
 		if err := r.sequence(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
-		Shards: r.shards, Now: r.cfg.Now(), AfterPos: after, Limit: r.cfg.BatchSize})
+		Shards: r.shards, Now: now, AfterPos: after, Limit: r.cfg.BatchSize})
 }
 
 type published struct {
