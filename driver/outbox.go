@@ -17,20 +17,16 @@ const OutboxShards = 64
 type OutboxDriver interface {
 	// OutboxInsert writes rows in the caller's transaction.
 	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
-	// OutboxNeedsSequencing reports whether committed rows wait for
-	// OutboxSequence to get their position (Postgres), or get it at insert
-	// because writers are serialized (SQLite).
-	OutboxNeedsSequencing() bool
-	// OutboxSequence gives committed rows that have none a commit position,
-	// at most Limit of them, oldest id first, and returns how many it gave.
-	// Positions only grow: a row that commits later gets a later position,
-	// whatever its id. Concurrent callers do not block each other: one of
-	// them sequences, the others return 0.
-	OutboxSequence(ctx context.Context, tx Tx, p *OutboxSequenceParams) (int, error)
-	// OutboxFetch reads at most Limit unsent, live, sequenced rows of the
-	// given shards with a position above AfterPos, in position order,
-	// leaving out every row whose key is held (dead, or backing off until
-	// after Now).
+	// OutboxFetch reads at most Limit unsent, live rows of the given
+	// shards, oldest first, leaving out every row whose key is held (dead,
+	// or backing off until after Now). The read has no cursor: it starts
+	// from the oldest unsent row each time, so a row that committed late,
+	// or whose key was released meanwhile, is never passed over. Oldest is
+	// the commit order where writers are serialized (SQLite) and id order
+	// otherwise (Postgres): rows of one key written by transactions that
+	// lock the same business rows get ids in their commit order, and a row
+	// that commits after a later id was read goes out after it, which is
+	// its commit order too (docs/outbox.md).
 	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) ([]OutboxRow, error)
 	// OutboxMarkSent stamps rows as published, in one statement. With Lazy,
 	// the caller's commit may return before it is durable (see
@@ -41,8 +37,11 @@ type OutboxDriver interface {
 	// OutboxFail records a failed attempt on a row and holds its key: until
 	// HoldUntil, or for good when Dead (the row becomes a dead letter).
 	OutboxFail(ctx context.Context, tx Tx, p *OutboxFailParams) error
-	// OutboxList reads a tenant's sequenced rows after a position, in
-	// position order, at most Limit.
+	// OutboxList reads a tenant's rows after the list position (AfterTx,
+	// AfterPos), in list order, at most Limit. It never returns a row that a
+	// later call could place before one it returned: on Postgres it holds
+	// back rows of a transaction while any transaction that began writing
+	// before it is still open (see OutboxRow.Tx).
 	OutboxList(ctx context.Context, tx Tx, p *OutboxListParams) ([]OutboxRow, error)
 	// OutboxListDead reads dead letters in position order, at most Limit.
 	OutboxListDead(ctx context.Context, tx Tx, p *OutboxListDeadParams) ([]OutboxRow, error)
@@ -79,7 +78,15 @@ type OutboxRow struct {
 	Payload   []byte // JSON
 	Headers   []byte // JSON object of strings, or nil
 	CreatedAt time.Time
-	Pos       int64 // commit position; 0 while unsequenced
+	// Tx and Pos are the row's list position: GET /v1/events lists rows in
+	// (Tx, Pos) order, and a cursor is the last row's pair. Pos is drawn at
+	// insert. SQLite serializes writers, so Pos alone is the commit order
+	// and Tx is 0. Postgres transactions commit out of the order they drew
+	// anything in, so Tx is the inserting transaction's id (xid8), and a
+	// list holds back the rows of transactions that some older, still open
+	// transaction could precede.
+	Tx        int64
+	Pos       int64
 	Attempts  int
 	LastError string
 	SentAt    time.Time // zero while unsent
@@ -90,15 +97,10 @@ type OutboxInsertParams struct {
 	Rows []OutboxRow
 }
 
-type OutboxSequenceParams struct {
-	Limit int
-}
-
 type OutboxFetchParams struct {
-	Shards   []int
-	Now      time.Time
-	AfterPos int64 // 0 reads from the start
-	Limit    int
+	Shards []int
+	Now    time.Time
+	Limit  int
 }
 
 type OutboxMarkSentParams struct {
@@ -120,6 +122,7 @@ type OutboxFailParams struct {
 
 type OutboxListParams struct {
 	Tenant   string
+	AfterTx  int64
 	AfterPos int64
 	Limit    int
 }

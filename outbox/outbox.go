@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -273,16 +274,16 @@ func validType(s string) bool {
 // List returns a tenant's messages in commit order, oldest first, after the
 // cursor ("" for the start), at most limit (0 means DefaultListLimit; at
 // most MaxListLimit). next is the cursor of the following page, "" when
-// this page is the last for now. Messages appear once a relay has given
-// them a commit position (see docs/outbox.md); one that commits late is
-// placed after every message already listed, so following cursors never
-// skips it.
+// this page is the last for now. On Postgres a message appears once every
+// transaction that began writing before its own has ended, so that no
+// message can later be listed before one already listed: following
+// cursors never skips one (see docs/outbox.md).
 func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, limit int) ([]Event, string, error) {
-	afterPos, limit, err := pageArgs(after, limit)
+	c, limit, err := pageArgs(after, limit)
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterPos: afterPos, Limit: limit + 1})
+	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterTx: c.tx, AfterPos: c.pos, Limit: limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
@@ -301,11 +302,11 @@ func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, l
 // Dead returns dead letters in commit order after the cursor, at most limit
 // (0 means DefaultListLimit; at most MaxListLimit), and the next cursor.
 func (o *Outbox) Dead(ctx context.Context, after string, limit int) ([]DeadLetter, string, error) {
-	afterPos, limit, err := pageArgs(after, limit)
+	c, limit, err := pageArgs(after, limit)
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := o.d.OutboxListDead(ctx, o.d.Reader(), &driver.OutboxListDeadParams{AfterPos: afterPos, Limit: limit + 1})
+	rows, err := o.d.OutboxListDead(ctx, o.d.Reader(), &driver.OutboxListDeadParams{AfterPos: c.pos, Limit: limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
@@ -335,21 +336,32 @@ func (o *Outbox) Redrive(ctx context.Context, id string) error {
 	return tx.Commit(ctx)
 }
 
-func pageArgs(after string, limit int) (int64, int, error) {
+// A cursor is the list position (driver.OutboxRow Tx and Pos) of the last
+// row of a page: "pos" when Tx is 0 (SQLite), "tx.pos" otherwise.
+type cursor struct{ tx, pos int64 }
+
+func pageArgs(after string, limit int) (cursor, int, error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
 	if limit < 1 || limit > MaxListLimit {
-		return 0, 0, fmt.Errorf("outbox: limit %d is outside 1..%d", limit, MaxListLimit)
+		return cursor{}, 0, fmt.Errorf("outbox: limit %d is outside 1..%d", limit, MaxListLimit)
 	}
 	if after == "" {
-		return 0, limit, nil
+		return cursor{}, limit, nil
 	}
-	pos, err := strconv.ParseInt(after, 10, 64)
-	if err != nil || pos < 0 {
-		return 0, 0, fmt.Errorf("%w: %q", ErrInvalidCursor, after)
+	var c cursor
+	txs, poss, two := strings.Cut(after, ".")
+	if !two {
+		txs, poss = "0", after
 	}
-	return pos, limit, nil
+	var err1, err2 error
+	c.tx, err1 = strconv.ParseInt(txs, 10, 64)
+	c.pos, err2 = strconv.ParseInt(poss, 10, 64)
+	if err1 != nil || err2 != nil || c.tx < 0 || c.pos < 0 || (two && c.tx == 0) {
+		return cursor{}, 0, fmt.Errorf("%w: %q", ErrInvalidCursor, after)
+	}
+	return c, limit, nil
 }
 
 func page(rows []driver.OutboxRow, limit int) ([]driver.OutboxRow, string) {
@@ -357,7 +369,11 @@ func page(rows []driver.OutboxRow, limit int) ([]driver.OutboxRow, string) {
 		return rows, ""
 	}
 	rows = rows[:limit]
-	return rows, strconv.FormatInt(rows[len(rows)-1].Pos, 10)
+	last := rows[len(rows)-1]
+	if last.Tx == 0 {
+		return rows, strconv.FormatInt(last.Pos, 10)
+	}
+	return rows, strconv.FormatInt(last.Tx, 10) + "." + strconv.FormatInt(last.Pos, 10)
 }
 
 func messageOf(r driver.OutboxRow) Message {

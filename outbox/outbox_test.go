@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,8 +56,11 @@ func TestEnqueueRollbackCommitPublish(t *testing.T) {
 	})
 }
 
-// Transaction A takes the lower id but commits after B: both are published
-// and both are listed, A after B (commit order).
+// Transaction A begins writing first (a lower id, a lower transaction id)
+// but commits after B. The relay, which reads without a cursor, publishes B
+// at once and A once it commits. The list holds B back while A is open, so
+// that no reader can pass B's cursor and then miss A; after A's commit it
+// lists A then B, and a reader that had listed A finds B after A's cursor.
 func TestOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
 	d := drivertest.Open(t, "postgres")
@@ -77,38 +81,42 @@ func TestOutOfOrderCommit(t *testing.T) {
 	enqueue(t, d, ob, b)
 	r.Notify()
 	waitFor(t, "b published", func() bool { c, _, _ := rec.snapshot(); return c[b.ID] == 1 })
-	// The relay has sequenced and published past a's id; a commits now.
+	listAll := func() []string {
+		var ids []string
+		after := ""
+		for {
+			events, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, after, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range events {
+				ids = append(ids, e.ID)
+			}
+			if next == "" {
+				return ids
+			}
+			after = next
+		}
+	}
+	if ids := listAll(); len(ids) != 0 {
+		t.Fatalf("listed %v while a, which began first, is open: want nothing yet", ids)
+	}
+
+	// The relay has published past a's id; a commits now.
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.Notify()
 	waitFor(t, "a published", func() bool { c, _, _ := rec.snapshot(); return c[a.ID] == 1 })
-
-	var ids []string
-	after := ""
-	for {
-		events, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, after, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range events {
-			ids = append(ids, e.ID)
-		}
-		if next == "" {
-			break
-		}
-		after = next
+	if ids := listAll(); len(ids) != 2 || ids[0] != a.ID || ids[1] != b.ID {
+		t.Fatalf("listed %v, want [a b] = [%s %s]", ids, a.ID, b.ID)
 	}
-	if len(ids) != 2 || ids[0] != b.ID || ids[1] != a.ID {
-		t.Fatalf("listed %v, want [b a] = [%s %s]", ids, b.ID, a.ID)
-	}
-	// A reader that had read up to b's cursor still finds a after it.
 	first, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 1)
-	if err != nil || len(first) != 1 {
-		t.Fatal(err)
+	if err != nil || len(first) != 1 || first[0].ID != a.ID {
+		t.Fatalf("first page: %+v, %v", first, err)
 	}
 	rest, _, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, next, 10)
-	if err != nil || len(rest) != 1 || rest[0].ID != a.ID {
+	if err != nil || len(rest) != 1 || rest[0].ID != b.ID {
 		t.Fatalf("after cursor %s: %+v, %v", next, rest, err)
 	}
 }
@@ -344,4 +352,65 @@ func TestEnqueueValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A redrive that lands while a relay's cycle is reading ahead: the
+// redriven message still goes out before the later messages of its key.
+// The redrive happens inside the cycle's first publish, after the cycle
+// judged the key held and while its later messages still lie ahead.
+func TestRedriveMidCycle(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		ob := newOutbox(t, d)
+		poison := msg("k", 0)
+		enqueue(t, d, ob, poison)
+		refuse := newRecorder(nil)
+		refuse.fail = func(outbox.Message, int) error { return errors.New("refused") }
+		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: refuse, MaxAttempts: 1})
+		waitFor(t, "dead letter", func() bool { s, err := ob.Stats(ctx); return err == nil && s.Dead == 1 })
+		stop()
+
+		// 60 messages of other keys, then the dead key's later ones: a
+		// relay reading 10 at a time meets them after several read-aheads.
+		var batch []outbox.Message
+		for i := range 60 {
+			batch = append(batch, msg(fmt.Sprintf("o%d", i%6), i))
+		}
+		var later []string
+		for i := 1; i <= 5; i++ {
+			m := msg("k", i)
+			later = append(later, m.ID)
+			batch = append(batch, m)
+		}
+		enqueue(t, d, ob, batch...)
+
+		var once sync.Once
+		rec := newRecorder(nil)
+		rec.fail = func(outbox.Message, int) error {
+			once.Do(func() {
+				if err := ob.Redrive(ctx, poison.ID); err != nil {
+					t.Errorf("redrive: %v", err)
+				}
+			})
+			return nil
+		}
+		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 10})
+		r.Notify()
+		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+
+		_, order, overlap := rec.snapshot()
+		var got []string
+		for _, id := range order {
+			if id == poison.ID || slices.Contains(later, id) {
+				got = append(got, id)
+			}
+		}
+		want := append([]string{poison.ID}, later...)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("key k went out as %v, want %v", got, want)
+		}
+		if overlap {
+			t.Fatal("two messages of one key in flight at once")
+		}
+	})
 }

@@ -243,60 +243,61 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // cycle publishes the owned shards' unsent rows batch after batch, as a
-// pipeline: while one batch is being published, the next is sequenced and
-// read, and the batch before it is being marked sent. It stops after a
-// batch that was not full, a failure, or at the next lease renewal, and
-// returns the size of the last batch read (BatchSize means more is likely
-// waiting).
+// pipeline: while one batch is being published, the batch before it is
+// marked sent and then the next one is read. It stops after a batch that
+// was not full, a failure, or at the next lease renewal, and returns the
+// size of the last batch read (BatchSize means more is likely waiting).
 //
-// The next batch is read with a position cursor: only rows after the
-// current batch's last position. Rows sequenced later get larger positions
-// (docs/outbox.md), so the cursor skips nothing but the rows of the batch in
-// flight, and those rows are never read twice. A row of the next batch is
-// published only after the whole current batch was acknowledged, so a key
-// with a row in both never has two in flight, and its rows reach the broker
-// in order; marking them sent can lag behind, as within a batch, because a
-// republish after a crash is dropped by the broker's deduplication. A
-// failure or outage ends the pipeline: the rows read ahead are dropped
-// unpublished, and the next cycle reads again from the start, where held
-// keys are left out.
+// Every read starts from the oldest unsent row and leaves out the batch in
+// flight (the one before it is marked by then): so no row is read twice,
+// and none is passed over, not one that committed late nor one whose key
+// was released mid-cycle (a backoff that ended, a redrive), since a key's
+// oldest unsent row comes first in any read that holds its later ones. A
+// row of the next batch is published only after the whole current batch
+// was acknowledged, so a key with a row in both never has two in flight,
+// and its rows reach the broker in order; marking them sent can lag
+// behind, as within a batch, because a republish after a crash is dropped
+// by the broker's deduplication. A failure or outage ends the pipeline:
+// the rows read ahead are dropped unpublished, and the next cycle reads
+// again, where held keys are left out.
 func (r *Relay) cycle(ctx context.Context) (int, error) {
 	if len(r.shards) == 0 {
 		return 0, nil
 	}
-	// Every fetch of the cycle judges key holds at the cycle's start: a key
-	// held then stays out of the whole cycle. Were its hold to expire
-	// between the first fetch and a read-ahead, the read-ahead (positions
-	// after the cursor) would take the key's later messages while its
-	// earlier, refused one waits behind the cursor: out of order.
-	now := r.cfg.Now()
-	rows, err := r.fetch(ctx, 0, now)
+	rows, err := r.fetch(ctx, nil)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
 	var marking chan error // the previous batch's mark-sent, when in flight
 	for {
-		var ahead chan fetched
-		if len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt) {
-			ahead = make(chan fetched, 1)
-			go func(after int64) {
-				rs, err := r.fetch(ctx, after, now)
-				ahead <- fetched{rs, err}
-			}(rows[len(rows)-1].Pos)
-		}
+		done := make(chan publishResult, 1)
+		go func(rows []driver.OutboxRow) {
+			res, err := r.publish(ctx, rows)
+			done <- publishResult{res, err}
+		}(rows)
 
-		res, err := r.publish(ctx, rows)
 		var markErr error
 		if marking != nil {
 			markErr = <-marking
 			marking = nil
 		}
-		if err != nil || markErr != nil || res.outage != nil || len(res.failed) > 0 || ahead == nil {
-			if ahead != nil {
-				<-ahead // dropped: read again from the start next cycle
+		var next fetched
+		readAhead := markErr == nil && len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt)
+		if readAhead {
+			inFlight := make([]string, len(rows))
+			for i, row := range rows {
+				inFlight[i] = row.ID
 			}
-			if err != nil {
-				return 0, err
+			next.rows, next.err = r.fetch(ctx, inFlight)
+		}
+
+		p := <-done
+		res := p.res
+		if p.err != nil || markErr != nil || res.outage != nil || len(res.failed) > 0 || !readAhead {
+			// The rows read ahead, if any, are dropped: read again next
+			// cycle.
+			if p.err != nil {
+				return 0, p.err
 			}
 			if rerr := r.record(ctx, res.sent, res.failed); rerr != nil {
 				return 0, rerr
@@ -309,7 +310,6 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 
 		marking = make(chan error, 1)
 		go func(sent []string) { marking <- r.record(ctx, sent, nil) }(res.sent)
-		next := <-ahead
 		if next.err != nil || len(next.rows) == 0 {
 			// Nothing more to publish: the cycle ends once its last mark
 			// is in, so the next cycle cannot read those rows again.
@@ -322,21 +322,39 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	}
 }
 
+type publishResult struct {
+	res published
+	err error
+}
+
 type fetched struct {
 	rows []driver.OutboxRow
 	err  error
 }
 
-// fetch sequences newly committed rows and reads a batch of the owned
-// shards' unsent rows after position after, of keys not held at now.
-func (r *Relay) fetch(ctx context.Context, after int64, now time.Time) ([]driver.OutboxRow, error) {
-	if r.d.OutboxNeedsSequencing() {
-		if err := r.sequence(ctx); err != nil {
-			return nil, err
+// fetch reads a batch of the owned shards' unsent rows of keys not held
+// now, but the rows in flight (the ids in exclude). Those are the oldest
+// unsent rows, so the read asks for as many more and drops them here: a
+// read that leaves them out in SQL depends on a join plan that the database
+// can get badly wrong (a nested loop over both lists) while the table's
+// statistics lag behind a fast-growing backlog.
+func (r *Relay) fetch(ctx context.Context, exclude []string) ([]driver.OutboxRow, error) {
+	rows, err := r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
+		Shards: r.shards, Now: r.cfg.Now(), Limit: r.cfg.BatchSize + len(exclude)})
+	if err != nil || len(exclude) == 0 {
+		return rows, err
+	}
+	skip := make(map[string]struct{}, len(exclude))
+	for _, id := range exclude {
+		skip[id] = struct{}{}
+	}
+	out := rows[:0]
+	for _, row := range rows {
+		if _, ok := skip[row.ID]; !ok && len(out) < r.cfg.BatchSize {
+			out = append(out, row)
 		}
 	}
-	return r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
-		Shards: r.shards, Now: now, AfterPos: after, Limit: r.cfg.BatchSize})
+	return out, nil
 }
 
 type published struct {
@@ -408,18 +426,6 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 type failure struct {
 	row driver.OutboxRow
 	err error
-}
-
-func (r *Relay) sequence(ctx context.Context) error {
-	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := r.d.OutboxSequence(ctx, tx, &driver.OutboxSequenceParams{Limit: 2 * r.cfg.BatchSize}); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // record marks published rows sent and failed ones retried later (or dead)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/idemhq/idem/driver"
@@ -14,32 +15,19 @@ INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, create
 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
                      $6::bytea[], $7::bytea[], $8::timestamptz[])`
 
-// The sequencer's lock is transaction-scoped: the next sequencer can take it
-// only after this one committed, so its statement sees every position given
-// here and draws larger ones. A row that commits after this statement's
-// snapshot is left for the next pass and gets a larger position.
-const sqlOutboxSequenceLock = `SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '.idem_outbox_pos'))`
-
-// nextval is drawn in the outer query, over rows the inner one sorted, so
-// positions follow id order within a pass (a transaction's own rows keep
-// their enqueue order).
-const sqlOutboxSequence = `
-UPDATE idem_outbox o SET pos = s.pos
-  FROM (SELECT id, nextval('idem_outbox_pos_seq') AS pos
-          FROM (SELECT id FROM idem_outbox WHERE pos IS NULL ORDER BY id LIMIT $1) t) s
- WHERE o.id = s.id`
-
+// txid is an xid8, read as text into an int64 (xid8 values are far below
+// 2^63: an epoch count times 2^32 plus a 32-bit id).
 const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
-       coalesce(pos, 0), attempts, coalesce(last_error, ''), sent_at, dead_at`
+       txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
 
 const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
- WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.pos IS NOT NULL
-   AND o.shard = ANY($1::integer[]) AND o.pos > $4
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL
+   AND o.shard = ANY($1::integer[])
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))
- ORDER BY o.pos
+ ORDER BY o.id
  LIMIT $3`
 
 // The ids arrive as one array, joined by primary key: one statement and one
@@ -64,12 +52,17 @@ const sqlOutboxHold = `
 INSERT INTO idem_outbox_holds (tenant, okey, until, dead) VALUES ($1, $2, $3, $4)
 ON CONFLICT (tenant, okey) DO UPDATE SET until = EXCLUDED.until, dead = EXCLUDED.dead`
 
+// A row is listed once every transaction with a smaller id has ended
+// (txid below the statement snapshot's xmin): no transaction that could
+// still commit a row before it in list order is open, so a cursor that has
+// passed a row has passed every row that will ever come before it.
 const sqlOutboxList = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox
- WHERE tenant = $1 AND pos > $2
- ORDER BY pos
- LIMIT $3`
+ WHERE tenant = $1 AND (tenant, txid, pos) > ($1, $2::text::xid8, $3)
+   AND txid < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY txid, pos
+ LIMIT $4`
 
 const sqlOutboxListDead = `
 SELECT ` + outboxColumns + `
@@ -148,22 +141,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return err
 }
 
-func (d *Driver) OutboxNeedsSequencing() bool { return true }
-
-func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.OutboxSequenceParams) (int, error) {
-	var locked bool
-	if err := tx.QueryRow(ctx, sqlOutboxSequenceLock).Scan(&locked); err != nil {
-		return 0, err
-	}
-	if !locked {
-		return 0, nil
-	}
-	n, err := tx.Exec(ctx, sqlOutboxSequence, p.Limit)
-	return int(n), err
-}
-
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit, p.AfterPos)
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
 }
 
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
@@ -185,7 +164,7 @@ func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxF
 }
 
 func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxList, p.Tenant, p.AfterPos, p.Limit)
+	return queryOutboxRows(ctx, tx, sqlOutboxList, p.Tenant, strconv.FormatInt(p.AfterTx, 10), p.AfterPos, p.Limit)
 }
 
 func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
@@ -292,7 +271,7 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any)
 		var r driver.OutboxRow
 		var sent, dead *time.Time
 		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&r.CreatedAt, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
 			return nil, err
 		}
 		if sent != nil {

@@ -16,13 +16,13 @@ INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, create
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`
 
 const outboxColumns = `id, tenant, type, okey, shard, payload, headers, created_at,
-       pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
+       0, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
 
 const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL
-   AND o.shard IN (SELECT value FROM json_each(?1)) AND o.pos > ?4
+   AND o.shard IN (SELECT value FROM json_each(?1))
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > ?2))
  ORDER BY o.pos
@@ -114,14 +114,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return nil
 }
 
-func (d *Driver) OutboxNeedsSequencing() bool { return false }
-
-func (d *Driver) OutboxSequence(ctx context.Context, tx driver.Tx, p *driver.OutboxSequenceParams) (int, error) {
-	return 0, nil
-}
-
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit, p.AfterPos)
+	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit)
 }
 
 // OutboxMarkSent ignores Lazy: SQLite's commit cost is the driver's
@@ -250,7 +244,7 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...an
 		var created int64
 		var sent, dead sql.NullInt64
 		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&created, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
 			return nil, err
 		}
 		r.CreatedAt = fromMicros(created)
