@@ -166,7 +166,12 @@ func (c *natsCluster) waitHealthy(ctx context.Context) error {
 	var last string
 	for {
 		last = ""
-		if _, err := js.AccountInfo(ctx); err != nil {
+		// A request no server answers (no leader yet) waits for its
+		// context: bound each attempt.
+		actx, acancel := context.WithTimeout(ctx, time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err != nil {
 			last = "JetStream: " + err.Error()
 		}
 		c.mu.Lock()

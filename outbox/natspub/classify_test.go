@@ -38,10 +38,10 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// Replicas defaults to 1 and is bounded by JetStream's 1..5.
+// Replicas is bounded by JetStream's 1..5 (0: the default).
 func TestConfigReplicas(t *testing.T) {
 	t.Parallel()
-	if c := (Config{}).withDefaults(); c.Replicas != 1 || c.validate() != nil {
+	if c := (Config{}).withDefaults(); c.validate() != nil {
 		t.Fatalf("default: %+v %v", c, c.validate())
 	}
 	for _, r := range []int{-1, 6} {

@@ -42,7 +42,9 @@ type Config struct {
 	MaxPending int
 	// Replicas is how many servers of a NATS cluster keep the stream. With
 	// 3 the stream keeps accepting (and deduplicating) messages while one
-	// server is down. Default 1; bound 1..5 (JetStream's own limit).
+	// server is down. Default: an existing stream keeps its own count (one
+	// an operator created with 3 is not scaled down), a new one gets 1;
+	// bound 1..5 (JetStream's own limit).
 	Replicas int
 }
 
@@ -59,9 +61,6 @@ func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {
 		c.MaxPending = 4096
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 	return c
 }
 
@@ -72,7 +71,7 @@ func (c Config) validate() error {
 	if c.MaxPending < 1 || c.MaxPending > 65536 {
 		return fmt.Errorf("natspub: MaxPending %d is outside 1..65536", c.MaxPending)
 	}
-	if c.Replicas < 1 || c.Replicas > 5 {
+	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("natspub: Replicas %d is outside 1..5", c.Replicas)
 	}
 	return nil
@@ -87,7 +86,7 @@ type Publisher struct {
 }
 
 // New ensures the stream exists (creating it, or setting its duplicate
-// window and replicas to cfg's) and returns a publisher on nc. With ownConn the
+// window, and its replicas when cfg names them, to cfg's) and returns a publisher on nc. With ownConn the
 // publisher closes nc on Close.
 func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
@@ -97,6 +96,16 @@ func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publish
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
 		return nil, fmt.Errorf("natspub: %w", err)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+		st, err := js.Stream(ctx, cfg.Stream)
+		switch {
+		case err == nil:
+			cfg.Replicas = st.CachedInfo().Config.Replicas
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("natspub: stream %s: %w", cfg.Stream, err)
+		}
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       cfg.Stream,
