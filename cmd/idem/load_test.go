@@ -170,7 +170,14 @@ func TestLoadChaos(t *testing.T) {
 func TestLoadChaosFaults(t *testing.T) {
 	t.Parallel()
 	pg := testpg.NewCluster(t)
-	r, err := loadRun(t, "--chaos", "--db", pg.URL, "--serve-bin", binary(t), "--kill-every", "3s",
+	// A SIGKILLed server's relay shards wait for their lease to expire
+	// before another server's relay publishes them: a short lease keeps
+	// the verifier's wait for the last events short.
+	serveCfg := filepath.Join(t.TempDir(), "idem.yaml")
+	if err := os.WriteFile(serveCfg, []byte("relay_lease: 5s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadRun(t, "--chaos", "--db", pg.URL, "--serve-bin", binary(t), "--serve-config", serveCfg, "--kill-every", "3s",
 		"--chaos-db-restart", pg.RestartCommand(), "--chaos-db-every", "5s",
 		"--chaos-nats", "--chaos-nats-every", "4s", "--chaos-nats-down", "2s",
 		"--duration", "14s", "--operations", "1000000", "--concurrency", "8", "--seed", "11")
