@@ -70,7 +70,7 @@ type ChaosConfig struct {
 	// ±50%. Default 10s; bound 1s..1h.
 	NATSEvery time.Duration
 	// NATSDown is how long a node stays down before it starts again on its
-	// ports with its store directory. Default 3s; bound 0..1m.
+	// ports with its store directory. Default 3s; bound 100ms..1m.
 	NATSDown time.Duration
 }
 
@@ -131,8 +131,8 @@ func (c ChaosConfig) validate() error {
 		return fmt.Errorf("load: database restart timeout %s is outside 1s..10m", c.DBTimeout)
 	case c.NATSEvery < time.Second || c.NATSEvery > time.Hour:
 		return fmt.Errorf("load: NATS node kill interval %s is outside 1s..1h", c.NATSEvery)
-	case c.NATSDown < 0 || c.NATSDown > time.Minute:
-		return fmt.Errorf("load: NATS node downtime %s is outside 0..1m", c.NATSDown)
+	case c.NATSDown < 100*time.Millisecond || c.NATSDown > time.Minute:
+		return fmt.Errorf("load: NATS node downtime %s is outside 100ms..1m", c.NATSDown)
 	}
 	return nil
 }
