@@ -20,6 +20,7 @@ import (
 const loadUsage = `Usage:
   idem load   --target URL [flags]        duplicate-heavy load, then verify exactly-once
   idem load   --chaos --db URL [flags]    the same against servers it runs and SIGKILLs
+              [--chaos-db-restart CMD] [--chaos-nats]   also restart the database, NATS nodes
   idem load verify --target URL --journal FILE [--json]   verify a recorded run again
 
 Every flag also reads IDEM_LOAD_<FLAG> (--kill-every: IDEM_LOAD_KILL_EVERY);
@@ -142,6 +143,12 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		servers   = l.int("servers", 2, "chaos servers running at once")
 		killEvery = l.dur("kill-every", 3*time.Second, "mean interval between SIGKILLs (jittered ±50%)")
 		serveCfg  = l.str("serve-config", "", "configuration file the chaos servers read (serve --config): the webhook endpoints")
+		dbRestart = l.str("chaos-db-restart", "", "shell command (sh -c) that restarts the database, run at random intervals, e.g. 'scripts/pg restart DIR'")
+		dbEvery   = l.dur("chaos-db-every", 20*time.Second, "mean interval between database restarts (jittered ±50%)")
+		dbTimeout = l.dur("chaos-db-timeout", 60*time.Second, "bound on one run of the database restart command")
+		chaosNATS = l.bool("chaos-nats", false, "run a 3-node NATS cluster the servers publish to (3 replicas), shut a node down at random intervals, and check the stream")
+		natsEvery = l.dur("chaos-nats-every", 10*time.Second, "mean interval between NATS node shutdowns (jittered ±50%)")
+		natsDown  = l.dur("chaos-nats-down", 3*time.Second, "how long a NATS node stays down")
 	)
 	if l.err != nil {
 		return l.err
@@ -196,6 +203,15 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *serveCfg != "" && !*chaos {
 			return errors.New("load: --serve-config configures the servers --chaos runs; a --target service reads its own --config")
 		}
+		if *dbRestart != "" && !*chaos {
+			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
+		}
+		if *chaosNATS && !*chaos {
+			return errors.New("load: --chaos-nats runs the NATS cluster of the servers --chaos runs: add --chaos")
+		}
+		if *chaosNATS && cfg.NATS != "" {
+			return errors.New("load: --chaos-nats checks the stream of its own cluster: drop --nats")
+		}
 		if *chaos {
 			if len(cfg.Targets) > 0 {
 				return errors.New("load: --chaos runs its own servers; drop --target")
@@ -210,13 +226,21 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				args = []string{"--config", p}
 			}
 			sup, err = load.StartChaos(ctx, load.ChaosConfig{Bin: *serveBin, DB: *db, Servers: *servers,
-				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args})
+				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
+				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
+				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
 			if err != nil {
 				return err
 			}
 			defer sup.Close()
 			cfg.Pool = sup.Pool()
 			cfg.Targets = nil
+			if *chaosNATS {
+				// The verifier checks the cluster's stream: one message
+				// per event, none missing, none doubled.
+				cfg.NATS = sup.NATSURL()
+				cfg.CheckEvents = true
+			}
 		}
 		report, err = runLoad(ctx, cfg, sup, *journal)
 	}
@@ -250,6 +274,8 @@ func runLoad(ctx context.Context, cfg load.Config, sup *load.Supervisor, journal
 	report, j, err := load.Run(ctx, cfg)
 	if sup != nil && report != nil {
 		report.Restarts = sup.Kills()
+		report.DBRestarts = sup.DBRestarts()
+		report.NATSKills = sup.NATSKills()
 	}
 	if j != nil && journal != "" {
 		if werr := j.WriteFile(journal); werr != nil && err == nil {

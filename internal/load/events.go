@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"reflect"
@@ -232,9 +233,23 @@ func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
 // natsCheck reads stream IDEM whole and checks it holds exactly one message
 // per event, identified by the Nats-Msg-Id header.
 func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
-	counts, err := streamMsgIDs(ctx, v.cfg.NATS)
-	if err != nil {
-		return err
+	// A cluster that has just had a node restart may not know a new
+	// consumer everywhere at once (no responders to its first fetch), so
+	// a failed read is tried again, a few times, with a new consumer.
+	var counts map[string]int
+	var err error
+	for attempt := 1; ; attempt++ {
+		if counts, err = streamMsgIDs(ctx, v.cfg.NATS); err == nil {
+			break
+		}
+		if attempt == natsReadAttempts || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	for _, ev := range evs {
 		switch n := counts[ev.ID]; {
@@ -246,6 +261,9 @@ func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
 	}
 	return nil
 }
+
+// natsReadAttempts bounds the reads of the stream natsCheck tries.
+const natsReadAttempts = 5
 
 // streamMsgIDs counts the messages of stream IDEM by Nats-Msg-Id.
 func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
@@ -271,7 +289,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: stream %s: consumer: %w", natsStream, err)
 	}
-	for empty := 0; empty < 3; {
+	for empty, unheard := 0, 0; empty < 3; {
 		// FetchNoWait answers with what is stored now; every batch is read
 		// to its end, so no fetch is left running behind the return.
 		batch, err := cons.FetchNoWait(500)
@@ -287,6 +305,14 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 			}
 		}
 		if err := batch.Error(); err != nil {
+			if got == 0 && errors.Is(err, nats.ErrNoResponders) && unheard < 25 {
+				// In a cluster the new consumer's interest reaches our
+				// server a moment after its creation: nothing was
+				// delivered, so ask again.
+				unheard++
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
 			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
 		}
 		if done {

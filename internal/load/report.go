@@ -60,6 +60,8 @@ type Report struct {
 	Retries        int64              `json:"retries"`
 	Probes         int                `json:"probes"`
 	Restarts       int                `json:"restarts"`
+	DBRestarts     int                `json:"db_restarts"`
+	NATSKills      int                `json:"nats_node_kills"`
 	EventsChecked  int                `json:"events_checked"`
 	WebhookEvents  int                `json:"webhook_events"`
 	Latency        map[string]Latency `json:"latency"`
@@ -174,6 +176,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(tw, "retries\t%d\n", r.Retries)
 	if r.Restarts > 0 {
 		fmt.Fprintf(tw, "server kills\t%d\n", r.Restarts)
+	}
+	if r.DBRestarts > 0 {
+		fmt.Fprintf(tw, "db restarts\t%d\n", r.DBRestarts)
+	}
+	if r.NATSKills > 0 {
+		fmt.Fprintf(tw, "nats node kills\t%d\n", r.NATSKills)
 	}
 	fmt.Fprintf(tw, "replay probes\t%d\n", r.Probes)
 	if r.EventsChecked > 0 {

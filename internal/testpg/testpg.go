@@ -121,7 +121,10 @@ type Cluster struct {
 	dir string
 }
 
-// NewCluster starts a cluster for tb, removed when tb ends.
+// NewCluster starts a cluster for tb, removed when tb ends. It commits
+// synchronously (fsync stays off): a crash of the server loses no
+// acknowledged commit, so tests that crash it (Restart) find nothing lost
+// that the service was told had committed.
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	// Not tb.TempDir: its parents are private to us, and the cluster runs
@@ -135,7 +138,7 @@ func NewCluster(tb testing.TB) *Cluster {
 		tb.Fatal(err)
 	}
 	c := &Cluster{dir: filepath.Join(parent, "pg")}
-	out, err := exec.Command(script(), "start", c.dir).Output()
+	out, err := exec.Command(script(), "start", c.dir, "--crash-safe").Output()
 	if err != nil {
 		tb.Fatalf("testpg: start cluster: %v %s", err, stderrOf(err))
 	}
@@ -149,6 +152,22 @@ func (c *Cluster) Pause(tb testing.TB) { c.run(tb, "pause") }
 
 // Resume starts it again on the same port.
 func (c *Cluster) Resume(tb testing.TB) { c.run(tb, "resume") }
+
+// Restart crashes the server (immediate-mode stop: no shutdown
+// checkpoint, crash recovery at start) and starts it again on the same port.
+func (c *Cluster) Restart(tb testing.TB) { c.run(tb, "restart") }
+
+// RestartCommand is a shell command line that does what Restart does, for
+// a process that restarts the cluster itself (idem load
+// --chaos-db-restart).
+func (c *Cluster) RestartCommand() string {
+	return shellQuote(script()) + " restart " + shellQuote(c.dir)
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
 
 func (c *Cluster) run(tb testing.TB, cmd string) {
 	tb.Helper()

@@ -40,6 +40,12 @@ type Config struct {
 	// MaxPending bounds the asynchronous publishes awaiting an ack.
 	// Default 4096; bound 1..65536.
 	MaxPending int
+	// Replicas is how many servers of a NATS cluster keep the stream. With
+	// 3 the stream keeps accepting (and deduplicating) messages while one
+	// server is down. Default: an existing stream keeps its own count (one
+	// an operator created with 3 is not scaled down), a new one gets 1;
+	// bound 1..5 (JetStream's own limit).
+	Replicas int
 }
 
 func (c Config) withDefaults() Config {
@@ -65,6 +71,9 @@ func (c Config) validate() error {
 	if c.MaxPending < 1 || c.MaxPending > 65536 {
 		return fmt.Errorf("natspub: MaxPending %d is outside 1..65536", c.MaxPending)
 	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("natspub: Replicas %d is outside 1..5", c.Replicas)
+	}
 	return nil
 }
 
@@ -76,8 +85,8 @@ type Publisher struct {
 	closeNC bool
 }
 
-// New ensures the stream exists (creating it, or widening its duplicate
-// window to cfg's) and returns a publisher on nc. With ownConn the
+// New ensures the stream exists (creating it, or setting its duplicate
+// window, and its replicas when cfg names them, to cfg's) and returns a publisher on nc. With ownConn the
 // publisher closes nc on Close.
 func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
@@ -88,11 +97,22 @@ func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publish
 	if err != nil {
 		return nil, fmt.Errorf("natspub: %w", err)
 	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+		st, err := js.Stream(ctx, cfg.Stream)
+		switch {
+		case err == nil:
+			cfg.Replicas = st.CachedInfo().Config.Replicas
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("natspub: stream %s: %w", cfg.Stream, err)
+		}
+	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   []string{cfg.SubjectPrefix + ".>"},
 		Duplicates: cfg.Duplicates,
 		Storage:    cfg.Storage,
+		Replicas:   cfg.Replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natspub: stream %s: %w", cfg.Stream, err)
@@ -143,8 +163,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 }
 
 // classify marks connection-level faults as the broker's: the message
-// itself was not refused.
+// itself was not refused. In a cluster that includes the stream answering
+// 503 (no quorum, JetStream temporarily unavailable) or being offline
+// while a server is down or its leader moves: the relay backs off and
+// republishes, and the stream's duplicate window drops what had landed.
 func classify(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode]) {
+		return outbox.Unavailable(err)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
@@ -154,6 +181,13 @@ func classify(err error) error {
 		return outbox.Unavailable(err)
 	}
 	return err
+}
+
+// offline holds the JetStream error codes of a stream or its cluster being
+// offline (answered with status 500, not 503).
+var offline = map[jetstream.ErrorCode]bool{
+	10118: true, // stream is offline
+	10194: true, // stream is offline: {err}
 }
 
 // Close waits briefly for outstanding acks and closes the connection when

@@ -1,0 +1,113 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/broker"
+)
+
+// The chaos run's NATS cluster with a stream of three replicas, as idem
+// serve creates it from nats://…?replicas=3: with any one node down the
+// stream still takes messages, and republishing every message after each
+// node's restart (the stream's leader moves) adds nothing. The verifier's
+// reader then counts exactly one message per id.
+func TestNATSClusterFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := startNATSCluster(ctx, t.TempDir(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p, err := broker.Open(ctx, c.URL()+"?replicas=3", broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+
+	var sent []outbox.Message
+	publish := func(msgs []outbox.Message) {
+		t.Helper()
+		// The relay's way: an outage is retried until it passes.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			errs := p.Publish(pctx, msgs)
+			cancel()
+			var failed error
+			for _, err := range errs {
+				if err != nil {
+					failed = err
+				}
+			}
+			if failed == nil {
+				return
+			}
+			if !errors.Is(failed, outbox.ErrUnavailable) {
+				// The relay would count it toward a dead letter.
+				t.Fatalf("a cluster fault reported as the message's: %v", failed)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("publish: %v", failed)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for node := range natsNodes {
+		batch := make([]outbox.Message, 20)
+		for i := range batch {
+			batch[i] = outbox.Message{ID: fmt.Sprintf("m%d-%d", node, i), Tenant: "acme", Type: "t.x",
+				Key: "k", Payload: []byte(`{}`), CreatedAt: time.Now()}
+		}
+		c.stop(node)
+		publish(batch) // with one of three nodes down
+		sent = append(sent, batch...)
+		if err := c.start(node); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.waitHealthy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		publish(sent) // every message again: all dropped as duplicates
+	}
+	counts, err := streamMsgIDs(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != len(sent) {
+		t.Errorf("stream holds %d ids, want %d", len(counts), len(sent))
+	}
+	for _, m := range sent {
+		if counts[m.ID] != 1 {
+			t.Errorf("message %s: %d copies in the stream", m.ID, counts[m.ID])
+		}
+	}
+
+	// A relay whose URL names no replicas leaves the stream's three alone.
+	p2, err := broker.Open(ctx, c.URL(), broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Close()
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(ctx, natsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().Config.Replicas; n != natsNodes {
+		t.Errorf("stream has %d replicas after a relay without ?replicas, want %d", n, natsNodes)
+	}
+}
