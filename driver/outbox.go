@@ -17,8 +17,8 @@ const OutboxShards = 64
 type OutboxDriver interface {
 	// OutboxInsert writes rows in the caller's transaction.
 	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
-	// OutboxFetch reads at most Limit unsent, live rows of the given
-	// shards, oldest first, leaving out every row whose key is held (dead,
+	// OutboxFetch reads, in tx (a read-only transaction of its own), at
+	// most Limit unsent, live rows of the given shards, oldest first, leaving out every row whose key is held (dead,
 	// or backing off until after Now). The read has no cursor: it starts
 	// from the oldest unsent row each time, so a row that committed late,
 	// or whose key was released meanwhile, is never passed over. Oldest is

@@ -3,7 +3,9 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +20,8 @@ import (
 // BenchmarkRelayDrain drains a backlog of b.N rows (run with
 // -benchtime=100000x) from Postgres into a file-backed embedded JetStream,
 // and measures the JetStream ceiling in the same run: raw async publishes
-// with message ids into the same kind of stream.
+// with message ids into the same kind of stream. The relay's batch size is
+// 2000, or RELAY_BATCH.
 func BenchmarkRelayDrain(b *testing.B) {
 	ctx := context.Background()
 	d := drivertest.Open(b, "postgres")
@@ -39,7 +42,11 @@ func BenchmarkRelayDrain(b *testing.B) {
 	// would take a core from the database under test.
 	var acked atomic.Int64
 	pub := &latencyPub{inner: st.pub, done: func(string) { acked.Add(1) }}
-	r := runRelay(b, d, outbox.RelayConfig{Publisher: pub, BatchSize: 2000})
+	batch := 2000
+	if v, err := strconv.Atoi(os.Getenv("RELAY_BATCH")); err == nil {
+		batch = v
+	}
+	r := runRelay(b, d, outbox.RelayConfig{Publisher: pub, BatchSize: batch})
 	r.Notify()
 	waitForN(b, func() bool { return acked.Load() >= int64(b.N) })
 	for unsent(b, d) != 0 {

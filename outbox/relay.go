@@ -339,10 +339,21 @@ type fetched struct {
 // can get badly wrong (a nested loop over both lists) while the table's
 // statistics lag behind a fast-growing backlog.
 func (r *Relay) fetch(ctx context.Context, exclude []string) ([]driver.OutboxRow, error) {
-	rows, err := r.d.OutboxFetch(ctx, r.d.Reader(), &driver.OutboxFetchParams{
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	rows, err := r.d.OutboxFetch(ctx, tx, &driver.OutboxFetchParams{
 		Shards: r.shards, Now: r.cfg.Now(), Limit: r.cfg.BatchSize + len(exclude)})
-	if err != nil || len(exclude) == 0 {
-		return rows, err
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	if len(exclude) == 0 {
+		return rows, nil
 	}
 	skip := make(map[string]struct{}, len(exclude))
 	for _, id := range exclude {

@@ -141,7 +141,18 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return err
 }
 
+// The relay's read must walk idem_outbox_pending in id order and stop at
+// its limit. The planner does so when it knows the backlog's size, but a
+// backlog grows faster than statistics follow: believing in a dozen rows,
+// it reads every pending row through a bitmap and sorts them, a second per
+// read at a million. Local to the read's transaction: nothing else is
+// planned under these settings.
+const sqlOutboxFetchPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
+	if _, err := tx.Exec(ctx, sqlOutboxFetchPlan); err != nil {
+		return nil, err
+	}
 	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
 }
 
