@@ -17,17 +17,25 @@ const OutboxShards = 64
 type OutboxDriver interface {
 	// OutboxInsert writes rows in the caller's transaction.
 	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
-	// OutboxFetch reads, in tx (a read-only transaction of its own), at
-	// most Limit unsent, live rows of the given shards, oldest first, leaving out every row whose key is held (dead,
-	// or backing off until after Now). The read has no cursor: it starts
-	// from the oldest unsent row each time, so a row that committed late,
-	// or whose key was released meanwhile, is never passed over. Oldest is
-	// the commit order where writers are serialized (SQLite) and id order
-	// otherwise (Postgres): rows of one key written by transactions that
-	// lock the same business rows get ids in their commit order, and a row
-	// that commits after a later id was read goes out after it, which is
-	// its commit order too (docs/outbox.md).
-	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) ([]OutboxRow, error)
+	// OutboxHorizon returns the mark that a cycle's later reads use to find
+	// rows committed behind them (OutboxFetchParams.Horizon). Call it in
+	// the read-only transaction of the cycle's first read, before that
+	// read. Postgres: the xmin of a snapshot taken now, below which every
+	// transaction has ended. SQLite: 0 (writers are serialized, so nothing
+	// commits behind a read).
+	OutboxHorizon(ctx context.Context, tx Tx) (int64, error)
+	// OutboxFetch reads, in tx (a read-only transaction of its own), unsent
+	// live rows of the given shards, in read order (Postgres: id; SQLite:
+	// pos, the commit order), leaving out every row whose key is held at
+	// Now (dead, or backing off until after Now).
+	//
+	// Without After it reads the oldest Limit rows. With After (the last
+	// row a cycle has read) it reads the Limit oldest rows after After, and
+	// in Late the rows at or behind After, of transactions with ids at or
+	// above Horizon: rows that committed after the read that passed their
+	// place, oldest transaction first, at most LateLimit (LateFull when it
+	// stopped there). SQLite has no late rows.
+	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) (*OutboxFetched, error)
 	// OutboxMarkSent stamps rows as published, in one statement. With Lazy,
 	// the caller's commit may return before it is durable (see
 	// docs/outbox.md: a lost mark only causes a republish the broker drops);
@@ -45,12 +53,15 @@ type OutboxDriver interface {
 	OutboxList(ctx context.Context, tx Tx, p *OutboxListParams) ([]OutboxRow, error)
 	// OutboxListDead reads dead letters in position order, at most Limit.
 	OutboxListDead(ctx context.Context, tx Tx, p *OutboxListDeadParams) ([]OutboxRow, error)
-	// OutboxRedrive makes a dead letter live again with no attempts, and
-	// releases its key when no other dead letter holds it. ErrNotFound when
-	// no dead letter has the id.
+	// OutboxRedrive makes a dead letter live again with no attempts and,
+	// when no other dead letter holds its key, turns the key's hold into a
+	// backoff until Until: a relay cycle judges holds once, at its start, so
+	// a hold must not vanish under a cycle that saw it (OutboxFetch).
+	// ErrNotFound when no dead letter has the id.
 	OutboxRedrive(ctx context.Context, tx Tx, p *OutboxRedriveParams) error
 	// OutboxDeleteSent deletes at most Limit rows sent before Before, and
-	// expired holds, and returns how many rows it deleted.
+	// holds that expired before HoldsBefore, and returns how many rows it
+	// deleted.
 	OutboxDeleteSent(ctx context.Context, tx Tx, p *OutboxDeleteSentParams) (int, error)
 	// OutboxStats counts the backlog for metrics.
 	OutboxStats(ctx context.Context, tx Tx) (*OutboxStats, error)
@@ -98,9 +109,18 @@ type OutboxInsertParams struct {
 }
 
 type OutboxFetchParams struct {
-	Shards []int
-	Now    time.Time
-	Limit  int
+	Shards    []int
+	Now       time.Time
+	Limit     int
+	After     *OutboxRow
+	Horizon   int64
+	LateLimit int
+}
+
+type OutboxFetched struct {
+	Rows     []OutboxRow
+	Late     []OutboxRow
+	LateFull bool
 }
 
 type OutboxMarkSentParams struct {
@@ -133,13 +153,14 @@ type OutboxListDeadParams struct {
 }
 
 type OutboxRedriveParams struct {
-	ID string
+	ID    string
+	Until time.Time
 }
 
 type OutboxDeleteSentParams struct {
-	Before time.Time
-	Now    time.Time
-	Limit  int
+	Before      time.Time
+	HoldsBefore time.Time
+	Limit       int
 }
 
 // OutboxStats is the outbox's backlog at one moment.

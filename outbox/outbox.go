@@ -120,6 +120,13 @@ type Config struct {
 	// MaxPayloadBytes bounds one message's payload. Default 1 MiB; bound
 	// 1..16 MiB.
 	MaxPayloadBytes int
+	// RedriveDelay is how long a redriven message waits before a relay
+	// takes it. Its key stays held that long instead of being released at
+	// once, so that a relay cycle that began before the redrive, and judged
+	// the key held, keeps it held to its end (docs/outbox.md); the delay
+	// covers clock skew between the host that redrives and the relays'
+	// hosts. Default 5s; bound 1ms..1h.
+	RedriveDelay time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -127,6 +134,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = defaultMaxPayload
+	}
+	if c.RedriveDelay == 0 {
+		c.RedriveDelay = 5 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -137,6 +147,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.MaxPayloadBytes < 1 || c.MaxPayloadBytes > maxMaxPayload {
 		return fmt.Errorf("outbox: MaxPayloadBytes %d is outside 1..%d", c.MaxPayloadBytes, maxMaxPayload)
+	}
+	if c.RedriveDelay < time.Millisecond || c.RedriveDelay > time.Hour {
+		return fmt.Errorf("outbox: RedriveDelay %s is outside 1ms..1h", c.RedriveDelay)
 	}
 	return nil
 }
@@ -318,16 +331,17 @@ func (o *Outbox) Dead(ctx context.Context, after string, limit int) ([]DeadLette
 	return out, next, nil
 }
 
-// Redrive makes a dead letter live again, with its attempts reset; the
-// relay publishes it next (it is still first of its key), then the rest of
-// its key.
+// Redrive makes a dead letter live again, with its attempts reset; after
+// Config.RedriveDelay the relay publishes it next (it is still first of its key),
+// then the rest of its key.
 func (o *Outbox) Redrive(ctx context.Context, id string) error {
 	tx, err := o.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if err := o.d.OutboxRedrive(ctx, tx, &driver.OutboxRedriveParams{ID: id}); err != nil {
+	p := &driver.OutboxRedriveParams{ID: id, Until: o.cfg.Now().Add(o.cfg.RedriveDelay)}
+	if err := o.d.OutboxRedrive(ctx, tx, p); err != nil {
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: %s", ErrNotDead, id)
 		}

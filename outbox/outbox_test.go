@@ -414,3 +414,75 @@ func TestRedriveMidCycle(t *testing.T) {
 		}
 	})
 }
+
+// A transaction that took its ids first commits while a relay's cycle is
+// publishing the rows enqueued after it: the cycle's next reads continue
+// after their last row, and still find the late row behind them (its
+// transaction had not ended when the cycle began), so it goes out within
+// the cycle, once, and before the later messages of its key.
+func TestLateCommitMidCycle(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres")
+	ctx := context.Background()
+	ob := newOutbox(t, d)
+
+	late := msg("late", 0) // the oldest id of all
+	txA, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(ctx)
+	if err := ob.Enqueue(ctx, txA, late); err != nil {
+		t.Fatal(err)
+	}
+	var batch []outbox.Message
+	for i := range 100 {
+		batch = append(batch, msg(fmt.Sprintf("o%d", i%6), i))
+	}
+	var after []string // the late key's later messages, enqueued last
+	for i := 1; i <= 3; i++ {
+		m := msg("late", i)
+		after = append(after, m.ID)
+		batch = append(batch, m)
+	}
+	enqueue(t, d, ob, batch...)
+
+	var once sync.Once
+	rec := newRecorder(nil)
+	rec.fail = func(outbox.Message, int) error {
+		once.Do(func() {
+			if err := txA.Commit(ctx); err != nil {
+				t.Errorf("commit: %v", err)
+			}
+		})
+		return nil
+	}
+	r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 10})
+	r.Notify()
+	waitFor(t, "all sent", func() bool { s, err := ob.Stats(ctx); return err == nil && s.Unsent == 0 && s.Dead == 0 })
+
+	calls, order, overlap := rec.snapshot()
+	if len(calls) != 104 {
+		t.Fatalf("%d messages handed to the broker, want 104", len(calls))
+	}
+	for id, c := range calls {
+		if c != 1 {
+			t.Fatalf("id %s handed to the broker %d times", id, c)
+		}
+	}
+	at := map[string]int{}
+	for i, id := range order {
+		at[id] = i
+	}
+	if at[late.ID] >= 50 {
+		t.Fatalf("the late row went out %dth of 104: the cycle passed it over", at[late.ID]+1)
+	}
+	for _, id := range after {
+		if at[id] < at[late.ID] {
+			t.Fatalf("a later message of the late key went out before it: %v", order)
+		}
+	}
+	if overlap {
+		t.Fatal("two messages of one key in flight at once")
+	}
+}

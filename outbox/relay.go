@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,12 +249,22 @@ func (r *Relay) Run(ctx context.Context) error {
 // was not full, a failure, or at the next lease renewal, and returns the
 // size of the last batch read (BatchSize means more is likely waiting).
 //
-// Every read starts from the oldest unsent row and leaves out the batch in
-// flight (the one before it is marked by then): so no row is read twice,
-// and none is passed over, not one that committed late nor one whose key
-// was released mid-cycle (a backoff that ended, a redrive), since a key's
-// oldest unsent row comes first in any read that holds its later ones. A
-// row of the next batch is published only after the whole current batch
+// The first read starts from the oldest unsent row; each next one
+// continues after the last row read, so it neither walks the rows the
+// cycle already published nor reads the batch in flight. Two kinds of rows
+// could still appear behind it, and neither is passed over:
+//
+//   - Rows that commit late (transactions commit out of id order). Every
+//     read also fetches the rows behind it whose transactions had not ended
+//     when the cycle began (the driver's horizon), and publishes them first,
+//     in id order with the rest. Too many of those ends the cycle instead,
+//     and the next one starts from the oldest row again.
+//   - Rows of a key released mid-cycle. Every read judges holds as they
+//     stood at the cycle's start, and a hold never disappears under a
+//     cycle: a redrive turns it into a short backoff, and retention deletes
+//     holds only an hour after they expired.
+//
+// A row of the next batch is published only after the whole current batch
 // was acknowledged, so a key with a row in both never has two in flight,
 // and its rows reach the broker in order; marking them sent can lag
 // behind, as within a batch, because a republish after a crash is dropped
@@ -264,7 +275,8 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	if len(r.shards) == 0 {
 		return 0, nil
 	}
-	rows, err := r.fetch(ctx, nil)
+	c := &cycleReads{start: r.cfg.Now()}
+	rows, err := r.fetch(ctx, c, nil)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -284,11 +296,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		var next fetched
 		readAhead := markErr == nil && len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt)
 		if readAhead {
-			inFlight := make([]string, len(rows))
-			for i, row := range rows {
-				inFlight[i] = row.ID
-			}
-			next.rows, next.err = r.fetch(ctx, inFlight)
+			next.rows, next.err = r.fetch(ctx, c, rows)
 		}
 
 		p := <-done
@@ -311,15 +319,26 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		marking = make(chan error, 1)
 		go func(sent []string) { marking <- r.record(ctx, sent, nil) }(res.sent)
 		if next.err != nil || len(next.rows) == 0 {
-			// Nothing more to publish: the cycle ends once its last mark
-			// is in, so the next cycle cannot read those rows again.
+			// Nothing more to publish, or too many late rows to continue:
+			// the cycle ends once its last mark is in, so the next cycle
+			// cannot read those rows again.
 			if err := <-marking; err != nil {
 				return 0, err
+			}
+			if errors.Is(next.err, errLateOverflow) {
+				return r.cfg.BatchSize, nil // start over at once
 			}
 			return 0, next.err
 		}
 		rows = next.rows
 	}
+}
+
+// cycleReads is what a cycle's reads share.
+type cycleReads struct {
+	start   time.Time         // holds are judged as they stood then
+	horizon int64             // see driver.OutboxHorizon
+	last    *driver.OutboxRow // the last row read, in read order
 }
 
 type publishResult struct {
@@ -332,40 +351,74 @@ type fetched struct {
 	err  error
 }
 
-// fetch reads a batch of the owned shards' unsent rows of keys not held
-// now, but the rows in flight (the ids in exclude). Those are the oldest
-// unsent rows, so the read asks for as many more and drops them here: a
-// read that leaves them out in SQL depends on a join plan that the database
-// can get badly wrong (a nested loop over both lists) while the table's
-// statistics lag behind a fast-growing backlog.
-func (r *Relay) fetch(ctx context.Context, exclude []string) ([]driver.OutboxRow, error) {
+// holdGrace is how long retention keeps a hold after it expired. A cycle
+// judges holds as they stood at its start, and another relay's retention
+// must not delete a hold under it: a cycle lasts at most a third of a
+// lease (10m at most), and an hour also covers any sane skew between the
+// relays' clocks.
+const holdGrace = time.Hour
+
+// errLateOverflow ends a cycle whose read found more late rows than it
+// fetched: the next cycle reads from the oldest row.
+var errLateOverflow = errors.New("outbox: too many rows committed behind the relay's reads")
+
+// fetch reads the cycle's next batch: the first (inFlight nil) from the
+// oldest unsent row, the others after the last row read, with the rows
+// committed behind it first. inFlight is the batch being published: late
+// rows may include it (its rows are unsent until marked), so they are
+// left out here.
+func (r *Relay) fetch(ctx context.Context, c *cycleReads, inFlight []driver.OutboxRow) ([]driver.OutboxRow, error) {
 	tx, err := r.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback(ctx)
-	rows, err := r.d.OutboxFetch(ctx, tx, &driver.OutboxFetchParams{
-		Shards: r.shards, Now: r.cfg.Now(), Limit: r.cfg.BatchSize + len(exclude)})
+	p := &driver.OutboxFetchParams{Shards: r.shards, Now: c.start, Limit: r.cfg.BatchSize,
+		After: c.last, Horizon: c.horizon, LateLimit: r.cfg.BatchSize + len(inFlight)}
+	if c.last == nil {
+		if c.horizon, err = r.d.OutboxHorizon(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	f, err := r.d.OutboxFetch(ctx, tx, p)
 	if err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
-	if len(exclude) == 0 {
-		return rows, nil
+	if f.LateFull {
+		return nil, errLateOverflow
 	}
-	skip := make(map[string]struct{}, len(exclude))
-	for _, id := range exclude {
-		skip[id] = struct{}{}
-	}
-	out := rows[:0]
-	for _, row := range rows {
-		if _, ok := skip[row.ID]; !ok && len(out) < r.cfg.BatchSize {
-			out = append(out, row)
+	rows, ahead := f.Rows, len(f.Rows)
+	if len(f.Late) > 0 {
+		skip := make(map[string]struct{}, len(inFlight))
+		for _, row := range inFlight {
+			skip[row.ID] = struct{}{}
 		}
+		late := f.Late[:0]
+		for _, row := range f.Late {
+			if _, ok := skip[row.ID]; !ok {
+				late = append(late, row)
+			}
+		}
+		// Late rows lie behind every row after the last read: they go
+		// first, in read order, and the batch keeps its size.
+		slices.SortFunc(late, func(a, b driver.OutboxRow) int { return strings.Compare(a.ID, b.ID) })
+		rows = append(late, rows...)
+		if len(rows) > r.cfg.BatchSize {
+			rows = rows[:r.cfg.BatchSize]
+		}
+		ahead = max(len(rows)-len(late), 0)
 	}
-	return out, nil
+	if ahead > 0 {
+		// The next read continues after the newest row this batch keeps
+		// of those after the last read; rows the batch left out are read
+		// again.
+		last := f.Rows[ahead-1]
+		c.last = &last
+	}
+	return rows, nil
 }
 
 type published struct {
@@ -607,7 +660,7 @@ func (r *Relay) deleteSent(ctx context.Context, now time.Time) (int, error) {
 	}
 	defer tx.Rollback(ctx)
 	n, err := r.d.OutboxDeleteSent(ctx, tx, &driver.OutboxDeleteSentParams{
-		Before: now.Add(-r.cfg.Retention), Now: now, Limit: r.cfg.RetentionBatch})
+		Before: now.Add(-r.cfg.Retention), HoldsBefore: now.Add(-holdGrace), Limit: r.cfg.RetentionBatch})
 	if err != nil {
 		return 0, err
 	}

@@ -20,15 +20,40 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer
 const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
        txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
 
+// A row is held when its key is (dead, or backing off past $2).
+const outboxNotHeld = `NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
+                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))`
+
 const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
- WHERE o.sent_at IS NULL AND o.dead_at IS NULL
-   AND o.shard = ANY($1::integer[])
-   AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
-                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
+   AND ` + outboxNotHeld + `
  ORDER BY o.id
  LIMIT $3`
+
+const sqlOutboxFetchAfter = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox o
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
+   AND o.id > $4::uuid
+   AND ` + outboxNotHeld + `
+ ORDER BY o.id
+ LIMIT $3`
+
+// Rows that committed behind the cycle's reads: their transactions had
+// not ended when the cycle began (txid at or above its horizon), which is
+// few rows, found through idem_outbox_pending_tx.
+const sqlOutboxFetchLate = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox o
+ WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
+   AND o.txid >= $4::text::xid8 AND o.id <= $5::uuid
+   AND ` + outboxNotHeld + `
+ ORDER BY o.txid
+ LIMIT $3`
+
+const sqlOutboxHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`
 
 // The ids arrive as one array, joined by primary key: one statement and one
 // round trip per batch, whatever its size.
@@ -76,8 +101,10 @@ UPDATE idem_outbox SET dead_at = NULL, attempts = 0, last_error = NULL
  WHERE id = $1 AND dead_at IS NOT NULL
 RETURNING tenant, okey`
 
+// A redriven dead letter's key stays held, as a backoff until $3, unless
+// another dead letter holds it.
 const sqlOutboxUnhold = `
-DELETE FROM idem_outbox_holds
+UPDATE idem_outbox_holds SET dead = false, until = $3
  WHERE tenant = $1 AND okey = $2
    AND NOT EXISTS (SELECT 1 FROM idem_outbox
                     WHERE dead_at IS NOT NULL AND tenant = $1 AND okey = $2)`
@@ -141,19 +168,38 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return err
 }
 
-// The relay's read must walk idem_outbox_pending in id order and stop at
-// its limit. The planner does so when it knows the backlog's size, but a
-// backlog grows faster than statistics follow: believing in a dozen rows,
-// it reads every pending row through a bitmap and sorts them, a second per
-// read at a million. Local to the read's transaction: nothing else is
-// planned under these settings.
+// The relay's reads must walk their index in order and stop at the limit.
+// The planner does so when it knows the backlog's size, but a backlog grows
+// faster than statistics follow: believing in a dozen rows, it reads every
+// pending row through a bitmap and sorts them, a second per read at a
+// million. Local to the read's transaction: nothing else is planned under
+// these settings.
 const sqlOutboxFetchPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
-func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
+func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error) {
+	var h int64
+	err := tx.QueryRow(ctx, sqlOutboxHorizon).Scan(&h)
+	return h, err
+}
+
+func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
 	if _, err := tx.Exec(ctx, sqlOutboxFetchPlan); err != nil {
 		return nil, err
 	}
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, shardArray(p.Shards), p.Now, p.Limit)
+	shards := shardArray(p.Shards)
+	var f driver.OutboxFetched
+	var err error
+	if p.After == nil {
+		f.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxFetch, shards, p.Now, p.Limit)
+		return &f, err
+	}
+	if f.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxFetchAfter, shards, p.Now, p.Limit, p.After.ID); err != nil {
+		return nil, err
+	}
+	f.Late, err = queryOutboxRows(ctx, tx, sqlOutboxFetchLate, shards, p.Now, p.LateLimit,
+		strconv.FormatInt(p.Horizon, 10), p.After.ID)
+	f.LateFull = len(f.Late) == p.LateLimit
+	return &f, err
 }
 
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
@@ -187,7 +233,7 @@ func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.Outb
 	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key)
+	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key, p.Until)
 	return err
 }
 
@@ -196,7 +242,7 @@ func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.O
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, p.Now); err != nil {
+	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, p.HoldsBefore); err != nil {
 		return 0, err
 	}
 	return int(n), nil

@@ -22,7 +22,7 @@ const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL
-   AND o.shard IN (SELECT value FROM json_each(?1))
+   AND o.shard IN (SELECT value FROM json_each(?1)) AND o.pos > ?4
    AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
                     WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > ?2))
  ORDER BY o.pos
@@ -58,8 +58,10 @@ UPDATE idem_outbox SET dead_at = NULL, attempts = 0, last_error = NULL
  WHERE id = ?1 AND dead_at IS NOT NULL
 RETURNING tenant, okey`
 
+// A redriven dead letter's key stays held, as a backoff until ?3, unless
+// another dead letter holds it.
 const sqlOutboxUnhold = `
-DELETE FROM idem_outbox_holds
+UPDATE idem_outbox_holds SET dead = 0, until = ?3
  WHERE tenant = ?1 AND okey = ?2
    AND NOT EXISTS (SELECT 1 FROM idem_outbox
                     WHERE dead_at IS NOT NULL AND tenant = ?1 AND okey = ?2)`
@@ -114,8 +116,20 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return nil
 }
 
-func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) ([]driver.OutboxRow, error) {
-	return queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit)
+// OutboxHorizon is 0: writers are serialized, so a row's pos is given in
+// commit order and nothing commits behind a read.
+func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error) { return 0, nil }
+
+func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
+	var after int64
+	if p.After != nil {
+		after = p.After.Pos
+	}
+	rows, err := queryOutboxRows(ctx, tx, sqlOutboxFetch, jsonArray(p.Shards), toMicros(p.Now), p.Limit, after)
+	if err != nil {
+		return nil, err
+	}
+	return &driver.OutboxFetched{Rows: rows}, nil
 }
 
 // OutboxMarkSent ignores Lazy: SQLite's commit cost is the driver's
@@ -146,7 +160,7 @@ func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.Outb
 	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key)
+	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key, toMicros(p.Until))
 	return err
 }
 
@@ -155,7 +169,7 @@ func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.O
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, toMicros(p.Now)); err != nil {
+	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, toMicros(p.HoldsBefore)); err != nil {
 		return 0, err
 	}
 	return int(n), nil

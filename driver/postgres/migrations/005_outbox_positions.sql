@@ -29,6 +29,9 @@ DROP INDEX idem_outbox_pending;
 DROP INDEX idem_outbox_tenant_pos;
 -- The relay's work: live unsent rows, oldest id first.
 CREATE INDEX idem_outbox_pending ON idem_outbox (id) WHERE sent_at IS NULL AND dead_at IS NULL;
+-- The same rows by transaction, for the few that commit behind a relay's
+-- reads (its cycle's horizon): an index written at insert only.
+CREATE INDEX idem_outbox_pending_tx ON idem_outbox (txid) WHERE sent_at IS NULL AND dead_at IS NULL;
 -- GET /v1/events: a tenant's rows in list order.
 CREATE INDEX idem_outbox_tenant_list ON idem_outbox (tenant, txid, pos);
 -- Retention finds published rows by sent_at. A block-range index costs a
