@@ -43,7 +43,7 @@ type Config struct {
 	// WebhookSecret (whsec_…) signs outgoing webhooks when Publish is an
 	// http(s) URL. Default none.
 	WebhookSecret string
-	// RelayBatch bounds the rows one relay cycle publishes. Default 1000;
+	// RelayBatch bounds the rows one relay read takes. Default 2000;
 	// bound 1..10000.
 	RelayBatch int
 	// RelayPoll is how often the relay looks for rows committed by other
@@ -89,7 +89,7 @@ func Default() Config {
 	return Config{
 		Addr:             "127.0.0.1:8080",
 		Relay:            true,
-		RelayBatch:       1000,
+		RelayBatch:       2000,
 		RelayPoll:        100 * time.Millisecond,
 		RelayLease:       30 * time.Second,
 		RelayMaxAttempts: 10,

@@ -31,7 +31,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
 	{"webhook-secret", "IDEM_WEBHOOK_SECRET", "webhook_secret", "whsec_… secret that signs outgoing webhooks (publish to http(s)://…)",
 		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
-	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 1000)",
+	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 2000)",
 		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
 	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
 		durationSetter(func(c *Config) *time.Duration { return &c.RelayPoll })},

@@ -13,7 +13,7 @@ import (
 const OutboxUsage = `Usage:
   idem outbox stats  [--json] [--db URL]            backlog: pending, oldest pending age, dead letters
   idem outbox list   --dead [--limit N] [--json] [--db URL]   dead letters, oldest first
-  idem outbox redrive [--db URL] ID                 make a dead letter pending again
+  idem outbox redrive [--db URL] ID                 make a dead letter pending again (published ~5s later)
 `
 
 // OpenOutbox opens the database named by --db and --config (both may be
