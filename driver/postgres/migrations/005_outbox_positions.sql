@@ -10,7 +10,8 @@
 --   only rows whose txid is below its snapshot's xmin (every transaction
 --   with a smaller id has ended), so a row can never appear behind a cursor
 --   that has passed it (docs/outbox.md).
--- * The relay reads unsent rows by id without a cursor: it needs no
+-- * The relay reads unsent rows in id order, and finds the few that commit
+--   behind its reads by txid (idem_outbox_pending_tx): it needs no
 --   position.
 ALTER TABLE idem_outbox ADD COLUMN txid xid8 NOT NULL DEFAULT pg_current_xact_id();
 -- Rows a relay had not sequenced yet get their position now, in id order.
