@@ -375,14 +375,13 @@ func (r *Relay) fetch(ctx context.Context, c *cycleReads, inFlight []driver.Outb
 		return nil, err
 	}
 	defer tx.Rollback(ctx)
-	p := &driver.OutboxFetchParams{Shards: r.shards, Now: c.start, Limit: r.cfg.BatchSize,
-		After: c.last, Horizon: c.horizon, LateLimit: r.cfg.BatchSize + len(inFlight)}
 	if c.last == nil {
 		if c.horizon, err = r.d.OutboxHorizon(ctx, tx); err != nil {
 			return nil, err
 		}
 	}
-	f, err := r.d.OutboxFetch(ctx, tx, p)
+	f, err := r.d.OutboxFetch(ctx, tx, &driver.OutboxFetchParams{Shards: r.shards, Now: c.start,
+		Limit: r.cfg.BatchSize, After: c.last, Horizon: c.horizon, LateLimit: r.cfg.BatchSize + len(inFlight)})
 	if err != nil {
 		return nil, err
 	}

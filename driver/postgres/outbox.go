@@ -20,36 +20,29 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer
 const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
        txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
 
-// A row is held when its key is (dead, or backing off past $2).
-const outboxNotHeld = `NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
-                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))`
-
-const sqlOutboxFetch = `
+// The relay's reads: live unsent rows of the shards in $1 whose key is not
+// held (dead, or backing off past $2), each read narrowing them further.
+const outboxPending = `
 SELECT ` + outboxColumns + `
   FROM idem_outbox o
  WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
-   AND ` + outboxNotHeld + `
+   AND NOT EXISTS (SELECT 1 FROM idem_outbox_holds h
+                    WHERE h.tenant = o.tenant AND h.okey = o.okey AND (h.dead OR h.until > $2))`
+
+const sqlOutboxFetch = outboxPending + `
  ORDER BY o.id
  LIMIT $3`
 
-const sqlOutboxFetchAfter = `
-SELECT ` + outboxColumns + `
-  FROM idem_outbox o
- WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
+const sqlOutboxFetchAfter = outboxPending + `
    AND o.id > $4::uuid
-   AND ` + outboxNotHeld + `
  ORDER BY o.id
  LIMIT $3`
 
 // Rows that committed behind the cycle's reads: their transactions had
 // not ended when the cycle began (txid at or above its horizon), which is
 // few rows, found through idem_outbox_pending_tx.
-const sqlOutboxFetchLate = `
-SELECT ` + outboxColumns + `
-  FROM idem_outbox o
- WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.shard = ANY($1::integer[])
+const sqlOutboxFetchLate = outboxPending + `
    AND o.txid >= $4::text::xid8 AND o.id <= $5::uuid
-   AND ` + outboxNotHeld + `
  ORDER BY o.txid
  LIMIT $3`
 
