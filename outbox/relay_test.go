@@ -317,3 +317,53 @@ func TestLeaseUsesDatabaseClock(t *testing.T) {
 		t.Fatalf("a relay with its clock an hour ahead took %d live shards", len(got))
 	}
 }
+
+// Retention deletes a key's expired hold only an hour after it expired: a
+// relay cycle elsewhere may have judged the key held at its start, and the
+// hold must not vanish under it.
+func TestRetentionKeepsRecentHolds(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ob := newOutbox(t, d)
+		clock := &fakeClock{t: time.Now()}
+		poison, ok := msg("bad", 0), msg("good", 0)
+		enqueue(t, d, ob, poison, ok)
+		refuse := newRecorder(nil)
+		refuse.fail = func(m outbox.Message, _ int) error {
+			if m.ID == poison.ID {
+				return errors.New("refused")
+			}
+			return nil
+		}
+		cfg := outbox.RelayConfig{Publisher: refuse, MaxAttempts: 100, Now: clock.now, Retention: time.Minute,
+			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond}
+		stop := startStoppable(t, d, cfg)
+		waitFor(t, "a refusal and a publish", func() bool { c, _, _ := refuse.snapshot(); return c[poison.ID] == 1 && c[ok.ID] == 1 })
+		stop()
+		if n := holds(t, d); n != 1 {
+			t.Fatalf("%d holds after the refusal, want 1", n)
+		}
+
+		// Ten minutes on, the hold expired long ago for its key, and the
+		// published row is past retention: the pass deletes the row, keeps
+		// the hold.
+		clock.advance(10 * time.Minute)
+		cfg.Publisher = newRecorder(nil)
+		stop = startStoppable(t, d, cfg)
+		waitFor(t, "the published row deleted", func() bool { _, total := countRows(t, ob, d); return total == 1 })
+		if n := holds(t, d); n != 1 {
+			t.Fatalf("%d holds ten minutes after expiry, want 1 (kept for an hour)", n)
+		}
+		clock.advance(2 * time.Hour)
+		waitFor(t, "the hold deleted", func() bool { return holds(t, d) == 0 })
+		stop()
+	})
+}
+
+func holds(t *testing.T, d driver.Driver) int {
+	t.Helper()
+	var n int
+	if err := d.Reader().QueryRow(context.Background(), "SELECT count(*) FROM idem_outbox_holds").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
