@@ -265,7 +265,18 @@ func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
 // natsReadAttempts bounds the reads of the stream natsCheck tries.
 const natsReadAttempts = 5
 
+// streamReadStall bounds how long streamMsgIDs waits for a stream read
+// that has stopped short of the stream's last message.
+const streamReadStall = 30 * time.Second
+
 // streamMsgIDs counts the messages of stream IDEM by Nats-Msg-Id.
+//
+// It reads until it has passed the last sequence the stream's leader
+// reports, asking the leader again each time it gets there. A consumer in
+// a cluster can be served from a replica that is still catching up (a node
+// just restarted, a leader just elected): its fetches answer empty before
+// the end, and stopping at the first empty answer would count the tail as
+// missing. A read that makes no progress for streamReadStall is an error.
 func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second), nats.Name("idem load verify"))
 	if err != nil {
@@ -280,28 +291,39 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
 	}
-	last := s.CachedInfo().State.LastSeq
 	counts := map[string]int{}
-	if last == 0 {
+	st := s.CachedInfo().State
+	if st.Msgs == 0 {
 		return counts, nil
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("load: stream %s: consumer: %w", natsStream, err)
 	}
-	for empty, unheard := 0, 0; empty < 3; {
+	var pos uint64 // the highest stream sequence read
+	progress := time.Now()
+	for unheard := 0; ; {
+		if pos >= st.LastSeq {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
+			}
+			if st = info.State; pos >= st.LastSeq {
+				return counts, nil
+			}
+		}
 		// FetchNoWait answers with what is stored now; every batch is read
 		// to its end, so no fetch is left running behind the return.
 		batch, err := cons.FetchNoWait(500)
 		if err != nil {
 			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
 		}
-		got, done := 0, false
+		got := 0
 		for msg := range batch.Messages() {
 			got++
 			counts[msg.Headers().Get(nats.MsgIdHdr)]++
-			if md, err := msg.Metadata(); err == nil && md.Sequence.Stream >= last {
-				done = true
+			if md, err := msg.Metadata(); err == nil && md.Sequence.Stream > pos {
+				pos = md.Sequence.Stream
 			}
 		}
 		if err := batch.Error(); err != nil {
@@ -315,19 +337,26 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 			}
 			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
 		}
-		if done {
+		if got > 0 {
+			progress = time.Now()
+			continue
+		}
+		// Nothing now, short of the end: the replica serving the consumer
+		// is behind, or the rest was deleted (limits, purge).
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
+		}
+		if st = info.State; st.Msgs == 0 || st.FirstSeq > st.LastSeq {
 			return counts, nil
 		}
-		if got == 0 {
-			// Nothing more now: the tail was deleted (limits or purge), or
-			// is on its way; a few empty answers end the read.
-			empty++
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		if time.Since(progress) > streamReadStall {
+			return nil, fmt.Errorf("load: stream %s: read stopped at sequence %d of %d for %s", natsStream, pos, st.LastSeq, streamReadStall)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return counts, nil
 }
