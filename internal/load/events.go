@@ -233,23 +233,9 @@ func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
 // natsCheck reads stream IDEM whole and checks it holds exactly one message
 // per event, identified by the Nats-Msg-Id header.
 func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
-	// A cluster that has just had a node restart may not know a new
-	// consumer everywhere at once (no responders to its first fetch), so
-	// a failed read is tried again, a few times, with a new consumer.
-	var counts map[string]int
-	var err error
-	for attempt := 1; ; attempt++ {
-		if counts, err = streamMsgIDs(ctx, v.cfg.NATS); err == nil {
-			break
-		}
-		if attempt == natsReadAttempts || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+	counts, err := readStream(ctx, v.cfg.NATS)
+	if err != nil {
+		return err
 	}
 	for _, ev := range evs {
 		switch n := counts[ev.ID]; {
@@ -262,8 +248,26 @@ func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
 	return nil
 }
 
-// natsReadAttempts bounds the reads of the stream natsCheck tries.
+// natsReadAttempts bounds the reads of the stream readStream tries.
 const natsReadAttempts = 5
+
+// readStream counts the messages of stream IDEM by Nats-Msg-Id, reading
+// it again with a new consumer when a read fails: a cluster that has just
+// had a node restart may have no stream leader for a moment (requests time
+// out) or not know a new consumer everywhere at once (no responders).
+func readStream(ctx context.Context, natsURL string) (map[string]int, error) {
+	for attempt := 1; ; attempt++ {
+		counts, err := streamMsgIDs(ctx, natsURL)
+		if err == nil || attempt == natsReadAttempts || ctx.Err() != nil {
+			return counts, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
 
 // streamReadStall bounds how long streamMsgIDs waits for a stream read
 // that has stopped short of the stream's last message.

@@ -66,7 +66,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		counts, err := streamMsgIDs(ctx, c.URL())
+		counts, err := readStream(ctx, c.URL())
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
