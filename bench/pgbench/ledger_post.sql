@@ -12,11 +12,14 @@ SELECT max(debits_posted) FILTER (WHERE id = 'acc-' || :a) AS dd,
        max(debits_posted) FILTER (WHERE id = 'acc-' || :b) AS cd,
        max(sequence)      FILTER (WHERE id = 'acc-' || :b) AS cs,
        max(credits_posted) FILTER (WHERE id = 'acc-' || :b) AS cc
-  FROM (SELECT id, debits_posted, credits_posted, sequence FROM ledger_accounts
-         WHERE tenant = 'bench' AND id IN ('acc-' || :a, 'acc-' || :b)
-         ORDER BY id FOR UPDATE) AS locked
+  FROM (SELECT x.id, x.debits_posted, x.credits_posted, x.sequence
+          FROM (SELECT DISTINCT unnest(ARRAY['acc-' || :a, 'acc-' || :b]) AS want ORDER BY want) AS w
+         CROSS JOIN LATERAL (SELECT * FROM ledger_accounts x WHERE x.tenant = 'bench' AND x.id = w.want LIMIT 1 FOR UPDATE) AS x
+         ORDER BY w.want) AS locked
 \gset
-SELECT id FROM ledger_transfers WHERE tenant = 'bench' AND id = 'lp-' || :k;
+SELECT x.id FROM (SELECT DISTINCT unnest(ARRAY['lp-' || :k]) AS want ORDER BY want) AS w
+ CROSS JOIN LATERAL (SELECT * FROM ledger_transfers x WHERE x.tenant = 'bench' AND x.id = w.want LIMIT 1) AS x
+ ORDER BY w.want;
 \set nds :ds + 1
 \set ndd :dd + 100
 \set ncs :cs + 1
@@ -32,12 +35,16 @@ WITH clock AS (
   SELECT 'bench', 'acc-' || :a, :nds::bigint, 'lp-' || :k, 100, false, :ndd::bigint, :dc::bigint, t.created_at FROM t
   UNION ALL
   SELECT 'bench', 'acc-' || :b, :ncs::bigint, 'lp-' || :k, 100, true, :cd::bigint, :ncc::bigint, t.created_at FROM t
-), u AS (
+), d AS (
   UPDATE ledger_accounts AS acc
-     SET debits_posted = v.d, credits_posted = v.c, sequence = v.s, last_entry_at = t.created_at
-    FROM t, (VALUES ('acc-' || :a, :ndd::bigint, :dc::bigint, :nds::bigint),
-                    ('acc-' || :b, :cd::bigint, :ncc::bigint, :ncs::bigint)) AS v(id, d, c, s)
-   WHERE acc.tenant = 'bench' AND acc.id = v.id
+     SET debits_posted = :ndd::bigint, credits_posted = :dc::bigint, sequence = :nds::bigint, last_entry_at = t.created_at
+    FROM t
+   WHERE acc.tenant = 'bench' AND acc.id = 'acc-' || :a
+), c AS (
+  UPDATE ledger_accounts AS acc
+     SET debits_posted = :cd::bigint, credits_posted = :ncc::bigint, sequence = :ncs::bigint, last_entry_at = t.created_at
+    FROM t
+   WHERE acc.tenant = 'bench' AND acc.id = 'acc-' || :b
 )
 SELECT created_at FROM t;
 COMMIT;
