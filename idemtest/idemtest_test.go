@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,10 @@ func capture(fn func(tb idemtest.TB)) string {
 // shop is a real database with an orders table: the side effect counted.
 type shop struct {
 	d driver.Driver
+	// With race set, checkThenInsert holds a copy that found no record
+	// until a second one has (checked counts them).
+	race    bool
+	checked atomic.Int32
 }
 
 func newShop(t *testing.T) *shop {
@@ -166,7 +171,13 @@ func (s *shop) checkThenInsert(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"status":"already done"}`)
 		return
 	}
-	time.Sleep(20 * time.Millisecond) // the work
+	// The work, long enough for a second copy to check too: the race is
+	// what this handler shows, so it waits for it (a loaded machine could
+	// otherwise run the copies one after another).
+	s.checked.Add(1)
+	for deadline := time.Now().Add(5 * time.Second); s.race && s.checked.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	tx.Exec(ctx, `INSERT INTO orders (ref) VALUES ($1)`, key)
 	tx.Exec(ctx, `INSERT INTO seen (key, status, body) VALUES ($1, 201, '')`, key)
 	if err := tx.Commit(ctx); err != nil {
@@ -234,7 +245,10 @@ func TestSendConcurrently(t *testing.T) {
 		want    []string
 	}{
 		{"behind idemhttp passes", func(t *testing.T, s *shop) http.Handler { return guarded(t, s, s.placeOrder) }, nil},
-		{"check-then-insert races and fails", func(t *testing.T, s *shop) http.Handler { return http.HandlerFunc(s.checkThenInsert) },
+		{"check-then-insert races and fails", func(t *testing.T, s *shop) http.Handler {
+			s.race = true
+			return http.HandlerFunc(s.checkThenInsert)
+		},
 			[]string{"concurrent copies changed the count by"}},
 	}
 	for _, tt := range tests {
