@@ -307,15 +307,6 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	var pos uint64 // the highest stream sequence read
 	progress := time.Now()
 	for unheard := 0; ; {
-		if pos >= st.LastSeq {
-			info, err := s.Info(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
-			}
-			if st = info.State; pos >= st.LastSeq {
-				return counts, nil
-			}
-		}
 		// FetchNoWait answers with what is stored now; every batch is read
 		// to its end, so no fetch is left running behind the return.
 		batch, err := cons.FetchNoWait(500)
@@ -343,16 +334,22 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 		}
 		if got > 0 {
 			progress = time.Now()
-			continue
+			if pos < st.LastSeq {
+				continue
+			}
 		}
-		// Nothing now, short of the end: the replica serving the consumer
-		// is behind, or the rest was deleted (limits, purge).
+		// At the end as last reported, or nothing now short of it (the
+		// replica serving the consumer is behind, or the rest was deleted
+		// by limits or a purge): ask the leader where the stream ends.
 		info, err := s.Info(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
 		}
-		if st = info.State; st.Msgs == 0 || st.FirstSeq > st.LastSeq {
+		if st = info.State; pos >= st.LastSeq || st.Msgs == 0 || st.FirstSeq > st.LastSeq {
 			return counts, nil
+		}
+		if got > 0 {
+			continue
 		}
 		if time.Since(progress) > streamReadStall {
 			return nil, fmt.Errorf("load: stream %s: read stopped at sequence %d of %d for %s", natsStream, pos, st.LastSeq, streamReadStall)
