@@ -163,6 +163,16 @@ type Keeper struct {
 	flights map[driver.KeyID]*flight
 
 	fingerprints fingerprintMemo
+
+	testHooks testHooks
+}
+
+// testHooks let tests see inside the keeper without sleeping; set only by
+// export_test.go, before the keeper is used, and nil in production.
+type testHooks struct {
+	// joined is called when a copy joins an in-process twin's flight, just
+	// before it waits for it.
+	joined func(Key)
 }
 
 // flight is one in-process attempt at a key that later copies join instead
@@ -246,6 +256,9 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 		}
 		f.waiters++
 		k.mu.Unlock()
+		if k.testHooks.joined != nil {
+			k.testHooks.joined(req.Key)
+		}
 
 		select {
 		case <-f.done:
