@@ -279,6 +279,49 @@ func TestWebhookHandlerPanic(t *testing.T) {
 	})
 }
 
+// An event id too long to be a key is stored under its hash, sha256:<hex>.
+// A different event whose literal id is that very string is another event:
+// both are recorded (two handler rows, two webhook.* events), and a
+// redelivery of each is a replay of its own first delivery.
+func TestWebhookHashedIDDoesNotMeetLiteralID(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		createHandled(t, d)
+		s := newWebhookServer(t, d)
+		var runs atomic.Int32
+		s.HandleWebhook("stripe", "invoice.paid", func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			runs.Add(1)
+			_, err := tx.Exec(ctx, `INSERT INTO handled (event_id, type) VALUES ($1, $2)`, e.ID, e.Type)
+			return err
+		})
+		long := "evt_" + strings.Repeat("L", idem.MaxKeyLength)
+		sum := sha256.Sum256([]byte(long))
+		lookalike := "sha256:" + hex.EncodeToString(sum[:]) // the long id's key before the fix
+		bodyOf := func(id string) string {
+			return `{"id":"` + id + `","object":"event","type":"invoice.paid"}`
+		}
+		for _, round := range []struct{ replayed string }{{""}, {"true"}} {
+			for _, id := range []string{long, lookalike} {
+				w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", bodyOf(id))
+				if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != round.replayed {
+					t.Fatalf("%.20s…: %d replayed=%q %s", id, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+				}
+				if want := `"event_id":"` + id + `"`; !strings.Contains(w.Body.String(), want) {
+					t.Fatalf("%.20s… answered %s", id, w.Body)
+				}
+			}
+		}
+		for _, id := range []string{long, lookalike} {
+			if n := countRows(t, d, `SELECT count(*) FROM handled WHERE event_id = $1`, id); n != 1 {
+				t.Fatalf("%.20s…: %d handler rows, want 1", id, n)
+			}
+		}
+		if n := countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid"); n != 2 || runs.Load() != 2 {
+			t.Fatalf("%d events, %d handler runs; want 2, 2", n, runs.Load())
+		}
+	})
+}
+
 func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
