@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -21,6 +22,9 @@ var (
 	ErrInFlight = errors.New("idem: request with this key is in flight")
 	// ErrInvalidBody: the body to fingerprint is not JSON.
 	ErrInvalidBody = errors.New("idem: body is not valid JSON")
+	// ErrPanicked: the work panicked. Everything rolled back, nothing was
+	// stored, and the key is free for a retry. The error is a *PanicError.
+	ErrPanicked = errors.New("idem: work panicked")
 	// ErrUnavailable: the database is unreachable. Nothing was stored; retry
 	// later. It is driver.ErrUnavailable.
 	ErrUnavailable = driver.ErrUnavailable
@@ -46,6 +50,27 @@ func (e *ReusedError) Error() string {
 	return "idem: idempotency key " + e.Key.Key + " reused with a different request"
 }
 func (e *ReusedError) Is(target error) bool { return target == ErrKeyReused }
+
+// PanicError is returned when work panics: the keeper recovered, rolled
+// the transaction back and logged the panic with the key and Stack.
+// errors.Is(err, ErrPanicked) holds, and so does errors.Is(err, v) when the
+// panic value v is itself an error (http.ErrAbortHandler, for one).
+type PanicError struct {
+	Key   Key
+	Value any    // what work passed to panic
+	Stack []byte // the panicking goroutine's stack (runtime/debug.Stack)
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("idem: work for idempotency key %s panicked: %v", e.Key.Key, e.Value)
+}
+func (e *PanicError) Is(target error) bool { return target == ErrPanicked }
+
+// Unwrap returns the panic value when it is an error, or nil.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
 
 // IsRetryable reports whether err is a transient fault: nothing was
 // committed, and the same request may be sent again later (in flight,

@@ -16,7 +16,10 @@
 //     bounded, then replays or gets ErrInFlight;
 //   - business failures are outcomes and are stored; an error returned by
 //     the work is transient: everything rolls back, nothing is stored, and a
-//     retry does the work.
+//     retry does the work;
+//   - a panic in the work is a bug, not an outcome: it rolls back like an
+//     error, is logged and returned as a *PanicError, and leaves the key
+//     free for the retry.
 //
 // Storage is pluggable through package driver: driver/postgres for
 // production, driver/sqlite for the embedded default.
@@ -34,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -82,7 +86,8 @@ type Result struct {
 // Work is an operation's work, run inside the transaction that claims its
 // key. It writes through tx and returns the outcome to store; it must not
 // commit or roll back tx. Returning an error means a transient failure:
-// everything rolls back and nothing is stored.
+// everything rolls back and nothing is stored. A panic is recovered and
+// becomes a *PanicError (see Do).
 type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 
 // Config configures a Keeper. The zero value is usable.
@@ -109,7 +114,8 @@ type Config struct {
 	JanitorBatch int
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
-	// Logger receives the janitor's errors. Default slog.Default().
+	// Logger receives the janitor's errors and the panics of work (with
+	// the key and the stack). Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -163,10 +169,21 @@ type Keeper struct {
 	flights map[driver.KeyID]*flight
 
 	fingerprints fingerprintMemo
+
+	testHooks testHooks
+}
+
+// testHooks let tests see inside the keeper without sleeping; set only by
+// export_test.go, before the keeper is used, and nil in production.
+type testHooks struct {
+	// joined is called when a copy joins an in-process twin's flight, just
+	// before it waits for it.
+	joined func(Key)
 }
 
 // flight is one in-process attempt at a key that later copies join instead
-// of each holding a connection while they wait on the database.
+// of each holding a connection while they wait on the database. res and err
+// are written before done is closed and read only after.
 type flight struct {
 	done    chan struct{}
 	waiters int
@@ -174,6 +191,11 @@ type flight struct {
 	res     Result
 	err     error
 }
+
+// errFlightAbandoned is a flight's answer until its attempt returns: twins
+// woken by an attempt that never returned (it panicked outside the work, or
+// its goroutine exited) see a failure that stored nothing, and try again.
+var errFlightAbandoned = errors.New("idem: the attempt at this key ended without an answer")
 
 // New returns a Keeper on d. The database must be migrated.
 func New(d driver.Driver, cfg Config) (*Keeper, error) {
@@ -201,6 +223,17 @@ func (k *Keeper) Config() Config { return k.cfg }
 // the first still runs waits up to Config.Wait, then replays or gets
 // ErrInFlight. An error returned by work rolls everything back and is
 // returned as is.
+//
+// A panic in work is recovered, not passed on: the transaction rolls back
+// (neither the claim nor anything work wrote commits), the panic is logged
+// on Config.Logger with the key and the stack, Do returns a *PanicError
+// (errors.Is(err, ErrPanicked)), and twins waiting in this process wake at
+// once and try for themselves. Do does not re-panic because the keeper sits
+// in servers and consumers that carry other requests' transactions: one
+// handler's bug must cost its own request a 500 and a retry, not the
+// process, which is how net/http treats a handler's panic too. Callers
+// answer it as any failure that stored nothing (idemhttp and the webhook
+// intake answer 500, so the sender retries).
 func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error) {
 	fp, err := k.prepare(&req)
 	if err != nil {
@@ -230,15 +263,10 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 		k.mu.Lock()
 		f, running := k.flights[id]
 		if !running {
-			f = &flight{done: make(chan struct{}), fp: fp}
+			f = &flight{done: make(chan struct{}), fp: fp, err: errFlightAbandoned}
 			k.flights[id] = f
 			k.mu.Unlock()
-			f.res, f.err = k.run(ctx, req.Key, fp, work, lockWait)
-			k.mu.Lock()
-			delete(k.flights, id)
-			k.mu.Unlock()
-			close(f.done)
-			return f.res, f.err
+			return k.lead(ctx, id, f, req.Key, fp, work, lockWait)
 		}
 		if f.waiters >= k.cfg.MaxWaiters {
 			k.mu.Unlock()
@@ -246,6 +274,9 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 		}
 		f.waiters++
 		k.mu.Unlock()
+		if k.testHooks.joined != nil {
+			k.testHooks.joined(req.Key)
+		}
 
 		select {
 		case <-f.done:
@@ -269,12 +300,28 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 	}
 }
 
+// lead makes the attempt that the flight's twins wait on, and lets them go
+// however it ends: the flight is removed and done closed even if run
+// panics, so no twin waits out Config.Wait for an attempt that is over, and
+// no later copy in this process finds the key in flight.
+func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, fp []byte, work Work, lockWait time.Duration) (Result, error) {
+	defer func() {
+		k.mu.Lock()
+		delete(k.flights, id)
+		k.mu.Unlock()
+		close(f.done)
+	}()
+	f.res, f.err = k.run(ctx, key, fp, work, lockWait)
+	return f.res, f.err
+}
+
 // DoTx is Do inside the caller's transaction, which must be a new
 // READ COMMITTED transaction (the claim must be its first statement: it may
 // wait on a twin's row, and under REPEATABLE READ it cannot see the twin's
 // outcome). DoTx does not commit: the key, the work and the outcome are
 // stored when the caller commits. A replay does not run work and writes
-// nothing.
+// nothing. A panic in work is recovered and returned as a *PanicError, as
+// in Do; on that error, as on any other, the caller must roll back.
 func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (Result, error) {
 	fp, err := k.prepare(&req)
 	if err != nil {
@@ -329,7 +376,7 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []b
 	if !claim.Claimed {
 		return replay(key, claim.Existing, fp)
 	}
-	out, err := work(ctx, tx)
+	out, err := k.runWork(ctx, tx, key, work)
 	if err != nil {
 		return Result{}, err
 	}
@@ -345,6 +392,27 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []b
 		return Result{}, err
 	}
 	return Result{Outcome: out}, nil
+}
+
+// runWork runs work and turns its panic into a *PanicError, logged with
+// the key and the stack, so that the caller's rollback runs and the error
+// reaches whoever answers the request. A panic with http.ErrAbortHandler is
+// not logged: like net/http, the keeper takes it as a deliberate abort.
+func (k *Keeper) runWork(ctx context.Context, tx driver.Tx, key Key, work Work) (out Outcome, err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		pe := &PanicError{Key: key, Value: v, Stack: debug.Stack()}
+		if v != http.ErrAbortHandler {
+			k.cfg.Logger.ErrorContext(ctx, "idem: work panicked; rolled back, nothing stored",
+				"scope", key.Scope, "operation", key.Operation, "key", key.Key,
+				"panic", fmt.Sprint(v), "stack", string(pe.Stack))
+		}
+		err = pe
+	}()
+	return work(ctx, tx)
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError

@@ -2,9 +2,12 @@ package idem_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -364,6 +367,153 @@ func TestBusinessAndTransientFailures(t *testing.T) {
 			t.Fatalf("after retry: biz rows %d, runs %d; want 1, 1", got, runs.Load())
 		}
 	})
+}
+
+// A panicking work is a bug, not an outcome: Do recovers it, rolls back
+// the claim and the work's rows, logs it with the key, returns a
+// *PanicError, and releases the key at once, so the retry in the same
+// process runs the work (instead of waiting out Wait for ErrInFlight, which
+// with Wait at its one-minute bound would fail this test). DoTx recovers
+// the same way; a panic with http.ErrAbortHandler is returned, not logged.
+func TestWorkPanicsThenRetrySucceeds(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		var logs syncBuffer
+		k := newKeeper(t, d, idem.Config{Wait: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		ctx := context.Background()
+		var runs atomic.Int64
+		panicky := func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+			if _, err := insertWork(&runs, 201, `{"half":1}`)(ctx, tx); err != nil {
+				return idem.Outcome{}, err
+			}
+			panic("handler bug")
+		}
+
+		// The checks of the panic's answer go on after a failure, so that a
+		// keeper which lets the panic escape also shows the key it holds.
+		_, err := doRecovering(k, req("boom", `{}`), panicky)
+		var pe *idem.PanicError
+		switch {
+		case !errors.Is(err, idem.ErrPanicked) || !errors.As(err, &pe):
+			t.Errorf("panicking work: %v, want a *PanicError", err)
+		case pe.Value != "handler bug" || pe.Key != req("boom", `{}`).Key || !strings.Contains(string(pe.Stack), "keeper_test.go"):
+			t.Errorf("PanicError %+v, stack:\n%s", pe, pe.Stack)
+		case idem.IsRetryable(err):
+			t.Error("a panic is a bug, not a transient fault")
+		}
+		if got := logs.String(); !strings.Contains(got, "key=boom") || !strings.Contains(got, `panic="handler bug"`) || !strings.Contains(got, "stack=") {
+			t.Errorf("panic not logged with its key and stack: %q", got)
+		}
+		if b, k := countRows(t, d, "biz"), countRows(t, d, "idem_keys"); b != 0 || k != 0 {
+			t.Errorf("a panic left %d biz rows and %d keys", b, k)
+		}
+
+		res, err := k.Do(ctx, req("boom", `{}`), insertWork(&runs, 201, `{"ok":1}`))
+		if err != nil || res.Replayed || res.Status != 201 {
+			t.Fatalf("retry after a panic: %v %+v", err, res)
+		}
+		res, err = k.Do(ctx, req("boom", `{}`), insertWork(&runs, 201, `{"ok":2}`))
+		if err != nil || !res.Replayed || string(res.Body) != `{"ok":1}` {
+			t.Fatalf("copy after the retry: %v %+v", err, res)
+		}
+		if got := countRows(t, d, "biz"); got != 1 || runs.Load() != 2 {
+			t.Fatalf("biz rows %d, runs %d; want 1 (the retry's), 2", got, runs.Load())
+		}
+
+		tx := userTx(t, d)
+		_, err = k.DoTx(ctx, tx, req("boom-tx", `{}`), panicky)
+		if !errors.As(err, &pe) || pe.Key.Key != "boom-tx" {
+			t.Fatalf("DoTx with panicking work: %v", err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		logged := logs.String()
+		abort := func(context.Context, driver.Tx) (idem.Outcome, error) { panic(http.ErrAbortHandler) }
+		if _, err := k.Do(ctx, req("abort", `{}`), abort); !errors.Is(err, idem.ErrPanicked) || !errors.Is(err, http.ErrAbortHandler) {
+			t.Fatalf("abort: %v", err)
+		}
+		if logs.String() != logged {
+			t.Fatalf("http.ErrAbortHandler was logged: %s", strings.TrimPrefix(logs.String(), logged))
+		}
+		if got := countRows(t, d, "biz"); got != 1 || countRows(t, d, "idem_keys") != 1 {
+			t.Fatalf("biz rows %d, keys %d; want 1, 1", got, countRows(t, d, "idem_keys"))
+		}
+	})
+}
+
+// A copy waiting in this process for a twin whose work panics is woken by
+// the panic, not by Wait's end: it runs the work itself, once.
+func TestWorkPanicReleasesWaiter(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		k := newKeeper(t, d, idem.Config{Wait: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		joined := make(chan struct{}, 1)
+		idem.SetJoinedHook(k, func(idem.Key) { joined <- struct{}{} })
+		var runs atomic.Int64
+		entered, release := make(chan struct{}), make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			_, err := doRecovering(k, req("shared", `{}`), func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+				close(entered)
+				<-release
+				if _, err := insertWork(&runs, 201, `{"half":1}`)(ctx, tx); err != nil {
+					return idem.Outcome{}, err
+				}
+				panic("handler bug")
+			})
+			first <- err
+		}()
+		<-entered
+		second := make(chan error, 1)
+		var res idem.Result
+		go func() {
+			var err error
+			res, err = k.Do(context.Background(), req("shared", `{}`), insertWork(&runs, 201, `{"ok":1}`))
+			second <- err
+		}()
+		<-joined
+		close(release)
+		if err := <-second; err != nil || res.Replayed || string(res.Body) != `{"ok":1}` {
+			t.Fatalf("waiting copy: %v %+v, want it to run the work", err, res)
+		}
+		if err := <-first; !errors.Is(err, idem.ErrPanicked) {
+			t.Fatalf("first copy: %v, want ErrPanicked", err)
+		}
+		if got := countRows(t, d, "biz"); got != 1 || runs.Load() != 2 {
+			t.Fatalf("biz rows %d, runs %d; want 1, 2", got, runs.Load())
+		}
+	})
+}
+
+// doRecovering is k.Do that turns a panic escaping Do into an error, so
+// that a keeper which lets it escape fails the test instead of the binary.
+func doRecovering(k *idem.Keeper, r idem.Request, work idem.Work) (res idem.Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the panic escaped Do: %v", v)
+		}
+	}()
+	return k.Do(context.Background(), r, work)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // DoTx claims in the caller's own transaction; the caller's rollback takes

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -148,7 +150,7 @@ func newServer(mw *idemhttp.Middleware, h http.Handler) *httptest.Server {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's panic is expected
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the tests' panics are expected
 	srv.Start()
 	return srv
 }
@@ -176,6 +178,33 @@ func countOrders(t testing.TB, d driver.Driver) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func countKeys(t testing.TB, d driver.Driver) int {
+	t.Helper()
+	var n int
+	if err := d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM idem_keys`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func newKindCounter() *kindCounter {

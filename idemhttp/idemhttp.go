@@ -74,7 +74,7 @@ const (
 	OutcomeBodyTooLarge Outcome = "body_too_large" // 413
 	OutcomeUnavailable  Outcome = "unavailable"    // 503: database unreachable, nothing stored
 	OutcomeHandlerError Outcome = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
-	OutcomeError        Outcome = "error"          // 500: an unexpected error, nothing stored
+	OutcomeError        Outcome = "error"          // 500: an unexpected error or a handler's panic, nothing stored
 )
 
 // DefaultReplayHeaders are the response headers stored and replayed when
@@ -137,8 +137,9 @@ type Config struct {
 	// OnOutcome, when set, is called once per guarded request with how it
 	// was answered (metrics). It must be fast and must not write to w.
 	OnOutcome func(r *http.Request, kind Outcome)
-	// Logger receives unexpected errors (answered 500). Default
-	// slog.Default().
+	// Logger receives unexpected errors (answered 500). A handler's panic,
+	// also answered 500, is logged by the keeper, with its key and stack, on
+	// the keeper's Config.Logger. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -357,17 +358,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	start := kcfg.Clock()
 	var (
-		first    *recorder
-		failed   *recorder // a 5xx answer: rolled back, sent as is
-		panicked *panicValue
+		first  *recorder
+		failed *recorder // a 5xx answer: rolled back, sent as is
 	)
 	res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
 		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 			rec := newRecorder(m.cfg.MaxResponseBytes)
-			if p := runHandler(next, rec, m.handlerRequest(ctx, r, tx, key, body)); p != nil {
-				panicked = p
-				return idem.Outcome{}, errHandlerPanicked
-			}
+			next.ServeHTTP(rec, m.handlerRequest(ctx, r, tx, key, body))
 			if rec.tooLong {
 				return idem.Outcome{}, errResponseTooLarge
 			}
@@ -380,10 +377,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
 		})
 	switch {
-	case panicked != nil:
-		// Everything rolled back; let the server (or the user's recovery
-		// middleware) deal with the panic as if there were no middleware.
-		panic(panicked.v)
+	case errors.Is(err, http.ErrAbortHandler):
+		// The handler asked net/http to abort the response (a panic with
+		// http.ErrAbortHandler): everything rolled back, and the abort goes
+		// on to the server, which drops the connection without logging.
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, idem.ErrPanicked):
+		// A bug in the handler: the keeper recovered it, rolled everything
+		// back, released the key and logged the panic with the key and the
+		// stack. The client gets a 500 and its retry runs the handler again.
+		m.report(r, OutcomeError)
+		problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 	case err == nil && !res.Replayed:
 		m.report(r, OutcomeFirst)
 		status, header := first.result()
@@ -421,24 +425,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 const reusedDetail = "this Idempotency-Key was already used with a different request (method, path or body)"
 
-var (
-	errHandlerFailed   = errors.New("idemhttp: handler answered 5xx")
-	errHandlerPanicked = errors.New("idemhttp: handler panicked")
-)
-
-type panicValue struct{ v any }
-
-// runHandler runs next and catches its panic, so the keeper rolls back and
-// forgets the attempt instead of holding the key in flight.
-func runHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (p *panicValue) {
-	defer func() {
-		if v := recover(); v != nil {
-			p = &panicValue{v: v}
-		}
-	}()
-	next.ServeHTTP(w, r)
-	return nil
-}
+var errHandlerFailed = errors.New("idemhttp: handler answered 5xx")
 
 // handlerRequest is r as the guarded handler sees it: the context carries
 // the transaction and the key, and the body, already read, can be read

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,27 +349,60 @@ func TestTransientNotStored(t *testing.T) {
 	}
 }
 
-// TestHandlerPanic: a handler that panics after writing rolls back, the
-// server sees the panic, and the key is not left in flight.
+// TestHandlerPanic: a handler that panics after inserting its row is a
+// bug the middleware answers 500 internal_error, like any failure that
+// stored nothing: its row and the key's claim roll back, the keeper logs
+// the panic with the key, and the client's retry, at once and with the
+// keeper's Wait at its one-minute bound, runs the handler and stores its
+// outcome once. A handler that panics with http.ErrAbortHandler still
+// aborts the connection, and stores nothing either.
 func TestHandlerPanic(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		e := newEnv(t, d, idem.Config{}, idemhttp.Config{})
+		var logs syncBuffer
+		e := newEnv(t, d, idem.Config{Wait: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, idemhttp.Config{})
 		e.h.panics.Store(true)
-		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/orders", strings.NewReader(orderBody))
-		req.Header.Set(idemhttp.HeaderKey, "k")
-		if res, err := e.srv.Client().Do(req); err == nil {
-			res.Body.Close()
-			t.Fatalf("a panicking handler answered %d", res.StatusCode)
+		wantProblem(t, post(t, e.srv, "/orders", orderBody, "k"), http.StatusInternalServerError, idemhttp.CodeInternal)
+		if n, k := countOrders(t, d), countKeys(t, d); n != 0 || k != 0 {
+			t.Fatalf("%d rows and %d keys after a panic, want 0", n, k)
 		}
-		if n := countOrders(t, d); n != 0 {
-			t.Fatalf("%d rows after a panic, want 0", n)
+		if e.kinds.get(idemhttp.OutcomeError) != 1 {
+			t.Fatalf("%d error outcomes, want 1", e.kinds.get(idemhttp.OutcomeError))
 		}
-		if r := post(t, e.srv, "/orders", orderBody, "k"); r.status != http.StatusCreated {
-			t.Fatalf("retry after a panic: %d %s", r.status, r.body)
+		if got := logs.String(); !strings.Contains(got, "key=k") || !strings.Contains(got, "orders: boom") {
+			t.Fatalf("the panic was not logged with its key: %s", got)
 		}
-		if n := countOrders(t, d); n != 1 {
-			t.Fatalf("%d rows, want 1", n)
+
+		first := post(t, e.srv, "/orders", orderBody, "k")
+		if first.status != http.StatusCreated || first.header.Get(idemhttp.HeaderReplayed) != "" {
+			t.Fatalf("retry after a panic: %d %s", first.status, first.body)
+		}
+		again := post(t, e.srv, "/orders", orderBody, "k")
+		if again.status != http.StatusCreated || again.header.Get(idemhttp.HeaderReplayed) != "true" || string(again.body) != string(first.body) {
+			t.Fatalf("copy after the retry: %d %s", again.status, again.body)
+		}
+		if n := countOrders(t, d); n != 1 || e.h.calls.Load() != 2 {
+			t.Fatalf("%d rows, %d handler runs; want 1, 2", n, e.h.calls.Load())
+		}
+
+		abort := e.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := idemhttp.Tx(r.Context()).Exec(r.Context(), sqlInsertOrder, "aborted", "t", "/abort", "{}"); err != nil {
+				t.Error(err)
+			}
+			panic(http.ErrAbortHandler)
+		}))
+		func() {
+			defer func() {
+				if v := recover(); v != http.ErrAbortHandler {
+					t.Errorf("abort: recovered %v, want http.ErrAbortHandler passed on", v)
+				}
+			}()
+			r := httptest.NewRequest(http.MethodPost, "/abort", strings.NewReader("{}"))
+			r.Header.Set(idemhttp.HeaderKey, "a")
+			abort.ServeHTTP(httptest.NewRecorder(), r)
+		}()
+		if n, k := countOrders(t, d), countKeys(t, d); n != 1 || k != 1 {
+			t.Fatalf("after an abort: %d rows, %d keys; want 1, 1", n, k)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	"github.com/idemhq/idem"
 )
@@ -16,7 +17,15 @@ import (
 // with a byte outside visible ASCII 0x21-0x7E) becomes "sha256:" followed
 // by the lowercase hex SHA-256 of its bytes: still one key per id, and the
 // prefix keeps it from meeting a sender's id that happens to be 64 hex
-// characters. Call it only for events with an ID (not a Slack challenge).
+// characters.
+//
+// A key of that form, "sha256:" and 64 lowercase hex digits, is therefore
+// always a hash: an id that itself has that form is hashed too, never kept
+// as is, or a sender could name its event after another event's hashed key
+// and be answered as that event's replay. Every other id is kept as is, so
+// no two ids share a key (short of a SHA-256 collision), and the keys of
+// ids of any other form are the ones earlier versions stored. Call it only
+// for events with an ID (not a Slack challenge).
 func DedupeKey(e Endpoint, ev Event) idem.Key {
 	tenant := e.Tenant
 	if tenant == "" {
@@ -37,19 +46,42 @@ func DedupeRequest(e Endpoint, ev Event) idem.Request {
 	return idem.Request{Key: k, Body: ev.Body, Fingerprint: fp[:]}
 }
 
+// hashedPrefix begins every key that is the hash of an id.
+const hashedPrefix = "sha256:"
+
 func keyFor(id string) string {
-	if len(id) >= 1 && len(id) <= idem.MaxKeyLength {
-		visible := true
-		for i := 0; i < len(id); i++ {
-			if c := id[i]; c < 0x21 || c > 0x7e {
-				visible = false
-				break
-			}
-		}
-		if visible {
-			return id
-		}
+	if storable(id) && !looksHashed(id) {
+		return id
 	}
 	sum := sha256.Sum256([]byte(id))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return hashedPrefix + hex.EncodeToString(sum[:])
+}
+
+// storable reports whether the keeper takes id as a key: 1 to
+// idem.MaxKeyLength bytes of visible ASCII.
+func storable(id string) bool {
+	if len(id) < 1 || len(id) > idem.MaxKeyLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// looksHashed reports whether id has the form keyFor gives a hashed id:
+// the prefix and 64 lowercase hex digits.
+func looksHashed(id string) bool {
+	digits, ok := strings.CutPrefix(id, hashedPrefix)
+	if !ok || len(digits) != hex.EncodedLen(sha256.Size) {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if c := digits[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -78,6 +78,21 @@ func TestDedupeKey(t *testing.T) {
 	if DedupeKey(ep, Event{ID: strings.Repeat("a", idem.MaxKeyLength)}).Key != strings.Repeat("a", idem.MaxKeyLength) {
 		t.Fatal("a 255-character id should be kept as is")
 	}
+	// A key of the hashed form is always a hash: an id that has that form
+	// is hashed too, so it cannot take the key of the id it is the hash of.
+	// Ids of any other form, "sha256:"-prefixed or not, keep their key.
+	hashed := DedupeKey(ep, Event{ID: long}).Key
+	if k := DedupeKey(ep, Event{ID: hashed}).Key; k == hashed || !strings.HasPrefix(k, "sha256:") || len(k) != 7+64 {
+		t.Fatalf("the literal id %q has key %q", hashed, k)
+	}
+	for _, id := range []string{
+		"evt_1", "sha256:", "sha256:abc", strings.ToUpper(hashed), "SHA256:" + hashed[7:], hashed[:70], hashed + "0",
+		"sha256:" + strings.Repeat("g", 64), strings.Repeat("0", 64),
+	} {
+		if k := DedupeKey(ep, Event{ID: id}).Key; k != id {
+			t.Fatalf("%q -> %q, want it kept as is", id, k)
+		}
+	}
 	// The fingerprint follows the key only: a redelivered body that differs
 	// in a byte replays instead of being refused as key reuse.
 	r1 := DedupeRequest(ep, Event{ID: "evt_1", Body: []byte(`{"a":1}`)})

@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_webhook_deliveries_total",
-			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, unavailable, error, rejected_<code>.",
+			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, panicked, unavailable, error, rejected_<code>.",
 		}, []string{"endpoint", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.webhooks,

@@ -77,7 +77,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
-	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait); err != nil {
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{

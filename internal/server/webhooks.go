@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -37,6 +38,10 @@ const (
 	codeHandlerFailed = "handler_failed"
 )
 
+// webhookPanicked is the deliveries metric's outcome for a delivery whose
+// handler panicked (answered 500 internal_error, nothing stored).
+const webhookPanicked = "panicked"
+
 // webhooks is the intake's state: the configured endpoints with their
 // verifiers, the keeper that deduplicates deliveries, the outbox that
 // carries their events and the Go handlers registered for them.
@@ -55,7 +60,7 @@ type webhookEndpoint struct {
 // newWebhooks parses the configuration file's webhooks block and builds one
 // verifier per endpoint. A configuration error stops the service at start,
 // not at the first delivery.
-func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration) (*webhooks, error) {
+func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, log *slog.Logger) (*webhooks, error) {
 	w := &webhooks{endpoints: map[string]webhookEndpoint{}, registry: webhook.NewRegistry()}
 	if len(raw) > 0 {
 		eps, err := webhook.ParseConfig(raw)
@@ -78,7 +83,7 @@ func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration) 
 	// A keeper of its own: the service's keeper keeps keys for
 	// KeyRetention, the webhook keys must outlive the providers' retries.
 	// The service keeper's janitor deletes the expired keys of both.
-	if w.keeper, err = idem.New(d, idem.Config{Retention: retention, Wait: wait}); err != nil {
+	if w.keeper, err = idem.New(d, idem.Config{Retention: retention, Wait: wait, Logger: log}); err != nil {
 		return nil, err
 	}
 	if w.outbox, err = outbox.New(d, outbox.Config{MaxPayloadBytes: webhookMaxPayloadBytes}); err != nil {
@@ -101,7 +106,9 @@ func checkEventTenant(t string) error {
 // webhook.AnyType) on any endpoint of that provider. What h writes through
 // its tx commits with the dedupe key and the webhook.* event, or not at
 // all: an error from h rolls everything back and the delivery is answered
-// 503, so the provider retries it. Call it before serving; like
+// 503, so the provider retries it; a panic in h rolls back the same way,
+// is logged with the event's key and stack, and is answered 500, which
+// providers retry too. Call it before serving; like
 // http.ServeMux it panics on a nil handler, an unknown provider or a
 // second registration of the same pair.
 func (s *Server) HandleWebhook(provider, eventType string, h webhook.Handler) {
@@ -186,6 +193,15 @@ func (s *Server) webhookIntake(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", retryAfterSeconds(s.webhooks.keeper.Config().Wait))
 		problem.Write(w, http.StatusConflict, idemhttp.CodeInFlight,
 			"a copy of this delivery is still being processed; retry later")
+		return
+	case errors.Is(err, idem.ErrPanicked):
+		// A bug in a handler (or in the intake): the keeper recovered it,
+		// rolled back the event, the handler's rows and the key, and logged
+		// it with the key and the stack. A 500 makes the provider redeliver,
+		// and the redelivery runs the handler again.
+		count(webhookPanicked)
+		problem.Write(w, http.StatusInternalServerError, codeInternal,
+			"the event's handler failed unexpectedly; nothing was stored, retry later")
 		return
 	case handlerErr != nil:
 		count(codeHandlerFailed)

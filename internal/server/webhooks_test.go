@@ -183,6 +183,145 @@ func TestWebhookHandlers(t *testing.T) {
 	})
 }
 
+// createHandled makes the table the tests' handlers write their side
+// effect to: one row per event id they handled.
+func createHandled(t *testing.T, d driver.Driver) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `CREATE TABLE handled (event_id TEXT PRIMARY KEY, type TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveRecovering is s.Handler().ServeHTTP(w, r) that fails the test, not
+// the binary, when a panic escapes the service's handler.
+func serveRecovering(t *testing.T, s *Server, w http.ResponseWriter, r *http.Request) {
+	t.Helper()
+	defer func() {
+		if v := recover(); v != nil {
+			t.Errorf("a panic escaped the service's handler: %v", v)
+		}
+	}()
+	s.Handler().ServeHTTP(w, r)
+}
+
+// A handler that panics is a bug the intake answers 500 internal_error:
+// its row, the webhook.* event and the dedupe key roll back, so the
+// provider's redelivery runs the handler again, at once (the in-flight
+// wait is at its one-minute bound, and the key is not left in flight), and
+// records the event once; a later copy replays.
+func TestWebhookHandlerPanic(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		createHandled(t, d)
+		cfg := config.Default()
+		cfg.Relay = false
+		cfg.InFlightWait = time.Minute
+		cfg.Webhooks = []byte(webhookTestConfig)
+		s, err := New(ctx, cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		s.HandleWebhook("stripe", "invoice.paid", func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO handled (event_id, type) VALUES ($1, $2)`, e.ID, e.Type); err != nil {
+				return err
+			}
+			if runs.Add(1) == 1 {
+				panic("bookkeeping bug")
+			}
+			return nil
+		})
+		body := `{"id":"evt_panics_once","object":"event","type":"invoice.paid"}`
+		deliver := func() *httptest.ResponseRecorder {
+			p := stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{Payload: []byte(body), Secret: "whsec_handler_test", Timestamp: time.Now()})
+			r := httptest.NewRequest(http.MethodPost, "/v1/webhooks/stripe-main", strings.NewReader(body))
+			r.Header.Set("Stripe-Signature", p.Header)
+			w := httptest.NewRecorder()
+			serveRecovering(t, s, w, r)
+			return w
+		}
+		recorded := func() (handled, events, keys int) {
+			return countRows(t, d, `SELECT count(*) FROM handled`),
+				countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid"),
+				countRows(t, d, `SELECT count(*) FROM idem_keys`)
+		}
+
+		// Checked without stopping, so that an intake which lets the panic
+		// escape also shows the key it holds.
+		w := deliver()
+		if w.Code != 500 || !strings.Contains(w.Body.String(), `"code":"internal_error"`) {
+			t.Errorf("panicking handler: %d %s", w.Code, w.Body)
+		}
+		if h, e, k := recorded(); h != 0 || e != 0 || k != 0 {
+			t.Errorf("a panic left %d rows, %d events, %d keys", h, e, k)
+		}
+		w = deliver()
+		if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("redelivery after a panic: %d %s", w.Code, w.Body)
+		}
+		w = deliver()
+		if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("copy after the redelivery: %d %s", w.Code, w.Body)
+		}
+		if h, e, k := recorded(); h != 1 || e != 1 || k != 1 || runs.Load() != 2 {
+			t.Fatalf("%d rows, %d events, %d keys, %d runs; want 1, 1, 1, 2", h, e, k, runs.Load())
+		}
+	})
+}
+
+// An event id too long to be a key is stored under its hash, sha256:<hex>.
+// A different event whose literal id is that very string is another event:
+// both are recorded (two handler rows, two webhook.* events), and a
+// redelivery of each is a replay of its own first delivery.
+func TestWebhookHashedIDDoesNotMeetLiteralID(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		createHandled(t, d)
+		s := newWebhookServer(t, d)
+		var runs atomic.Int32
+		s.HandleWebhook("stripe", "invoice.paid", func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+			runs.Add(1)
+			_, err := tx.Exec(ctx, `INSERT INTO handled (event_id, type) VALUES ($1, $2)`, e.ID, e.Type)
+			return err
+		})
+		long := "evt_" + strings.Repeat("L", idem.MaxKeyLength)
+		sum := sha256.Sum256([]byte(long))
+		lookalike := "sha256:" + hex.EncodeToString(sum[:]) // the long id's key before the fix
+		bodyOf := func(id string) string {
+			return `{"id":"` + id + `","object":"event","type":"invoice.paid"}`
+		}
+		for _, round := range []struct{ replayed string }{{""}, {"true"}} {
+			for _, id := range []string{long, lookalike} {
+				w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", bodyOf(id))
+				if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != round.replayed {
+					t.Fatalf("%.20s…: %d replayed=%q %s", id, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+				}
+				if want := `"event_id":"` + id + `"`; !strings.Contains(w.Body.String(), want) {
+					t.Fatalf("%.20s… answered %s", id, w.Body)
+				}
+			}
+		}
+		for _, id := range []string{long, lookalike} {
+			if n := countRows(t, d, `SELECT count(*) FROM handled WHERE event_id = $1`, id); n != 1 {
+				t.Fatalf("%.20s…: %d handler rows, want 1", id, n)
+			}
+		}
+		if n := countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type = $1`, "webhook.stripe.invoice.paid"); n != 2 || runs.Load() != 2 {
+			t.Fatalf("%d events, %d handler runs; want 2, 2", n, runs.Load())
+		}
+	})
+}
+
 func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
