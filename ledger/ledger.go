@@ -30,6 +30,12 @@
 // deadlocking or losing updates. On Postgres the recorded time is the
 // database clock read after the locks are held, never before the account's
 // previous entry, so within an account time order is sequence order.
+//
+// Reads as of a moment are final: the answer for a moment, once given, is
+// the answer forever. A moment before the account's newest entry is read
+// in any transaction; a later one waits for the account's writers still
+// committing, which takes a read-write transaction (ErrNeedsWriteTx in a
+// read-only one). See Balance.
 package ledger
 
 import (
