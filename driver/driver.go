@@ -34,6 +34,9 @@ var (
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")
+	// ErrReadOnly: the method must lock or write and was given a read-only
+	// transaction. Nothing was run: the transaction is still usable.
+	ErrReadOnly = errors.New("idem/driver: read-only transaction")
 )
 
 // IsRetryable reports whether err is a transient database fault after which

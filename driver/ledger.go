@@ -37,9 +37,38 @@ type LedgerDriver interface {
 	// is the later of the database clock (read now, under the accounts'
 	// locks) and NotBefore; it is returned.
 	LedgerTransferWrite(ctx context.Context, tx Tx, p *LedgerTransferWriteParams) (time.Time, error)
+	// LedgerSettle makes an account's history up to After final in tx: once
+	// it returns Locked with a Clock past After, no entry recorded at or
+	// before After can be committed later, so a statement of tx that starts
+	// afterwards reads the answer as of After that holds forever. (Under
+	// READ COMMITTED, that statement also sees the commits it waited for.)
+	//
+	// It relies on the invariant every ledger writer keeps: a writer locks
+	// the accounts it writes (Postgres: FOR UPDATE in LedgerLock; SQLite:
+	// the database's one write lock, held from BEGIN IMMEDIATE), stamps
+	// their entries while holding the lock with the writers' clock
+	// (Postgres: clock_timestamp(); SQLite: the ledger's clock, passed as
+	// Now) never before the account's newest entry, and holds the lock
+	// until it commits. So once LedgerSettle has waited for the writers
+	// holding the lock and read the clock while holding it, every writer
+	// that stamped at or before After has committed, and every later one
+	// stamps at or after that clock reading, which is past After. It
+	// assumes the writers' clock never steps backwards.
+	//
+	// First it reads the writers' clock. When that is not past After it
+	// locks nothing and returns Clock with Locked false: the caller may wait
+	// for the clock and call again, holding no lock of this method's while
+	// it waits. Otherwise a read-only transaction, which cannot wait for
+	// writers, gets ErrReadOnly, still usable. A read-write one waits for
+	// the account's in-flight writers (Postgres: SELECT … FOR SHARE, bounded
+	// by lock_timeout; SQLite: the write transaction already excludes them)
+	// and gets the clock read again while holding the lock, with Locked set.
+	// Under REPEATABLE READ, a writer of the account that committed after
+	// the transaction's snapshot makes it fail with ErrSerialization.
+	LedgerSettle(ctx context.Context, tx Tx, p *LedgerSettleParams) (*LedgerSettleResult, error)
 	// LedgerEntryAsOf reads the account's newest entry recorded at or
-	// before AsOf (zero AsOf: the newest); ErrNotFound when there is none.
-	// It is one index lookup, whatever the length of the history.
+	// before AsOf; ErrNotFound when there is none. It is one index lookup,
+	// whatever the length of the history.
 	LedgerEntryAsOf(ctx context.Context, tx Tx, p *LedgerEntryAsOfParams) (*LedgerEntry, error)
 	// LedgerEntries lists an account's entries newest first, starting at
 	// MaxSequence, at most Limit.
@@ -142,6 +171,26 @@ type LedgerTransferWriteParams struct {
 	NotBefore time.Time
 	// Now is the clock for drivers without their own.
 	Now time.Time
+}
+
+type LedgerSettleParams struct {
+	Tenant    string
+	AccountID string
+	// After is the moment to settle, in whole microseconds (entries are
+	// recorded at microsecond precision).
+	After time.Time
+	// Now is the clock for drivers without their own, read while the
+	// transaction holds the write lock.
+	Now time.Time
+}
+
+type LedgerSettleResult struct {
+	// Clock is the writers' clock, in whole microseconds: read under the
+	// account's lock when Locked, else before any lock was taken.
+	Clock time.Time
+	// Locked reports that the account's in-flight writers were waited for
+	// and Clock read while holding its lock.
+	Locked bool
 }
 
 type LedgerEntryAsOfParams struct {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
@@ -99,7 +98,7 @@ func TestHotAccounts(t *testing.T) {
 			t.Fatalf("rows = %+v, want %d transfers", c, total)
 		}
 		for i, id := range ids {
-			if b := balance(t, d, l, tenant, id, time.Time{}); b.Balance != want[i].Load() {
+			if b := balance(t, d, l, tenant, id, nil); b.Balance != want[i].Load() {
 				t.Errorf("%s balance = %d, want %d", id, b.Balance, want[i].Load())
 			}
 		}

@@ -65,6 +65,15 @@ var (
 // Entries for an id the tenant does not have.
 var ErrNotFound = errors.New("ledger: not found")
 
+// ErrNeedsWriteTx is returned (wrapped) by Balance and Entries asked for a
+// moment at or after the account's newest entry in a read-only
+// transaction. Entries up to that moment may still be committing, and only
+// a read-write transaction can wait for them; the transaction is still
+// usable. Read again in a read-write transaction (READ COMMITTED on
+// Postgres) and roll it back: the read writes nothing.
+var ErrNeedsWriteTx = errors.New("ledger: as_of at or after the account's newest entry must be read in a " +
+	"read-write transaction, which waits for writers still committing")
+
 func newError(code, field, msg string) *Error {
 	return &Error{Code: code, Field: field, Message: msg}
 }

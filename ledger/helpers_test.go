@@ -95,7 +95,9 @@ func post(t testing.TB, d driver.Driver, l *ledger.Ledger, tenant string, ts ...
 	return got
 }
 
-func balance(t testing.TB, d driver.Driver, l *ledger.Ledger, tenant, id string, asOf time.Time) ledger.Balance {
+// balance reads the account's balance as of *asOf (nil: now) in a write
+// transaction of its own.
+func balance(t testing.TB, d driver.Driver, l *ledger.Ledger, tenant, id string, asOf *time.Time) ledger.Balance {
 	t.Helper()
 	var b ledger.Balance
 	must(t, d, func(tx driver.Tx) (err error) {
@@ -150,5 +152,8 @@ func wantCode(t testing.TB, err error, code string) *ledger.Error {
 	}
 	return le
 }
+
+// at is an as-of moment.
+func at(t time.Time) *time.Time { return &t }
 
 func usd(id string) ledger.NewAccount { return ledger.NewAccount{ID: id, Currency: "USD"} }

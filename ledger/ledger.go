@@ -30,6 +30,12 @@
 // deadlocking or losing updates. On Postgres the recorded time is the
 // database clock read after the locks are held, never before the account's
 // previous entry, so within an account time order is sequence order.
+//
+// Reads as of a moment are final: the answer for a moment, once given, is
+// the answer forever. A moment before the account's newest entry is read
+// in any transaction; a later one waits for the account's writers still
+// committing, which takes a read-write transaction (ErrNeedsWriteTx in a
+// read-only one). See Balance.
 package ledger
 
 import (
@@ -47,7 +53,9 @@ import (
 type Config struct {
 	// Clock is the time source for answers "as of now" and for recorded
 	// times on SQLite, which has no shared clock of its own (Postgres
-	// records its own clock_timestamp()). Default time.Now.
+	// records its own clock_timestamp()); on SQLite it is also the clock
+	// an as-of read waits for (see MaxAsOfWait). It must not step
+	// backwards: final as-of answers rely on it. Default time.Now.
 	Clock func() time.Time
 	// NewID generates ids for accounts and transfers posted without one.
 	// Default: a time-ordered UUIDv7. Results must be valid ids (1..128
@@ -228,8 +236,10 @@ type Balance struct {
 
 // EntriesQuery selects a page of an account's entries, newest first.
 type EntriesQuery struct {
-	// AsOf keeps only entries recorded at or before it; zero: all.
-	AsOf time.Time
+	// AsOf keeps only entries recorded at or before it; nil: every entry
+	// committed now. The zero time is a moment like any other (before
+	// every entry).
+	AsOf *time.Time
 	// Limit bounds the page. Default 100; bound 1..1000.
 	Limit int
 	// After is the cursor a previous page returned; empty: the newest.

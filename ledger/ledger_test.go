@@ -90,7 +90,7 @@ func TestPostIdempotentByID(t *testing.T) {
 		if c := counts(t, d); c != want {
 			t.Fatalf("rows = %+v, want %+v", c, want)
 		}
-		if b := balance(t, d, l, tenant, "b", time.Time{}); b.Balance != 500 {
+		if b := balance(t, d, l, tenant, "b", nil); b.Balance != 500 {
 			t.Fatalf("b balance = %d, want 500", b.Balance)
 		}
 		for _, tc := range []struct {
@@ -340,7 +340,7 @@ func TestReversals(t *testing.T) {
 		if len(got.Reversals) != 2 || got.Reversals[0].ID != "rev-1" || got.Reversals[1].ID != r2.ID {
 			t.Fatalf("reversals = %+v", got.Reversals)
 		}
-		if b := balance(t, d, l, tenant, "player", time.Time{}); b.Balance != 0 || b.DebitsPosted != 100 || b.CreditsPosted != 100 {
+		if b := balance(t, d, l, tenant, "player", nil); b.Balance != 0 || b.DebitsPosted != 100 || b.CreditsPosted != 100 {
 			t.Fatalf("player = %+v, want all reversed", b)
 		}
 		if c := counts(t, d); c.Transfers != 3 || c.Entries != 6 || c.ReversedTotals != 1 {
@@ -392,15 +392,16 @@ func TestAsOfAcrossReversal(t *testing.T) {
 		us := time.Microsecond
 		for _, tc := range []struct {
 			name    string
-			asOf    time.Time
+			asOf    *time.Time
 			balance int64
 			entries int
 		}{
-			{"before the win", win.CreatedAt.Add(-us), 0, 0},
-			{"at the win", win.CreatedAt, 100, 1},
-			{"just before the reversal", rev.CreatedAt.Add(-us), 100, 1},
-			{"at the reversal", rev.CreatedAt, 60, 2},
-			{"now", time.Time{}, 60, 2},
+			{"the zero time", at(time.Time{}), 0, 0},
+			{"before the win", at(win.CreatedAt.Add(-us)), 0, 0},
+			{"at the win", at(win.CreatedAt), 100, 1},
+			{"just before the reversal", at(rev.CreatedAt.Add(-us)), 100, 1},
+			{"at the reversal", at(rev.CreatedAt), 60, 2},
+			{"now", nil, 60, 2},
 		} {
 			b := balance(t, d, l, tenant, "player", tc.asOf)
 			if b.Balance != tc.balance || b.CreditsPosted != 100*min(int64(tc.entries), 1) {
@@ -435,7 +436,7 @@ func TestTenantIsolation(t *testing.T) {
 			if _, err := l.GetTransfer(ctx, tx, "b", "t"); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("GetTransfer from b: %v, want ErrNotFound", err)
 			}
-			if _, err := l.Balance(ctx, tx, "b", "x", time.Time{}); !errors.Is(err, ledger.ErrNotFound) {
+			if _, err := l.Balance(ctx, tx, "b", "x", nil); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("Balance from b: %v, want ErrNotFound", err)
 			}
 			if _, _, err := l.Entries(ctx, tx, "b", "x", ledger.EntriesQuery{}); !errors.Is(err, ledger.ErrNotFound) {
@@ -460,7 +461,7 @@ func TestTenantIsolation(t *testing.T) {
 		if got.Existing || got.Amount != 7 {
 			t.Fatalf("b's transfer = %+v", got)
 		}
-		if b := balance(t, d, l, "a", "y", time.Time{}); b.Balance != 5 {
+		if b := balance(t, d, l, "a", "y", nil); b.Balance != 5 {
 			t.Fatalf("a/y = %+v, want 5", b)
 		}
 		verify(t, d)
@@ -518,7 +519,7 @@ func TestEntriesPagination(t *testing.T) {
 		var es []ledger.Entry
 		var next string
 		must(t, d, func(tx driver.Tx) (err error) {
-			es, next, err = l.Entries(ctx, tx, tenant, "dst", ledger.EntriesQuery{AsOf: posted[4].CreatedAt, Limit: 3})
+			es, next, err = l.Entries(ctx, tx, tenant, "dst", ledger.EntriesQuery{AsOf: at(posted[4].CreatedAt), Limit: 3})
 			return err
 		})
 		if len(es) != 3 || es[0].Sequence != 5 || next != "3" {
@@ -550,7 +551,7 @@ func TestImmutable(t *testing.T) {
 		if c := counts(t, d); c.Transfers != 1 || c.Entries != 2 {
 			t.Fatalf("rows = %+v", c)
 		}
-		if b := balance(t, d, l, tenant, "b", time.Time{}); b.Balance != 9 {
+		if b := balance(t, d, l, tenant, "b", nil); b.Balance != 9 {
 			t.Fatalf("b = %+v", b)
 		}
 		verify(t, d)

@@ -41,20 +41,44 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, tenant, id strin
 	return t, nil
 }
 
-// Balance is the account's totals as believed at asOf: those of its newest
-// entry recorded at or before asOf (zero when none), found by one index
-// lookup. A zero asOf means now.
-func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID string, asOf time.Time) (Balance, error) {
+// Balance is the account's totals as believed at *asOf: those of its newest
+// entry recorded at or before it (zero when none), found by one index
+// lookup. A nil asOf means now: the account's latest committed totals, with
+// the read time as AsOf. The zero time is a moment like any other (before
+// every entry).
+//
+// An answer as of a moment is final: the same question asked later, in any
+// transaction, gets the same answer, however many writers were committing
+// at the time. (A "now" answer is not a promise about its AsOf: a transfer
+// stamped just before it may still have been committing.) A moment before
+// the account's newest entry is final already and answered in any
+// transaction. A later one is first settled (see ledger.md): the read waits
+// for the account's writers still committing, which needs a read-write
+// transaction — READ COMMITTED on Postgres, so that it sees what it waited
+// for (under REPEATABLE READ a writer that committed after the snapshot
+// fails it with driver.ErrSerialization); any write transaction on SQLite.
+// In a read-only transaction it returns ErrNeedsWriteTx (wrapped), with the
+// transaction still usable: read again in a read-write one, which writes
+// nothing. A moment the writers' clock has not reached yet is waited for
+// when at most MaxAsOfWait ahead, before this call takes any lock (but a
+// SQLite write transaction holds the write lock from its start: wait there,
+// in a read-only transaction, first), and refused with invalid_request
+// (field as_of) when further ahead.
+func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID string, asOf *time.Time) (Balance, error) {
 	acct, err := l.account(ctx, tx, tenant, accountID)
 	if err != nil {
 		return Balance{}, err
 	}
-	if asOf.IsZero() {
+	if asOf == nil {
 		return Balance{AccountID: acct.ID, AsOf: l.now(), DebitsPosted: acct.DebitsPosted,
 			CreditsPosted: acct.CreditsPosted, Balance: acct.CreditsPosted - acct.DebitsPosted}, nil
 	}
+	at := asOf.Truncate(time.Microsecond) // entries are recorded in microseconds
+	if err := l.settle(ctx, tx, acct, at); err != nil {
+		return Balance{}, err
+	}
 	b := Balance{AccountID: acct.ID, AsOf: asOf.UTC()}
-	e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: asOf})
+	e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: at})
 	if errors.Is(err, driver.ErrNotFound) {
 		return b, nil
 	}
@@ -65,8 +89,12 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID st
 	return b, nil
 }
 
-// Entries lists an account's entries newest first, as believed at q.AsOf.
-// It returns the cursor of the next page, or "" when this is the last.
+// Entries lists an account's entries newest first, as believed at q.AsOf
+// (nil: now, every entry committed). It returns the cursor of the next
+// page, or "" when this is the last. With an AsOf, the answer is final and
+// needs what Balance's does: ErrNeedsWriteTx (wrapped) in a read-only
+// transaction for a moment at or after the account's newest entry, a wait
+// for a moment at most MaxAsOfWait ahead, invalid_request beyond.
 func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, tenant, accountID string, q EntriesQuery) ([]Entry, string, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -88,10 +116,14 @@ func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, tenant, accountID st
 	if err != nil {
 		return nil, "", err
 	}
-	if !q.AsOf.IsZero() {
+	if q.AsOf != nil {
+		at := q.AsOf.Truncate(time.Microsecond)
+		if err := l.settle(ctx, tx, acct, at); err != nil {
+			return nil, "", err
+		}
 		// Entries are in time order within an account, so "recorded by
 		// AsOf" is "sequence up to that of the newest entry by AsOf".
-		e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: q.AsOf})
+		e, err := l.d.LedgerEntryAsOf(ctx, tx, &driver.LedgerEntryAsOfParams{Tenant: tenant, AccountID: acct.ID, AsOf: at})
 		if errors.Is(err, driver.ErrNotFound) {
 			return []Entry{}, "", nil
 		}

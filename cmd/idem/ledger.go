@@ -47,11 +47,13 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprint(stderr, ledgerUsage)
 		return fmt.Errorf("ledger balance: want exactly one ACCOUNT, got %d arguments", len(pos))
 	}
-	var asOf time.Time
+	var asOf *time.Time // nil: now
 	if *asOfText != "" {
-		if asOf, err = time.Parse(time.RFC3339Nano, *asOfText); err != nil {
+		t, err := time.Parse(time.RFC3339Nano, *asOfText)
+		if err != nil {
 			return fmt.Errorf("--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
 		}
+		asOf = &t
 	}
 	d, err := common.open(ctx)
 	if err != nil {

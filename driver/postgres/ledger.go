@@ -110,13 +110,23 @@ WITH clock AS (
 )
 SELECT created_at FROM t`
 
-// Both lookups descend one index: the primary key for the newest entry, the
-// (account, created_at, sequence) index for the newest at a time.
-const sqlLedgerEntryNewest = `
-SELECT ` + ledgerEntryCols + ` FROM ledger_entries
- WHERE tenant = $1 AND account_id = $2
- ORDER BY sequence DESC LIMIT 1`
+// The writers' clock and whether the transaction may lock, read before any
+// lock: FOR SHARE in a read-only transaction is an error, which would abort
+// the caller's transaction.
+const sqlLedgerSettleClock = `SELECT clock_timestamp(), current_setting('transaction_read_only') = 'on'`
 
+// FOR SHARE waits for the account's writers, which hold FOR UPDATE until
+// they commit; clock_timestamp() is evaluated by the outer query, on the
+// row the locking subquery returns, so it is read while the lock is held.
+// One statement rather than two: on a connection outside a transaction
+// (Driver.Reader) the lock ends with the statement, and the clock must be
+// read before it does.
+const sqlLedgerSettle = `
+SELECT clock_timestamp() FROM (
+  SELECT sequence FROM ledger_accounts WHERE tenant = $1 AND id = $2 FOR SHARE
+) AS locked`
+
+// The lookup descends the (account, created_at, sequence) index.
 const sqlLedgerEntryAsOf = `
 SELECT ` + ledgerEntryCols + ` FROM ledger_entries
  WHERE tenant = $1 AND account_id = $2 AND created_at <= $3
@@ -214,10 +224,25 @@ func (d *Driver) LedgerTransferWrite(ctx context.Context, tx driver.Tx, p *drive
 	return at.UTC(), err
 }
 
-func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {
-	if p.AsOf.IsZero() {
-		return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryNewest, p.Tenant, p.AccountID))
+func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.LedgerSettleParams) (*driver.LedgerSettleResult, error) {
+	var clock time.Time
+	var readOnly bool
+	if err := tx.QueryRow(ctx, sqlLedgerSettleClock).Scan(&clock, &readOnly); err != nil {
+		return nil, err
 	}
+	if !clock.After(p.After) {
+		return &driver.LedgerSettleResult{Clock: clock.UTC()}, nil
+	}
+	if readOnly {
+		return nil, driver.ErrReadOnly
+	}
+	if err := tx.QueryRow(ctx, sqlLedgerSettle, p.Tenant, p.AccountID).Scan(&clock); err != nil {
+		return nil, err
+	}
+	return &driver.LedgerSettleResult{Clock: clock.UTC(), Locked: true}, nil
+}
+
+func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {
 	return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryAsOf, p.Tenant, p.AccountID, p.AsOf))
 }
 

@@ -70,10 +70,9 @@ VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (tenant, transfer_id) DO UPDATE
    SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
 
-const sqlLedgerEntryNewest = `
-SELECT ` + ledgerEntryCols + ` FROM ledger_entries
- WHERE tenant = ?1 AND account_id = ?2
- ORDER BY sequence DESC LIMIT 1`
+// The reader pool's connections are opened query_only; the writer's are
+// not, and its transactions begin IMMEDIATE, holding the write lock.
+const sqlLedgerSettleReadOnly = `PRAGMA query_only`
 
 const sqlLedgerEntryAsOf = `
 SELECT ` + ledgerEntryCols + ` FROM ledger_entries
@@ -184,10 +183,26 @@ func (d *Driver) LedgerTransferWrite(ctx context.Context, tx driver.Tx, p *drive
 	return fromMicros(at), nil
 }
 
-func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {
-	if p.AsOf.IsZero() {
-		return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryNewest, p.Tenant, p.AccountID))
+// LedgerSettle has nothing to wait for in a write transaction: it holds the
+// database's one write lock from BEGIN IMMEDIATE, so every writer that
+// stamped before it has committed, and Now, read under that lock, is the
+// clock every later writer stamps from.
+func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.LedgerSettleParams) (*driver.LedgerSettleResult, error) {
+	clock := fromMicros(toMicros(p.Now)) // the precision entries are stamped at
+	if !clock.After(p.After) {
+		return &driver.LedgerSettleResult{Clock: clock}, nil
 	}
+	var readOnly bool
+	if err := tx.QueryRow(ctx, sqlLedgerSettleReadOnly).Scan(&readOnly); err != nil {
+		return nil, err
+	}
+	if readOnly {
+		return nil, driver.ErrReadOnly
+	}
+	return &driver.LedgerSettleResult{Clock: clock, Locked: true}, nil
+}
+
+func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {
 	return scanLedgerEntry(tx.QueryRow(ctx, sqlLedgerEntryAsOf, p.Tenant, p.AccountID, toMicros(p.AsOf)))
 }
 

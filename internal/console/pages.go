@@ -192,7 +192,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusOK, "account", data)
 		return
 	}
-	var asOf time.Time
+	var asOf *time.Time // nil: now
 	if p["as_of"] != "" {
 		t, err := parseMoment(p["as_of"])
 		if err != nil {
@@ -200,11 +200,11 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 			c.render(w, r, http.StatusBadRequest, "account", data)
 			return
 		}
-		asOf = t
+		asOf = &t
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	err := inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) error {
+	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) error {
 		return c.accountView(ctx, tx, tenant, p["id"], p["at"], asOf, data)
 	})
 	switch {
@@ -238,8 +238,8 @@ func parseMoment(s string) (time.Time, error) {
 
 // accountView fills data with the account, the slider's moments, and the
 // balance and entries as believed at the chosen moment: the slider position
-// "at" (an entry sequence), else the exact time asOf, else now.
-func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atText string, asOf time.Time, data map[string]any) error {
+// "at" (an entry sequence), else the exact time *asOf, else now (nil).
+func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atText string, asOf *time.Time, data map[string]any) error {
 	l := c.cfg.Ledger
 	acct, err := l.GetAccount(ctx, tx, tenant, id)
 	if err != nil {
@@ -272,14 +272,14 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 		at = min(max(seq, first.Seq), last.Seq)
 		for _, m := range moments {
 			if m.Seq == at {
-				asOf = m.At
+				asOf = &m.At
 			}
 		}
-	} else if !asOf.IsZero() {
+	} else if asOf != nil {
 		// The slider shows the newest moment at or before the exact time.
 		at = first.Seq
 		for _, m := range moments {
-			if !m.At.After(asOf) {
+			if !m.At.After(*asOf) {
 				at = m.Seq
 			}
 		}
@@ -300,7 +300,10 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 		return err
 	}
 	data["Believed"] = believed
-	data["AsOf"] = asOf
+	data["AsOf"] = time.Time{} // the page's "now"
+	if asOf != nil {
+		data["AsOf"] = *asOf
+	}
 	entries, next, err := l.Entries(ctx, tx, tenant, id, ledger.EntriesQuery{AsOf: asOf, Limit: pageEntries})
 	if err != nil {
 		return err

@@ -113,19 +113,21 @@ func (r KeyRecord) BodyText() string {
 	return string(r.Body)
 }
 
-// Balance is an account's totals as believed at asOf (zero: now), with the
-// account itself, read in one snapshot.
+// Balance is an account's totals as believed at a moment (or now), with the
+// account itself.
 type Balance struct {
 	Tenant   string         `json:"tenant"`
 	Account  ledger.Account `json:"account"`
 	Believed ledger.Balance `json:"balance"`
 }
 
-// AccountBalance reads the account and its balance as of asOf in one
-// snapshot. ledger.ErrNotFound (wrapped) when the tenant has no such account.
-func AccountBalance(ctx context.Context, d driver.Driver, l *ledger.Ledger, tenant, account string, asOf time.Time) (Balance, error) {
+// AccountBalance reads the account and its balance as of *asOf (nil: now),
+// in one snapshot unless the moment needs a read-write transaction (see
+// ReadAsOf). ledger.ErrNotFound (wrapped) when the tenant has no such
+// account.
+func AccountBalance(ctx context.Context, d driver.Driver, l *ledger.Ledger, tenant, account string, asOf *time.Time) (Balance, error) {
 	out := Balance{Tenant: tenant}
-	err := Snapshot(ctx, d, func(tx driver.Tx) (err error) {
+	err := ReadAsOf(ctx, d, d.BeginSnapshot, func(tx driver.Tx) (err error) {
 		if out.Account, err = l.GetAccount(ctx, tx, tenant, account); err != nil {
 			return err
 		}
@@ -145,10 +147,36 @@ func Verify(ctx context.Context, d driver.Driver) error {
 // Snapshot runs fn in a read-only transaction in which every statement sees
 // the same committed state.
 func Snapshot(ctx context.Context, d driver.Driver, fn func(tx driver.Tx) error) error {
-	tx, err := d.BeginSnapshot(ctx)
+	return inTx(ctx, d.BeginSnapshot, fn)
+}
+
+// ReadAsOf runs fn, which reads the ledger as of a moment, in the read-only
+// transaction begin starts: a moment before the account's newest entry is
+// answered there, waiting for nobody. When the ledger answers
+// ledger.ErrNeedsWriteTx instead (the moment is at or after the newest
+// entry, and entries up to it may still be committing), fn runs once more
+// in a read-write transaction — READ COMMITTED on Postgres, the single
+// writer's on SQLite — in which the ledger waits for those writers; it is
+// rolled back, as fn writes nothing. The service's routes, the console and
+// the CLI all read as-of moments through here, so all give the final
+// answer.
+func ReadAsOf(ctx context.Context, d driver.Driver, begin func(context.Context) (driver.TxCloser, error), fn func(tx driver.Tx) error) error {
+	err := inTx(ctx, begin, fn)
+	if !errors.Is(err, ledger.ErrNeedsWriteTx) {
+		return err
+	}
+	return inTx(ctx, func(ctx context.Context) (driver.TxCloser, error) {
+		return d.Begin(ctx, driver.BeginOptions{})
+	}, fn)
+}
+
+// inTx runs fn in the transaction begin starts and rolls it back: fn
+// writes nothing.
+func inTx(ctx context.Context, begin func(context.Context) (driver.TxCloser, error), fn func(tx driver.Tx) error) error {
+	tx, err := begin(ctx)
 	if err != nil {
 		return fmt.Errorf("inspect: begin: %w", err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // read-only: nothing to keep
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing was written: nothing to keep
 	return fn(tx)
 }

@@ -157,15 +157,25 @@ func TestBalanceAndVerify(t *testing.T) {
 			_, err := l.Post(ctx, tx, "acme", ledger.NewTransfer{ID: "t2", DebitAccountID: "a", CreditAccountID: "b", Amount: 200, Currency: "EUR"})
 			return err
 		})
-		now, err := inspect.AccountBalance(ctx, d, l, "acme", "b", time.Time{})
+		now, err := inspect.AccountBalance(ctx, d, l, "acme", "b", nil)
 		if err != nil || now.Believed.Balance != 500 || now.Account.Currency != "EUR" {
 			t.Fatalf("now: %+v %v", now, err)
 		}
-		then, err := inspect.AccountBalance(ctx, d, l, "acme", "b", first.CreatedAt)
+		then, err := inspect.AccountBalance(ctx, d, l, "acme", "b", &first.CreatedAt)
 		if err != nil || then.Believed.Balance != 300 {
 			t.Fatalf("as of the first transfer: %+v %v", then, err)
 		}
-		if _, err := inspect.AccountBalance(ctx, d, l, "globex", "b", time.Time{}); !errors.Is(err, ledger.ErrNotFound) {
+		// A moment after the newest entry is read again in a read-write
+		// transaction (the snapshot cannot wait for writers).
+		recent := time.Now()
+		if b, err := inspect.AccountBalance(ctx, d, l, "acme", "b", &recent); err != nil || b.Believed.Balance != 500 || !b.Believed.AsOf.Equal(recent) {
+			t.Fatalf("as of now, explicitly: %+v %v", b, err)
+		}
+		var zero time.Time
+		if b, err := inspect.AccountBalance(ctx, d, l, "acme", "b", &zero); err != nil || b.Believed.Balance != 0 || b.Believed.CreditsPosted != 0 {
+			t.Fatalf("as of the zero time: %+v %v", b, err)
+		}
+		if _, err := inspect.AccountBalance(ctx, d, l, "globex", "b", nil); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("another tenant's account: %v", err)
 		}
 		var out bytes.Buffer

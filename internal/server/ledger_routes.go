@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
 )
 
@@ -151,6 +152,16 @@ func (s *Server) readTx(ctx context.Context, fn func(tx driver.Tx) error) error 
 	return fn(tx)
 }
 
+// asOfTx is readTx for reads as of a moment, whose answer is final: a
+// moment at or after the account's newest entry is read again in a
+// read-write transaction that waits for the account's writers still
+// committing (see inspect.ReadAsOf).
+func (s *Server) asOfTx(ctx context.Context, fn func(tx driver.Tx) error) error {
+	return inspect.ReadAsOf(ctx, s.d, func(ctx context.Context) (driver.TxCloser, error) {
+		return s.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+	}, fn)
+}
+
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	var a ledger.Account
 	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
@@ -170,7 +181,7 @@ func (s *Server) getBalance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b ledger.Balance
-	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
 		b, err = s.ledger.Balance(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"), asOf)
 		return err
 	})
@@ -212,7 +223,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request) {
 		entries []ledger.Entry
 		next    string
 	)
-	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
+	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
 		entries, next, err = s.ledger.Entries(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"),
 			ledger.EntriesQuery{AsOf: asOf, Limit: limit, After: r.URL.Query().Get("after")})
 		return err
@@ -240,17 +251,19 @@ func (s *Server) getTransfer(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, t)
 }
 
-func parseAsOf(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+// parseAsOf reads the as_of parameter: nil (now) when absent. Any time,
+// the zero time included, is a moment.
+func parseAsOf(w http.ResponseWriter, r *http.Request) (*time.Time, bool) {
 	v := r.URL.Query().Get("as_of")
 	if v == "" {
-		return time.Time{}, true
+		return nil, true
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
 		badRequest(w, "as_of: want an RFC 3339 time such as 2026-11-29T14:02:00Z")
-		return time.Time{}, false
+		return nil, false
 	}
-	return t, true
+	return &t, true
 }
 
 // maxListLimit bounds every list page.

@@ -1,0 +1,84 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// MaxAsOfWait bounds how far ahead of the writers' clock (the database's on
+// Postgres, Config.Clock on SQLite) an as-of read may ask: Balance and
+// Entries wait until the clock passes such a moment, and refuse one further
+// ahead with invalid_request (field as_of). An answer for a moment the clock
+// has not reached could still change, so it is never given early.
+const MaxAsOfWait = time.Second
+
+// settle makes the account's history up to at (whole microseconds) final in
+// tx, so that a read as of at by a later statement of tx is the answer
+// forever.
+//
+// A moment before the account's newest entry is final already, in any
+// transaction: every writer that stamped at or before it held the account's
+// lock before the writer of the newest entry did, and so committed before
+// that writer took the lock — before this transaction saw its entry — while
+// every writer still to come stamps no earlier than that entry. A later
+// moment is settled by the driver (LedgerSettle): it waits for the
+// account's writers still committing and reads the writers' clock under the
+// account's lock; a clock past at means every later writer stamps past at.
+func (l *Ledger) settle(ctx context.Context, tx driver.Tx, acct *driver.LedgerAccount, at time.Time) error {
+	if at.Before(acct.LastEntryAt) {
+		return nil
+	}
+	waited := false
+	for {
+		res, err := l.d.LedgerSettle(ctx, tx, &driver.LedgerSettleParams{
+			Tenant: acct.Tenant, AccountID: acct.ID, After: at, Now: l.now(),
+		})
+		switch {
+		case errors.Is(err, driver.ErrReadOnly):
+			return fmt.Errorf("ledger: as of %s on account %q: %w", at.Format(time.RFC3339Nano), acct.ID, ErrNeedsWriteTx)
+		case errors.Is(err, driver.ErrSerialization):
+			return fmt.Errorf("ledger: as of %s on account %q: a writer committed after this transaction's snapshot; "+
+				"read as_of at or after the newest entry in a READ COMMITTED transaction: %w", at.Format(time.RFC3339Nano), acct.ID, err)
+		case err != nil:
+			return fmt.Errorf("ledger: settle account %q as of %s: %w", acct.ID, at.Format(time.RFC3339Nano), err)
+		}
+		if res.Locked {
+			if res.Clock.After(at) {
+				return nil
+			}
+			// The clock was past at before the lock and is not now: it
+			// stepped backwards, and no answer can be promised.
+			return notPassed(at, res.Clock)
+		}
+		ahead := at.Sub(res.Clock) + time.Microsecond // until the clock passes at
+		if waited || ahead > MaxAsOfWait {
+			return notPassed(at, res.Clock)
+		}
+		if err := sleep(ctx, ahead); err != nil {
+			return err
+		}
+		waited = true
+	}
+}
+
+func notPassed(at, clock time.Time) *Error {
+	return invalid("as_of", fmt.Sprintf("as_of %s has not passed yet (the ledger's clock reads %s); "+
+		"its answer could still change, so a moment at most %s ahead is waited for and a later one refused",
+		at.Format(time.RFC3339Nano), clock.Format(time.RFC3339Nano), MaxAsOfWait))
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
