@@ -97,6 +97,20 @@ type BeginOptions struct {
 	ReadOnly bool
 }
 
+// PoolStats is a connection pool's state at one moment. Counters grow for
+// the life of the pool; a driver with several pools (SQLite's writer and
+// readers) adds them up.
+type PoolStats struct {
+	// MaxConns bounds the connections the pool may open.
+	MaxConns int
+	// InUse and Idle are the open connections acquired and waiting.
+	InUse, Idle int
+	// Waits counts the acquires that found no idle connection and waited
+	// for one; WaitTime is the time they spent waiting.
+	Waits    int64
+	WaitTime time.Duration
+}
+
 // Driver is one database behind idem. Each business area adds its own
 // methods through an interface of its own (see keeper.go), so that the areas
 // stay apart; Driver embeds them all.
@@ -115,6 +129,8 @@ type Driver interface {
 	Ping(ctx context.Context) error
 	// Close releases the pool.
 	Close() error
+	// PoolStats reports the connection pool's state, for metrics.
+	PoolStats() PoolStats
 
 	KeeperDriver
 	LedgerDriver

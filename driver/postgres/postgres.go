@@ -213,3 +213,15 @@ const (
 	sqlMigrationVersion      = `SELECT coalesce(max(version), 0) FROM idem_migrations`
 	sqlMigrationInsert       = `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`
 )
+
+// PoolStats reads the pgx pool's counters.
+func (d *Driver) PoolStats() driver.PoolStats {
+	s := d.pool.Stat()
+	return driver.PoolStats{
+		MaxConns: int(s.MaxConns()),
+		InUse:    int(s.AcquiredConns()),
+		Idle:     int(s.IdleConns()),
+		Waits:    s.EmptyAcquireCount(),
+		WaitTime: s.EmptyAcquireWaitTime(),
+	}
+}

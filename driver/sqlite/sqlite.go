@@ -197,3 +197,15 @@ const (
 func toMicros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// PoolStats adds up the writer's and the readers' database/sql pools.
+func (d *Driver) PoolStats() driver.PoolStats {
+	w, r := d.write.Stats(), d.read.Stats()
+	return driver.PoolStats{
+		MaxConns: w.MaxOpenConnections + r.MaxOpenConnections,
+		InUse:    w.InUse + r.InUse,
+		Idle:     w.Idle + r.Idle,
+		Waits:    w.WaitCount + r.WaitCount,
+		WaitTime: w.WaitDuration + r.WaitDuration,
+	}
+}
