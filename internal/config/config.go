@@ -31,6 +31,10 @@ type Config struct {
 	// Addr is the listen address. Default 127.0.0.1:8080. Without API keys
 	// it must be a loopback address.
 	Addr string
+	// MetricsAddr is where idem relay serves /metrics, /healthz and
+	// /readyz. Default none. It need not be loopback: those routes hold no
+	// tenant data.
+	MetricsAddr string
 	// APIKeys map bearer tokens to tenants. Default none: every request is
 	// tenant "default".
 	APIKeys []APIKey
@@ -246,6 +250,11 @@ func (c Config) Validate() error {
 			if k.Hash == *c.AdminKeyHash {
 				return fmt.Errorf("config: the admin key is also tenant %q's API key: give the console a key of its own", k.Tenant)
 			}
+		}
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("config: metrics-addr %q: %w", c.MetricsAddr, err)
 		}
 	}
 	host, _, err := net.SplitHostPort(c.Addr)
