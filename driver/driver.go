@@ -121,10 +121,15 @@ type Driver interface {
 	// transaction, or a read-only one.
 	Begin(ctx context.Context, opts BeginOptions) (TxCloser, error)
 	// Migrate applies every embedded migration not yet applied, in order,
-	// under a lock so concurrent starts do not race.
+	// under a lock so concurrent starts do not race. On a schema newer than
+	// the binary it does nothing when the binary can still run there
+	// (SchemaStatus.TooNew is false) and fails otherwise.
 	Migrate(ctx context.Context) error
-	// MigrationStatus reports the applied version and the newest embedded one.
-	MigrationStatus(ctx context.Context) (applied, latest int, err error)
+	// PendingMigrations lists the embedded migrations the database lacks,
+	// in order, without applying them.
+	PendingMigrations(ctx context.Context) ([]Migration, error)
+	// MigrationStatus compares the database's schema with the binary's.
+	MigrationStatus(ctx context.Context) (SchemaStatus, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the pool.

@@ -34,8 +34,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
+		return err
 	}
 	// reg stays a nil interface without --metrics-addr: the relay then
 	// registers no metrics.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -79,4 +80,39 @@ func TestRelayMetricsAddrTaken(t *testing.T) {
 	if !strings.Contains(r.Stderr(), "metrics-addr") {
 		t.Fatalf("error does not name the setting:\n%s", r.Stderr())
 	}
+}
+
+// idem migrate --dry-run and --print show what is pending and change
+// nothing; serve --migrate=false refuses a schema with migrations pending
+// and starts on a migrated one.
+func TestMigrateReviewAndMigrateOff(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dialect string) {
+		db := dbURL(t, dialect)
+		dry := exec.Command(binary(t), "migrate", "--db", db, "--dry-run")
+		out, err := dry.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "version 0 of") || !strings.Contains(string(out), "001_keeper") {
+			t.Fatalf("dry run: %v\n%s", err, out)
+		}
+		print := exec.Command(binary(t), "migrate", "--db", db, "--print")
+		out, err = print.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "-- migration 001_keeper") || !strings.Contains(string(out), "CREATE TABLE") {
+			t.Fatalf("print: %v\n%s", err, out)
+		}
+		off := launch(t, false, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--migrate=false")
+		if err := off.wait(60 * time.Second); err == nil || !strings.Contains(off.Stderr(), "run idem migrate") {
+			t.Fatalf("serve --migrate=false on an empty database: %v\n%s", err, off.Stderr())
+		}
+		out, err = exec.Command(binary(t), "migrate", "--db", db).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "migrated") {
+			t.Fatalf("migrate: %v\n%s", err, out)
+		}
+		out, err = exec.Command(binary(t), "migrate", "--db", db, "--dry-run").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), ": 0 pending") {
+			t.Fatalf("dry run after migrate: %v\n%s", err, out)
+		}
+		s := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--migrate=false")
+		if r := call(t, "GET", s.URL+"/readyz", "", nil); r.Status != http.StatusOK {
+			t.Fatalf("readyz: %d %s", r.Status, r.Body)
+		}
+	})
 }

@@ -42,6 +42,11 @@ type Config struct {
 	// nil: no admin key, and the console answers only loopback clients.
 	// The key is at least 16 characters and must not be an API key.
 	AdminKeyHash *[sha256.Size]byte
+	// Migrate applies pending migrations when serve or relay starts.
+	// Default true. With false the process refuses to start on a schema
+	// with migrations pending (run idem migrate first), which is how a
+	// team that reviews DDL deploys.
+	Migrate bool
 	// Relay runs the outbox relay inside serve. Default true.
 	Relay bool
 	// WebhookSecret (whsec_…) signs outgoing webhooks when Publish is an
@@ -92,6 +97,7 @@ type APIKey struct {
 func Default() Config {
 	return Config{
 		Addr:             "127.0.0.1:8080",
+		Migrate:          true,
 		Relay:            true,
 		RelayBatch:       2000,
 		RelayPoll:        100 * time.Millisecond,

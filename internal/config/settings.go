@@ -30,6 +30,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
 	{"admin-key", "IDEM_ADMIN_KEY", "admin_key", "web console admin key, at least 16 characters or sha256:HEX (default none: console for loopback clients only)",
 		func(c *Config, v string) (err error) { c.AdminKeyHash, err = ParseAdminKey(v); return err }},
+	{"migrate", "IDEM_MIGRATE", "migrate", "apply pending migrations at start (default true; false: run idem migrate first)",
+		func(c *Config, v string) (err error) { c.Migrate, err = strconv.ParseBool(v); return err }},
 	{"relay", "IDEM_RELAY", "relay", "run the outbox relay inside serve (default true)",
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
 	{"webhook-secret", "IDEM_WEBHOOK_SECRET", "webhook_secret", "whsec_… secret that signs outgoing webhooks (publish to http(s)://…)",
@@ -76,7 +78,7 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 }()
 
 // relayShared are the flags of the relay that serve has too.
-var relayShared = []string{"db", "publish", "webhook-secret", "relay-batch", "relay-poll",
+var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

@@ -28,20 +28,26 @@ func healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the database answers and is fully migrated.
+// readyz answers 200 when the database answers and the binary can run on
+// its schema: fully migrated, or newer but compatible.
 func readyz(d driver.Driver) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		applied, latest, err := d.MigrationStatus(ctx)
+		st, err := d.MigrationStatus(ctx)
 		switch {
 		case err != nil:
 			w.Header().Set("Retry-After", "1")
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
-		case applied != latest:
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": applied, "latest": latest})
+		case st.Pending():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": st.Applied, "latest": st.Latest})
+		case st.TooNew():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema too new for this binary",
+				"migration": st.Applied, "latest": st.Latest, "required": st.Required})
 		default:
-			writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": applied})
+			// A schema newer than the binary but compatible with it (an
+			// expand step of a rolling upgrade) is ready too.
+			writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": st.Applied})
 		}
 	}
 }
