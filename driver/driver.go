@@ -100,6 +100,20 @@ type BeginOptions struct {
 	ReadOnly bool
 }
 
+// PoolStats is a connection pool's state at one moment. Counters grow for
+// the life of the pool; a driver with several pools (SQLite's writer and
+// readers) adds them up.
+type PoolStats struct {
+	// MaxConns bounds the connections the pool may open.
+	MaxConns int
+	// InUse and Idle are the open connections acquired and waiting.
+	InUse, Idle int
+	// Waits counts the acquires that found no idle connection and waited
+	// for one; WaitTime is the time they spent waiting.
+	Waits    int64
+	WaitTime time.Duration
+}
+
 // Driver is one database behind idem. Each business area adds its own
 // methods through an interface of its own (see keeper.go), so that the areas
 // stay apart; Driver embeds them all.
@@ -110,14 +124,21 @@ type Driver interface {
 	// transaction, or a read-only one.
 	Begin(ctx context.Context, opts BeginOptions) (TxCloser, error)
 	// Migrate applies every embedded migration not yet applied, in order,
-	// under a lock so concurrent starts do not race.
+	// under a lock so concurrent starts do not race. On a schema newer than
+	// the binary it does nothing when the binary can still run there
+	// (SchemaStatus.TooNew is false) and fails otherwise.
 	Migrate(ctx context.Context) error
-	// MigrationStatus reports the applied version and the newest embedded one.
-	MigrationStatus(ctx context.Context) (applied, latest int, err error)
+	// PendingMigrations lists the embedded migrations the database lacks,
+	// in order, without applying them.
+	PendingMigrations(ctx context.Context) ([]Migration, error)
+	// MigrationStatus compares the database's schema with the binary's.
+	MigrationStatus(ctx context.Context) (SchemaStatus, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the pool.
 	Close() error
+	// PoolStats reports the connection pool's state, for metrics.
+	PoolStats() PoolStats
 
 	KeeperDriver
 	LedgerDriver

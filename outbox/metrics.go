@@ -2,14 +2,13 @@ package outbox
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type metrics struct {
-	backlog        prometheus.Gauge
-	oldestAge      prometheus.Gauge
-	deadGauge      prometheus.Gauge
+	stats          *statsCollector
 	shards         prometheus.Gauge
 	published      prometheus.Counter
 	failures       prometheus.Counter
@@ -21,12 +20,7 @@ type metrics struct {
 // when reg is nil). Several relays on one registry share the collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_backlog",
-			Help: "Outbox messages committed and not yet published (dead letters excluded)."}),
-		oldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_oldest_unsent_age_seconds",
-			Help: "Age of the oldest unpublished outbox message."}),
-		deadGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_dead_letters",
-			Help: "Outbox messages given up after their attempts, awaiting redrive."}),
+		stats: newStatsCollector(),
 		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_outbox_relay_shards",
 			Help: "Outbox shards this process's relay leases."}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_outbox_published_total",
@@ -42,9 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.backlog = register(reg, m.backlog, &err)
-	m.oldestAge = register(reg, m.oldestAge, &err)
-	m.deadGauge = register(reg, m.deadGauge, &err)
+	m.stats = register(reg, m.stats, &err)
 	m.shards = register(reg, m.shards, &err)
 	m.published = register(reg, m.published, &err)
 	m.failures = register(reg, m.failures, &err)
@@ -66,4 +58,64 @@ func register[T prometheus.Collector](reg prometheus.Registerer, c T, errp *erro
 		*errp = errors.Join(*errp, err)
 	}
 	return c
+}
+
+// statsCollector exports the outbox's database-wide figures (backlog, dead
+// letters, oldest unsent age). Every relay process can read them, but only
+// the relay that leases shard 0 reports them: there is one such relay at a
+// time, so a sum over every process's scrape counts the backlog once, and a
+// relay that loses shard 0 stops exporting the figures instead of leaving a
+// stale copy behind. Until a relay holds shard 0 the series are absent.
+type statsCollector struct {
+	backlogDesc, ageDesc, deadDesc *prometheus.Desc
+
+	mu       sync.Mutex
+	reporter string // the Owner of the relay whose figures these are, or ""
+	backlog  float64
+	age      float64
+	dead     float64
+}
+
+func newStatsCollector() *statsCollector {
+	return &statsCollector{
+		backlogDesc: prometheus.NewDesc("idem_outbox_backlog",
+			"Outbox messages committed and not yet published (dead letters excluded); reported by the relay leasing shard 0.", nil, nil),
+		ageDesc: prometheus.NewDesc("idem_outbox_oldest_unsent_age_seconds",
+			"Age of the oldest unpublished outbox message; reported by the relay leasing shard 0.", nil, nil),
+		deadDesc: prometheus.NewDesc("idem_outbox_dead_letters",
+			"Outbox messages given up after their attempts, awaiting redrive; reported by the relay leasing shard 0.", nil, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.backlogDesc
+	ch <- c.ageDesc
+	ch <- c.deadDesc
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reporter == "" {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.backlogDesc, prometheus.GaugeValue, c.backlog)
+	ch <- prometheus.MustNewConstMetric(c.ageDesc, prometheus.GaugeValue, c.age)
+	ch <- prometheus.MustNewConstMetric(c.deadDesc, prometheus.GaugeValue, c.dead)
+}
+
+// set records the figures owner read while it leases shard 0.
+func (c *statsCollector) set(owner string, backlog, age, dead float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reporter, c.backlog, c.age, c.dead = owner, backlog, age, dead
+}
+
+// drop stops exporting owner's figures, if they are the ones exported.
+func (c *statsCollector) drop(owner string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reporter == owner {
+		c.reporter = ""
+	}
 }

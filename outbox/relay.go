@@ -607,6 +607,9 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
+	if slices.Contains(mine, 0) != slices.Contains(r.shards, 0) {
+		r.statsAt = time.Time{} // report, or stop reporting, now
+	}
 	r.shards = mine
 	r.metrics.shards.Set(float64(len(mine)))
 	return nil
@@ -627,21 +630,26 @@ func (r *Relay) releaseAll() {
 	}
 	if tx.Commit(ctx) == nil {
 		r.shards = nil
+		r.metrics.stats.drop(r.cfg.Owner)
 	}
 }
 
+// refreshStats reads the outbox's database-wide figures for the metrics
+// when this relay leases shard 0, the one relay that reports them.
 func (r *Relay) refreshStats(ctx context.Context) {
+	if !slices.Contains(r.shards, 0) {
+		r.metrics.stats.drop(r.cfg.Owner)
+		return
+	}
 	s, err := r.d.OutboxStats(ctx, r.d.Reader())
 	if err != nil {
 		return
 	}
-	r.metrics.backlog.Set(float64(s.Unsent))
-	r.metrics.deadGauge.Set(float64(s.Dead))
 	age := 0.0
 	if !s.OldestUnsent.IsZero() {
 		age = max(r.cfg.Now().Sub(s.OldestUnsent).Seconds(), 0)
 	}
-	r.metrics.oldestAge.Set(age)
+	r.metrics.stats.set(r.cfg.Owner, float64(s.Unsent), age, float64(s.Dead))
 }
 
 // retain deletes published rows older than Retention, in bounded batches.

@@ -101,7 +101,7 @@ func TestRelayMetrics(t *testing.T) {
 		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
 			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 			Now: func() time.Time { return time.Now().Add(time.Hour) }})
-		waitFor(t, "backlog gauge", func() bool { return metric(t, reg, "idem_outbox_backlog") == 11 })
+		waitFor(t, "backlog gauge", func() bool { return gaugeIs(t, reg, "idem_outbox_backlog", 11) })
 		waitFor(t, "attempts during the outage", func() bool { c, _, _ := down.snapshot(); return len(c) > 0 })
 		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age < 3590 || age > 3700 {
 			t.Fatalf("oldest unsent age = %vs, want about 3600", age)
@@ -109,11 +109,18 @@ func TestRelayMetrics(t *testing.T) {
 		if s := metric(t, reg, "idem_outbox_relay_shards"); s != driver.OutboxShards {
 			t.Fatalf("shards gauge = %v, want %d", s, driver.OutboxShards)
 		}
+		if v := metric(t, reg, "idem_outbox_dead_letters"); v != 0 {
+			t.Fatalf("during an outage idem_outbox_dead_letters = %v, want 0", v)
+		}
 		stop()
-		for _, name := range []string{"idem_outbox_published_total", "idem_outbox_publish_failures_total", "idem_outbox_dead_lettered_total", "idem_outbox_dead_letters"} {
+		for _, name := range []string{"idem_outbox_published_total", "idem_outbox_publish_failures_total", "idem_outbox_dead_lettered_total"} {
 			if v := metric(t, reg, name); v != 0 {
 				t.Fatalf("during an outage %s = %v, want 0", name, v)
 			}
+		}
+		// A stopped relay leases no shard, so it reports no database figures.
+		if _, ok := lookupMetric(t, reg, "idem_outbox_backlog"); ok {
+			t.Fatal("a stopped relay still exports the backlog")
 		}
 
 		// The broker is back and refuses the poison twice: a dead letter.
@@ -142,12 +149,65 @@ func TestRelayMetrics(t *testing.T) {
 		// A fresh relay refreshes the gauges when it starts.
 		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: newRecorder(nil), Registerer: reg})
 		waitFor(t, "gauges after the drain", func() bool {
-			return metric(t, reg, "idem_outbox_backlog") == 0 && metric(t, reg, "idem_outbox_dead_letters") == 1
+			return gaugeIs(t, reg, "idem_outbox_backlog", 0) && gaugeIs(t, reg, "idem_outbox_dead_letters", 1)
 		})
 		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age != 0 {
 			t.Fatalf("oldest unsent age with no backlog = %v, want 0", age)
 		}
 		stop()
+	})
+}
+
+// Several relays share one database: the database-wide gauges are exported
+// by the one relay leasing shard 0, so a sum over every process counts the
+// backlog once; when that relay stops, the relay that takes shard 0 over
+// reports them instead.
+func TestRelayStatsReportedOnce(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ob := newOutbox(t, d)
+		var msgs []outbox.Message
+		for i := range 7 {
+			msgs = append(msgs, msg(fmt.Sprintf("k%d", i), i))
+		}
+		enqueue(t, d, ob, msgs...)
+
+		// The broker is down, so the backlog stays at 7.
+		down := newRecorder(nil)
+		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+		stops := make([]func(), 2)
+		for i, reg := range regs {
+			stops[i] = startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
+				Owner: fmt.Sprintf("relay-%d", i), LeaseTTL: time.Second,
+				BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond})
+		}
+		half := float64(driver.OutboxShards / 2)
+		waitFor(t, "shards shared evenly", func() bool {
+			return gaugeIs(t, regs[0], "idem_outbox_relay_shards", half) && gaugeIs(t, regs[1], "idem_outbox_relay_shards", half)
+		})
+		reporters := func() []int {
+			var out []int
+			for i, reg := range regs {
+				if _, ok := lookupMetric(t, reg, "idem_outbox_backlog"); ok {
+					out = append(out, i)
+				}
+			}
+			return out
+		}
+		waitFor(t, "one reporter", func() bool { r := reporters(); return len(r) == 1 && gaugeIs(t, regs[r[0]], "idem_outbox_backlog", 7) })
+		for _, name := range []string{"idem_outbox_oldest_unsent_age_seconds", "idem_outbox_dead_letters"} {
+			if _, ok := lookupMetric(t, regs[1-reporters()[0]], name); ok {
+				t.Fatalf("the relay without shard 0 exports %s", name)
+			}
+		}
+
+		// The reporter stops: the other relay takes shard 0 and reports.
+		was := reporters()[0]
+		stops[was]()
+		if _, ok := lookupMetric(t, regs[was], "idem_outbox_backlog"); ok {
+			t.Fatal("a stopped relay still exports the backlog")
+		}
+		waitFor(t, "the other relay reports", func() bool { return gaugeIs(t, regs[1-was], "idem_outbox_backlog", 7) })
 	})
 }
 
@@ -251,6 +311,17 @@ func startStoppable(t *testing.T, d driver.Driver, cfg outbox.RelayConfig) func(
 // metric reads one unlabelled gauge or counter from reg.
 func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	v, ok := lookupMetric(t, reg, name)
+	if !ok {
+		t.Fatalf("registry has no metric %s", name)
+	}
+	return v
+}
+
+// lookupMetric reads one unlabelled gauge or counter from reg, if reg
+// exports it.
+func lookupMetric(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -261,14 +332,19 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 		m := mf.GetMetric()[0]
 		if g := m.GetGauge(); g != nil {
-			return g.GetValue()
+			return g.GetValue(), true
 		}
 		if c := m.GetCounter(); c != nil {
-			return c.GetValue()
+			return c.GetValue(), true
 		}
 	}
-	t.Fatalf("registry has no metric %s", name)
-	return 0
+	return 0, false
+}
+
+// gaugeIs reports whether reg exports name with value want.
+func gaugeIs(t *testing.T, reg *prometheus.Registry, name string, want float64) bool {
+	v, ok := lookupMetric(t, reg, name)
+	return ok && v == want
 }
 
 // countRows counts the default tenant's rows and those of them published.

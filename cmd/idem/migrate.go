@@ -5,29 +5,71 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/idemhq/idem/internal/storage"
 )
 
+// migrate applies the pending migrations, or with --print writes their SQL
+// (for teams that review DDL before it runs) and with --dry-run lists them;
+// neither of those changes the database.
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := fs.String("db", envDefault("IDEM_DB", ""), "database URL (env IDEM_DB; default SQLite in ./idem-data/)")
+	print := fs.Bool("print", false, "write the pending migrations' SQL to stdout and apply nothing")
+	dryRun := fs.Bool("dry-run", false, "list the pending migrations and apply nothing")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("migrate: unexpected argument %q", fs.Arg(0))
 	}
 	d, err := storage.Open(ctx, *db)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if *print || *dryRun {
+		st, err := d.MigrationStatus(ctx)
+		if err != nil {
+			return err
+		}
+		pending, err := d.PendingMigrations(ctx)
+		if err != nil {
+			return err
+		}
+		if *print {
+			for _, m := range pending {
+				fmt.Fprintf(stdout, "-- migration %03d_%s (%s; compatible from %d)\n%s\n",
+					m.Version, m.Name, txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom, strings.TrimRight(m.SQL, "\n"))
+			}
+			return nil
+		}
+		fmt.Fprintf(stdout, "%s at version %d of %d: %d pending\n", d.Dialect(), st.Applied, st.Latest, len(pending))
+		for _, m := range pending {
+			fmt.Fprintf(stdout, "  %03d_%s (%s; binaries of migration %d or later run on it)\n",
+				m.Version, m.Name, txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom)
+		}
+		if st.TooNew() {
+			return st.Err()
+		}
+		return nil
+	}
 	if err := d.Migrate(ctx); err != nil {
 		return err
 	}
-	applied, latest, err := d.MigrationStatus(ctx)
+	st, err := d.MigrationStatus(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "migrated %s: version %d of %d\n", d.Dialect(), applied, latest)
+	fmt.Fprintf(stdout, "migrated %s: version %d of %d\n", d.Dialect(), st.Applied, st.Latest)
 	return nil
+}
+
+func txMode(noTx bool, dialect string) string {
+	if noTx && dialect == "postgres" {
+		return "statements run outside a transaction"
+	}
+	return "one transaction"
 }

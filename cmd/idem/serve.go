@@ -27,8 +27,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
+		return err
 	}
 	srv, err := server.New(ctx, cfg, d, log, prometheus.NewRegistry())
 	if err != nil {

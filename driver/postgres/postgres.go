@@ -153,63 +153,124 @@ func setLockTimeout(d time.Duration) string {
 	return "SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10)
 }
 
-// Migrate applies pending migrations in one transaction, under an advisory
-// lock scoped to the current schema so that concurrent starts queue.
+// Migrate applies pending migrations on one connection that holds a
+// session advisory lock scoped to the current schema, so that concurrent
+// starts queue (and a crashed migrator's lock ends with its session). Each
+// migration commits with its record in one transaction, except those marked
+// idem:no-transaction, whose statements run alone (CREATE INDEX
+// CONCURRENTLY) before the record is written.
 func (d *Driver) Migrate(ctx context.Context) error {
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return mapErr(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, sqlMigrateLock); err != nil {
+		return fmt.Errorf("postgres: migration lock: %w", mapErr(err))
+	}
+	defer func() {
+		// A connection whose unlock failed must not return to the pool
+		// still holding the lock.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), sqlMigrateUnlock); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := conn.Exec(ctx, sqlMigrationsTable); err != nil {
+		return fmt.Errorf("postgres: migrations table: %w", mapErr(err))
+	}
+	st, err := d.status(ctx, poolTx(d.pool))
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, sqlMigrateLock); err != nil {
-		return fmt.Errorf("postgres: migration lock: %w", err)
+	if st.TooNew() {
+		return fmt.Errorf("postgres: %w", st.Err())
 	}
-	if _, err := tx.Exec(ctx, sqlMigrationsTable); err != nil {
-		return fmt.Errorf("postgres: migrations table: %w", err)
+	for _, m := range d.migrations[min(st.Applied, len(d.migrations)):] {
+		if err := applyMigration(ctx, conn, m); err != nil {
+			return fmt.Errorf("postgres: migration %d_%s: %w", m.Version, m.Name, mapErr(err))
+		}
 	}
-	applied, err := appliedVersion(ctx, tx)
+	return nil
+}
+
+func applyMigration(ctx context.Context, conn *pgxpool.Conn, m driver.Migration) error {
+	if m.NoTransaction {
+		for _, stmt := range m.Statements() {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom)
+		return err
+	}
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if applied > len(d.migrations) {
-		return fmt.Errorf("postgres: database is at migration %d, newer than this binary's %d", applied, len(d.migrations))
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, m.SQL); err != nil {
+		return err
 	}
-	for _, m := range d.migrations[applied:] {
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return fmt.Errorf("postgres: migration %d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name); err != nil {
-			return fmt.Errorf("postgres: record migration %d: %w", m.Version, err)
-		}
+	if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom); err != nil {
+		return err
 	}
 	return tx.Commit(ctx)
 }
 
-// MigrationStatus reports the applied and the newest embedded version.
-func (d *Driver) MigrationStatus(ctx context.Context) (applied, latest int, err error) {
+// PendingMigrations lists the embedded migrations the database lacks.
+func (d *Driver) PendingMigrations(ctx context.Context) ([]driver.Migration, error) {
+	st, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.migrations[min(st.Applied, len(d.migrations)):], nil
+}
+
+// MigrationStatus compares the database's schema with the binary's.
+func (d *Driver) MigrationStatus(ctx context.Context) (driver.SchemaStatus, error) {
 	var exists bool
 	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&exists); err != nil {
-		return 0, 0, err
+		return driver.SchemaStatus{}, err
 	}
 	if !exists {
-		return 0, len(d.migrations), nil
+		return driver.SchemaStatus{Latest: len(d.migrations)}, nil
 	}
-	applied, err = appliedVersion(ctx, d.Reader())
-	return applied, len(d.migrations), err
+	return d.status(ctx, d.Reader())
 }
 
-func appliedVersion(ctx context.Context, tx driver.Tx) (int, error) {
-	var v int
-	if err := tx.QueryRow(ctx, sqlMigrationVersion).Scan(&v); err != nil {
-		return 0, fmt.Errorf("postgres: read migration version: %w", err)
+func (d *Driver) status(ctx context.Context, q driver.Tx) (driver.SchemaStatus, error) {
+	st := driver.SchemaStatus{Latest: len(d.migrations)}
+	if err := q.QueryRow(ctx, sqlMigrationVersion).Scan(&st.Applied, &st.Required); err != nil {
+		return st, fmt.Errorf("postgres: read migration version: %w", err)
 	}
-	return v, nil
+	return st, nil
 }
 
+// The migrations table's compatible_from came after it: a database made
+// before it has NULLs there, read as each migration's own version.
 const (
-	sqlMigrateLock           = `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.idem_migrations'))`
-	sqlMigrationsTable       = `CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+	sqlMigrateLock     = `SELECT pg_advisory_lock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrateUnlock   = `SELECT pg_advisory_unlock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrationsTable = `
+CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+ALTER TABLE idem_migrations ADD COLUMN IF NOT EXISTS compatible_from integer`
 	sqlMigrationsTableExists = `SELECT to_regclass('idem_migrations') IS NOT NULL`
-	sqlMigrationVersion      = `SELECT coalesce(max(version), 0) FROM idem_migrations`
-	sqlMigrationInsert       = `INSERT INTO idem_migrations (version, name) VALUES ($1, $2)`
+	// Read through to_jsonb so that it also answers before Migrate added
+	// the column (a binary started with migrations off).
+	sqlMigrationVersion = `
+SELECT coalesce(max(version), 0), coalesce(max(coalesce((to_jsonb(m) ->> 'compatible_from')::int, version)), 0)
+  FROM idem_migrations m`
+	sqlMigrationInsert = `INSERT INTO idem_migrations (version, name, compatible_from) VALUES ($1, $2, $3)`
 )
+
+// PoolStats reads the pgx pool's counters.
+func (d *Driver) PoolStats() driver.PoolStats {
+	s := d.pool.Stat()
+	return driver.PoolStats{
+		MaxConns: int(s.MaxConns()),
+		InUse:    int(s.AcquiredConns()),
+		Idle:     int(s.IdleConns()),
+		Waits:    s.EmptyAcquireCount(),
+		WaitTime: s.EmptyAcquireWaitTime(),
+	}
+}

@@ -143,8 +143,9 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	return &ownedTx{sqlTx: sqlTx{q: tx}, tx: tx}, nil
 }
 
-// Migrate applies pending migrations in one IMMEDIATE transaction, which
-// also keeps two processes from migrating at once.
+// Migrate applies pending migrations in one IMMEDIATE transaction: SQLite's
+// single writer lock keeps concurrent starts apart. idem:no-transaction
+// means nothing here (SQLite builds an index under its write lock anyway).
 func (d *Driver) Migrate(ctx context.Context) error {
 	tx, err := d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
@@ -154,46 +155,96 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, sqlMigrationsTable); err != nil {
 		return fmt.Errorf("sqlite: migrations table: %w", err)
 	}
-	var applied int
-	if err := tx.QueryRow(ctx, sqlMigrationVersion).Scan(&applied); err != nil {
-		return fmt.Errorf("sqlite: read migration version: %w", err)
+	var hasFloor int
+	if err := tx.QueryRow(ctx, sqlMigrationsHasFloor).Scan(&hasFloor); err != nil {
+		return fmt.Errorf("sqlite: migrations table: %w", err)
 	}
-	if applied > len(d.migrations) {
-		return fmt.Errorf("sqlite: database is at migration %d, newer than this binary's %d", applied, len(d.migrations))
+	if hasFloor == 0 {
+		if _, err := tx.Exec(ctx, sqlMigrationsAddFloor); err != nil {
+			return fmt.Errorf("sqlite: migrations table: %w", err)
+		}
 	}
-	for _, m := range d.migrations[applied:] {
+	st, err := d.status(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if st.TooNew() {
+		return fmt.Errorf("sqlite: %w", st.Err())
+	}
+	for _, m := range d.migrations[min(st.Applied, len(d.migrations)):] {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return fmt.Errorf("sqlite: migration %d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, toMicros(time.Now())); err != nil {
+		if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, toMicros(time.Now()), m.CompatibleFrom); err != nil {
 			return fmt.Errorf("sqlite: record migration %d: %w", m.Version, err)
 		}
 	}
 	return tx.Commit(ctx)
 }
 
-func (d *Driver) MigrationStatus(ctx context.Context) (applied, latest int, err error) {
-	var n int
-	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&n); err != nil {
-		return 0, 0, err
+// PendingMigrations lists the embedded migrations the database lacks.
+func (d *Driver) PendingMigrations(ctx context.Context) ([]driver.Migration, error) {
+	st, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if n == 0 {
-		return 0, len(d.migrations), nil
-	}
-	if err := d.Reader().QueryRow(ctx, sqlMigrationVersion).Scan(&applied); err != nil {
-		return 0, 0, err
-	}
-	return applied, len(d.migrations), nil
+	return d.migrations[min(st.Applied, len(d.migrations)):], nil
 }
 
+// MigrationStatus compares the database's schema with the binary's.
+func (d *Driver) MigrationStatus(ctx context.Context) (driver.SchemaStatus, error) {
+	var n int
+	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&n); err != nil {
+		return driver.SchemaStatus{}, err
+	}
+	if n == 0 {
+		return driver.SchemaStatus{Latest: len(d.migrations)}, nil
+	}
+	return d.status(ctx, d.Reader())
+}
+
+func (d *Driver) status(ctx context.Context, q driver.Tx) (driver.SchemaStatus, error) {
+	st := driver.SchemaStatus{Latest: len(d.migrations)}
+	var hasFloor int
+	if err := q.QueryRow(ctx, sqlMigrationsHasFloor).Scan(&hasFloor); err != nil {
+		return st, fmt.Errorf("sqlite: read migration version: %w", err)
+	}
+	query := sqlMigrationVersionNoFloor
+	if hasFloor > 0 {
+		query = sqlMigrationVersion
+	}
+	if err := q.QueryRow(ctx, query).Scan(&st.Applied, &st.Required); err != nil {
+		return st, fmt.Errorf("sqlite: read migration version: %w", err)
+	}
+	return st, nil
+}
+
+// The migrations table's compatible_from came after it: a database made
+// before it lacks the column until Migrate adds it, and has NULLs there,
+// read as each migration's own version.
 const (
-	sqlMigrationsTable       = `CREATE TABLE IF NOT EXISTS idem_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`
-	sqlMigrationsTableExists = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_migrations'`
-	sqlMigrationVersion      = `SELECT coalesce(max(version), 0) FROM idem_migrations`
-	sqlMigrationInsert       = `INSERT INTO idem_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)`
+	sqlMigrationsTable         = `CREATE TABLE IF NOT EXISTS idem_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`
+	sqlMigrationsHasFloor      = `SELECT count(*) FROM pragma_table_info('idem_migrations') WHERE name = 'compatible_from'`
+	sqlMigrationsAddFloor      = `ALTER TABLE idem_migrations ADD COLUMN compatible_from INTEGER`
+	sqlMigrationsTableExists   = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_migrations'`
+	sqlMigrationVersion        = `SELECT coalesce(max(version), 0), coalesce(max(coalesce(compatible_from, version)), 0) FROM idem_migrations`
+	sqlMigrationVersionNoFloor = `SELECT coalesce(max(version), 0), coalesce(max(version), 0) FROM idem_migrations`
+	sqlMigrationInsert         = `INSERT INTO idem_migrations (version, name, applied_at, compatible_from) VALUES (?1, ?2, ?3, ?4)`
 )
 
 // Times are stored as integer microseconds since the Unix epoch, UTC.
 func toMicros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// PoolStats adds up the writer's and the readers' database/sql pools.
+func (d *Driver) PoolStats() driver.PoolStats {
+	w, r := d.write.Stats(), d.read.Stats()
+	return driver.PoolStats{
+		MaxConns: w.MaxOpenConnections + r.MaxOpenConnections,
+		InUse:    w.InUse + r.InUse,
+		Idle:     w.Idle + r.Idle,
+		Waits:    w.WaitCount + r.WaitCount,
+		WaitTime: w.WaitDuration + r.WaitDuration,
+	}
+}

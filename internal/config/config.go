@@ -31,6 +31,10 @@ type Config struct {
 	// Addr is the listen address. Default 127.0.0.1:8080. Without API keys
 	// it must be a loopback address.
 	Addr string
+	// MetricsAddr is where idem relay serves /metrics, /healthz and
+	// /readyz. Default none. It need not be loopback: those routes hold no
+	// tenant data.
+	MetricsAddr string
 	// APIKeys map bearer tokens to tenants. Default none: every request is
 	// tenant "default".
 	APIKeys []APIKey
@@ -38,6 +42,11 @@ type Config struct {
 	// nil: no admin key, and the console answers only loopback clients.
 	// The key is at least 16 characters and must not be an API key.
 	AdminKeyHash *[sha256.Size]byte
+	// Migrate applies pending migrations when serve or relay starts.
+	// Default true. With false the process refuses to start on a schema
+	// with migrations pending (run idem migrate first), which is how a
+	// team that reviews DDL deploys.
+	Migrate bool
 	// Relay runs the outbox relay inside serve. Default true.
 	Relay bool
 	// WebhookSecret (whsec_…) signs outgoing webhooks when Publish is an
@@ -88,6 +97,7 @@ type APIKey struct {
 func Default() Config {
 	return Config{
 		Addr:             "127.0.0.1:8080",
+		Migrate:          true,
 		Relay:            true,
 		RelayBatch:       2000,
 		RelayPoll:        100 * time.Millisecond,
@@ -246,6 +256,11 @@ func (c Config) Validate() error {
 			if k.Hash == *c.AdminKeyHash {
 				return fmt.Errorf("config: the admin key is also tenant %q's API key: give the console a key of its own", k.Tenant)
 			}
+		}
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("config: metrics-addr %q: %w", c.MetricsAddr, err)
 		}
 	}
 	host, _, err := net.SplitHostPort(c.Addr)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +24,14 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Publish = v; return nil }},
 	{"addr", "IDEM_ADDR", "addr", "listen address (default 127.0.0.1:8080)",
 		func(c *Config, v string) error { c.Addr = v; return nil }},
+	{"metrics-addr", "IDEM_METRICS_ADDR", "metrics_addr", "serve /metrics, /healthz and /readyz on this address (default none)",
+		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"api-keys", "IDEM_API_KEYS", "api_keys", "tenant:key,… bearer tokens (key may be sha256:HEX)",
 		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
 	{"admin-key", "IDEM_ADMIN_KEY", "admin_key", "web console admin key, at least 16 characters or sha256:HEX (default none: console for loopback clients only)",
 		func(c *Config, v string) (err error) { c.AdminKeyHash, err = ParseAdminKey(v); return err }},
+	{"migrate", "IDEM_MIGRATE", "migrate", "apply pending migrations at start (default true; false: run idem migrate first)",
+		func(c *Config, v string) (err error) { c.Migrate, err = strconv.ParseBool(v); return err }},
 	{"relay", "IDEM_RELAY", "relay", "run the outbox relay inside serve (default true)",
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
 	{"webhook-secret", "IDEM_WEBHOOK_SECRET", "webhook_secret", "whsec_… secret that signs outgoing webhooks (publish to http(s)://…)",
@@ -72,13 +77,17 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 	return byFlag, byYAML
 }()
 
-// RelaySettings are the flags of `idem relay`; serve has them too.
-var RelaySettings = []string{"db", "publish", "webhook-secret", "relay-batch", "relay-poll",
+// relayShared are the flags of the relay that serve has too.
+var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
-// ServeSettings are the flags of `idem serve`.
-var ServeSettings = append([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "shutdown-timeout"}, RelaySettings...)
+// RelaySettings are the flags of `idem relay`.
+var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
+
+// ServeSettings are the flags of `idem serve`, which serves its metrics on
+// --addr.
+var ServeSettings = slices.Concat([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
+	"key-retention", "in-flight-wait", "shutdown-timeout"}, relayShared)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

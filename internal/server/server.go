@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
 	}
-	if s.metrics, err = newMetrics(reg); err != nil {
+	if s.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
 	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log); err != nil {
@@ -135,8 +135,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(http.HandlerFunc(s.webhookIntake)))
 
 	s.mountConsole(mux)
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /readyz", readyz(s.d))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -190,26 +190,6 @@ func withTenant(ctx context.Context, t string) context.Context {
 func tenantFrom(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// readyz answers 200 when the database answers and is fully migrated.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	applied, latest, err := s.d.MigrationStatus(ctx)
-	switch {
-	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
-	case applied != latest:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": applied, "latest": latest})
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": applied})
-	}
 }
 
 // Run serves on ln until ctx is done, then stops accepting, drains the

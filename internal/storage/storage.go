@@ -56,3 +56,21 @@ func Redact(dbURL string) string {
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }
+
+// Prepare readies d's schema for a serving process: with migrate it
+// applies what is pending, and either way it refuses a schema the binary
+// cannot run on (migrations pending, or newer and not compatible). A newer
+// schema whose migrations declare this binary compatible is accepted: old
+// and new binaries serve side by side during a rolling upgrade.
+func Prepare(ctx context.Context, d driver.Driver, migrate bool) error {
+	if migrate {
+		if err := d.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	st, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("migration status: %w", err)
+	}
+	return st.Err()
+}

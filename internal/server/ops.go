@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// OpsHandler serves what an orchestrator and Prometheus ask of a process
+// that has no API of its own (idem relay): GET /metrics from g, /healthz and
+// /readyz as serve answers them.
+func OpsHandler(d driver.Driver, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /readyz", readyz(d))
+	return mux
+}
+
+// healthz answers 200 while the process serves HTTP at all.
+func healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the database answers and the binary can run on
+// its schema: fully migrated, or newer but compatible.
+func readyz(d driver.Driver) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		st, err := d.MigrationStatus(ctx)
+		switch {
+		case err != nil:
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
+		case st.Pending():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": st.Applied, "latest": st.Latest})
+		case st.TooNew():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema too new for this binary",
+				"migration": st.Applied, "latest": st.Latest, "required": st.Required})
+		default:
+			// A schema newer than the binary but compatible with it (an
+			// expand step of a rolling upgrade) is ready too.
+			writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": st.Applied})
+		}
+	}
+}
+
+// RegisterProcessMetrics registers what every idem process exports besides
+// its own work: the database pool (idem_db_pool_*), the Go runtime and the
+// process.
+func RegisterProcessMetrics(reg prometheus.Registerer, d driver.Driver) error {
+	for _, c := range []prometheus.Collector{newPoolCollector(d),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poolCollector reads the database pool's state at each scrape.
+type poolCollector struct {
+	d                                   driver.Driver
+	maxConns, conns, waits, waitSeconds *prometheus.Desc
+}
+
+func newPoolCollector(d driver.Driver) *poolCollector {
+	return &poolCollector{
+		d: d,
+		maxConns: prometheus.NewDesc("idem_db_pool_max_connections",
+			"Connections the database pool may open.", nil, nil),
+		conns: prometheus.NewDesc("idem_db_pool_connections",
+			"Open database connections by state: in_use (acquired) or idle.", []string{"state"}, nil),
+		waits: prometheus.NewDesc("idem_db_pool_waits_total",
+			"Connection acquires that found no idle connection and waited.", nil, nil),
+		waitSeconds: prometheus.NewDesc("idem_db_pool_wait_seconds_total",
+			"Time spent waiting for a database connection.", nil, nil),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.maxConns
+	ch <- c.conns
+	ch <- c.waits
+	ch <- c.waitSeconds
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.d.PoolStats()
+	ch <- prometheus.MustNewConstMetric(c.maxConns, prometheus.GaugeValue, float64(s.MaxConns))
+	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(s.InUse), "in_use")
+	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(s.Idle), "idle")
+	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.Waits))
+	ch <- prometheus.MustNewConstMetric(c.waitSeconds, prometheus.CounterValue, s.WaitTime.Seconds())
+}
