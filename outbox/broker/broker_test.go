@@ -28,7 +28,9 @@ func TestParseNATS(t *testing.T) {
 		{in: "nats://127.0.0.1:4222", servers: "nats://127.0.0.1:4222"},
 		{in: "nats://h1:4222,h2:4223,nats://h3:4224?replicas=3&stream=EV&duplicates=30m",
 			servers: "nats://h1:4222,nats://h2:4223,nats://h3:4224", replicas: 3, stream: "EV", dup: 30 * time.Minute},
-		{in: "nats://u:p@h1:1, h2:2", servers: "nats://u:p@h1:1,nats://h2:2"},
+		{in: "nats://u:p@h1:1, h2:2", servers: "nats://h1:1,nats://h2:2"},
+		{in: "tls://h1:1,tls://h2:2,nats://h3:3", servers: "nats://h1:1,nats://h2:2,nats://h3:3"},
+		{in: "nats://[::1]:4222,[::1]:4223", servers: "nats://[::1]:4222,nats://[::1]:4223"},
 		{in: "nats://h1:1/", servers: "nats://h1:1"},
 		{in: "nats://h1:1,?replicas=3", err: `NATS server ""`},
 		{in: "nats://h1:1,,h2:2", err: `NATS server ""`},
@@ -39,6 +41,10 @@ func TestParseNATS(t *testing.T) {
 		{in: "nats://h1:1?replicas=three", err: "replicas"},
 		{in: "nats://h1:1?duplicates=soon", err: "duplicates"},
 		{in: "nats://h1:1?replica=3", err: `unknown NATS option "replica"`},
+		{in: "nats://h1:1?stream=A&stream=B", err: `"stream" given 2 times`},
+		{in: "nats://h1:1#frag", err: "want host:port"},
+		{in: "nats://u:secret@h1:1,v:secret2@h2:2", err: "different credentials"},
+		{in: "kafka://h1:1", err: "starts with nats:// or tls://"},
 		{in: "nats://" + strings.Repeat("h:1,", 33), err: "more than 32"},
 	} {
 		n, err := ParseNATS(c.in)

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemhq/idem/outbox"
 )
@@ -31,7 +33,10 @@ type Config struct {
 	Brokers []string
 	// Topic receives every message. Default "idem".
 	Topic string
-	// Opts are extra franz-go options (TLS, SASL, a kfake cluster's dialer).
+	// Opts are extra franz-go options: kgo.DialTLSConfig for TLS, kgo.SASL
+	// with a mechanism of franz-go's pkg/sasl/plain or pkg/sasl/scram, a
+	// kfake cluster's dialer. (idem's kafka:// URLs set TLS and SASL from
+	// their query; see package broker.)
 	Opts []kgo.Opt
 }
 
@@ -39,6 +44,7 @@ type Config struct {
 type Publisher struct {
 	cl    *kgo.Client
 	topic string
+	sasl  *saslWatch
 }
 
 // New returns a producer. The client is idempotent (franz-go's default),
@@ -50,8 +56,10 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Topic == "" {
 		cfg.Topic = "idem"
 	}
+	sasl := &saslWatch{}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.WithHooks(sasl),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.AllowAutoTopicCreation(),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
@@ -60,7 +68,35 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return &Publisher{cl: cl, topic: cfg.Topic}, nil
+	return &Publisher{cl: cl, topic: cfg.Topic, sasl: sasl}, nil
+}
+
+// Ping asks the cluster for its metadata: it fails when no seed broker
+// answers, the TLS handshake fails or SASL refuses the credentials. The
+// producer itself only connects at the first Publish and retries there, so
+// call Ping after New to find a wrong setting at start.
+func (p *Publisher) Ping(ctx context.Context) error {
+	p.sasl.cut.Store(false)
+	if err := p.cl.Ping(ctx); err != nil {
+		if p.sasl.cut.Load() {
+			return fmt.Errorf("kafka: the broker closed the connection during SASL authentication "+
+				"(wrong mechanism, user or password?): %w", err)
+		}
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// saslWatch notes a SASL exchange the broker cut short. A broker may close
+// the connection on a refused credential rather than answer
+// SASL_AUTHENTICATION_FAILED (kfake does), and the client then reports
+// only "EOF".
+type saslWatch struct{ cut atomic.Bool }
+
+func (w *saslWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil && (key == kmsg.SASLHandshake.Int16() || key == kmsg.SASLAuthenticate.Int16()) {
+		w.cut.Store(true)
+	}
 }
 
 // Publish produces the records and waits for every ack.
