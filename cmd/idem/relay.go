@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/server"
 	"github.com/idemhq/idem/internal/storage"
+	"github.com/idemhq/idem/outbox/broker"
 )
 
 // relay runs the outbox relay alone, for deployments that run it apart from
@@ -65,7 +66,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stop()
 		log.Info("idem relay metrics", "addr", ln.Addr().String())
 	}
-	log.Info("idem relay running", "db", d.Dialect(), "publish", storage.Redact(cfg.Publish))
+	log.Info("idem relay running", "db", d.Dialect(), "publish", broker.Redact(cfg.Publish))
 	return r.Run(ctx)
 }
 
