@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/internal/storage"
@@ -30,7 +31,7 @@ const inspectTimeout = 30 * time.Second
 func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "get" {
 		fmt.Fprint(stderr, keysUsage)
-		return fmt.Errorf("keys: want the subcommand get")
+		return cli.Usagef("keys", "keys: want the subcommand get")
 	}
 	fs, common := inspectFlags("keys get", stderr)
 	operation := fs.String("operation", "", "the operation, such as \"POST /v1/transfers\" (default: every operation that holds the key)")
@@ -40,7 +41,7 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(pos) != 1 {
 		fmt.Fprint(stderr, keysUsage)
-		return fmt.Errorf("keys get: want exactly one KEY, got %d arguments", len(pos))
+		return cli.Usagef("keys get", "keys get: want exactly one KEY, got %d arguments", len(pos))
 	}
 	d, err := common.open(ctx)
 	if err != nil {
@@ -73,8 +74,7 @@ type inspectCommon struct {
 
 func inspectFlags(name string, stderr io.Writer) (*flag.FlagSet, *inspectCommon) {
 	c := &inspectCommon{}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(name)
 	fs.StringVar(&c.tenant, "tenant", "default", "the tenant (the one an API key maps to; \"default\" without API keys)")
 	fs.BoolVar(&c.json, "json", false, "write JSON for scripts instead of a table")
 	fs.StringVar(&c.db, "db", "", "database: postgres://… or sqlite:PATH (env IDEM_DB; default SQLite in ./idem-data/)")
@@ -111,7 +111,7 @@ func openDB(ctx context.Context, db, configFile string) (driver.Driver, error) {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := cli.Parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
 )
@@ -23,7 +24,7 @@ from its entries and exits non-zero when any invariant is broken.
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, ledgerUsage)
-		return errors.New("ledger: want the subcommand balance or verify")
+		return cli.Usagef("ledger", "ledger: want the subcommand balance or verify")
 	}
 	switch args[0] {
 	case "balance":
@@ -32,7 +33,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return ledgerVerify(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprint(stderr, ledgerUsage)
-		return fmt.Errorf("ledger: unknown subcommand %q", args[0])
+		return cli.Usagef("ledger", "ledger: unknown subcommand %q", args[0])
 	}
 }
 
@@ -45,13 +46,13 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if len(pos) != 1 {
 		fmt.Fprint(stderr, ledgerUsage)
-		return fmt.Errorf("ledger balance: want exactly one ACCOUNT, got %d arguments", len(pos))
+		return cli.Usagef("ledger balance", "ledger balance: want exactly one ACCOUNT, got %d arguments", len(pos))
 	}
 	var asOf *time.Time // nil: now
 	if *asOfText != "" {
 		t, err := time.Parse(time.RFC3339Nano, *asOfText)
 		if err != nil {
-			return fmt.Errorf("--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
+			return cli.Usagef("ledger balance", "--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
 		}
 		asOf = &t
 	}
@@ -90,7 +91,7 @@ func ledgerVerify(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if len(pos) != 0 {
-		return fmt.Errorf("ledger verify: unexpected argument %q", pos[0])
+		return cli.Usagef("ledger verify", "ledger verify: unexpected argument %q", pos[0])
 	}
 	d, err := common.open(ctx)
 	if err != nil {

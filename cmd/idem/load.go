@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/load"
 )
 
@@ -103,7 +104,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if verifyOnly {
 		args = args[1:]
 	}
-	l := &loadFlags{fs: flag.NewFlagSet("load", flag.ContinueOnError), getenv: os.Getenv}
+	l := &loadFlags{fs: cli.NewFlagSet("load"), getenv: os.Getenv}
 	l.fs.SetOutput(stderr)
 	l.fs.Usage = func() {
 		fmt.Fprint(stderr, loadUsage)
@@ -153,11 +154,11 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if l.err != nil {
 		return l.err
 	}
-	if err := l.fs.Parse(args); err != nil {
+	if err := cli.Parse(l.fs, args); err != nil {
 		return err
 	}
 	if l.fs.NArg() > 0 {
-		return fmt.Errorf("load: unexpected argument %q", l.fs.Arg(0))
+		return cli.Usagef("load", "load: unexpected argument %q", l.fs.Arg(0))
 	}
 	cfg := load.Config{
 		APIKey: *apiKey, Accounts: *accounts, Operations: *operations, Duration: *duration,

@@ -10,12 +10,17 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
+
+	"github.com/idemhq/idem/internal/cli"
 )
 
 const usage = `idem makes retried work happen once.
 
 Usage:
+  idem version                                 the module version, commit and Go of this binary
   idem serve   [--db URL] [--addr HOST:PORT]   run the HTTP service
   idem migrate [--db URL]                      apply database migrations
   idem relay   [--db URL] [--publish URL]      publish committed outbox messages
@@ -26,6 +31,9 @@ Usage:
   (inspection commands take --json for scripts and --db like serve)
   idem load    --target URL | --chaos --db URL  duplicate-heavy load, then verify exactly-once (idem load -h)
 
+Every command takes --help (its flags, their types and defaults). Exit
+status: 0 done, 1 failed (or a check found violations), 2 usage error.
+
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
   --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
@@ -34,12 +42,35 @@ Configuration (flags win over environment variables):
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "idem:", err)
+	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitCode reports err and says how the process exits: 0 for success and
+// --help (the flags printed on stdout), 2 for a usage error (nothing ran),
+// 1 for a run that failed or a check that found violations.
+func exitCode(err error, stdout, stderr io.Writer) int {
+	var help *cli.HelpError
+	var usageErr *cli.UsageError
+	switch {
+	case err == nil:
+		return cli.ExitOK
+	case errors.As(err, &help):
+		fmt.Fprintf(stdout, "Usage: idem %s [flags]\n\nFlags:\n", help.FlagSet.Name())
+		cli.PrintFlags(stdout, help.FlagSet)
+		return cli.ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return cli.ExitUsage // the usage was printed where it was asked for
+	case errors.As(err, &usageErr):
+		fmt.Fprintln(stderr, "idem:", err)
+		if usageErr.Command != "" {
+			fmt.Fprintf(stderr, "run 'idem %s --help' for its flags\n", usageErr.Command)
 		}
-		os.Exit(2)
+		return cli.ExitUsage
+	default:
+		fmt.Fprintln(stderr, "idem:", err)
+		return cli.ExitFailed
 	}
 }
 
@@ -49,6 +80,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flag.ErrHelp
 	}
 	switch args[0] {
+	case "version", "--version", "-version":
+		if len(args) > 1 {
+			return cli.Usagef("version", "version: unexpected argument %q", args[1])
+		}
+		fmt.Fprintln(stdout, versionLine())
+		return nil
 	case "serve":
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
@@ -68,8 +105,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
+		return cli.Usagef("", "unknown command %q", args[0])
 	}
+}
+
+// versionLine is what idem version prints: the module version, the commit
+// and the Go that built the binary, from its build information.
+func versionLine() string {
+	version, commit, at, modified := "(unknown)", "", "", false
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	line := "idem " + version
+	if commit != "" {
+		if modified {
+			commit += "+modified"
+		}
+		line += " (commit " + commit
+		if at != "" {
+			line += ", " + at
+		}
+		line += ")"
+	}
+	return line + " " + goVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
 }
 
 // envDefault returns the environment variable's value, or def when unset.

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/storage"
 )
 
@@ -14,16 +14,15 @@ import (
 // (for teams that review DDL before it runs) and with --dry-run lists them;
 // neither of those changes the database.
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("migrate")
 	db := fs.String("db", envDefault("IDEM_DB", ""), "database URL (env IDEM_DB; default SQLite in ./idem-data/)")
 	print := fs.Bool("print", false, "write the pending migrations' SQL to stdout and apply nothing")
 	dryRun := fs.Bool("dry-run", false, "list the pending migrations and apply nothing")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("migrate: unexpected argument %q", fs.Arg(0))
+		return cli.Usagef("migrate", "migrate: unexpected argument %q", fs.Arg(0))
 	}
 	d, err := storage.Open(ctx, *db)
 	if err != nil {

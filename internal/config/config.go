@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/idemhq/idem/internal/cli"
 )
 
 // Config is the service's configuration. Comments give defaults and bounds.
@@ -117,8 +119,7 @@ func Default() Config {
 // neither flags nor read from the environment.
 func Load(name string, args []string, getenv func(string) string, use ...string) (Config, error) {
 	cfg := Default()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs := cli.NewFlagSet(name)
 	configFile := fs.String("config", "", "YAML configuration file (env IDEM_CONFIG)")
 	inUse := map[string]bool{}
 	for _, n := range use {
@@ -127,13 +128,13 @@ func Load(name string, args []string, getenv func(string) string, use ...string)
 			return cfg, fmt.Errorf("config: no setting %q", n)
 		}
 		inUse[n] = true
-		fs.String(s.flag, "", fmt.Sprintf("%s (env %s)", s.help, s.env))
+		fs.Var(&flagText{typ: settingTypes[n]}, s.flag, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+		return cfg, cli.Usagef(name, "%s: unexpected argument %q", name, fs.Arg(0))
 	}
 
 	file := *configFile
@@ -157,7 +158,7 @@ func Load(name string, args []string, getenv func(string) string, use ...string)
 	fs.Visit(func(f *flag.Flag) {
 		if s, ok := settingByFlag[f.Name]; ok && flagErr == nil {
 			if err := s.set(&cfg, f.Value.String()); err != nil {
-				flagErr = fmt.Errorf("--%s: %w", f.Name, err)
+				flagErr = &cli.UsageError{Command: name, Err: fmt.Errorf("--%s: %w", f.Name, err)}
 			}
 		}
 	})
@@ -331,3 +332,23 @@ func redactEntry(item string) string {
 	tenant, _, _ := strings.Cut(item, ":")
 	return tenant + ":…"
 }
+
+// flagText holds a setting's flag as text, set later by the setting's own
+// parser; typ names its type for --help ("" is a string).
+type flagText struct {
+	typ, v string
+}
+
+func (f *flagText) String() string     { return f.v }
+func (f *flagText) Set(v string) error { f.v = v; return nil }
+
+// Type is the type --help shows (cli.PrintFlags).
+func (f *flagText) Type() string {
+	if f.typ == "" {
+		return "string"
+	}
+	return f.typ
+}
+
+// IsBoolFlag lets a bool setting stand alone (--relay means --relay=true).
+func (f *flagText) IsBoolFlag() bool { return f.typ == "bool" }

@@ -77,6 +77,15 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 	return byFlag, byYAML
 }()
 
+// settingTypes are the types --help shows for settings that are not
+// strings.
+var settingTypes = map[string]string{
+	"migrate": "bool", "relay": "bool",
+	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
+	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
+	"in-flight-wait": "duration", "shutdown-timeout": "duration",
+}
+
 // relayShared are the flags of the relay that serve has too.
 var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}

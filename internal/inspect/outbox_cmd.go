@@ -2,11 +2,11 @@ package inspect
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/idemhq/idem/internal/cli"
 )
 
 // OutboxUsage is `idem outbox`'s help.
@@ -27,10 +27,9 @@ type OpenOutbox func(ctx context.Context, db, configFile string) (OutboxView, fu
 func RunOutbox(ctx context.Context, args []string, open OpenOutbox, now time.Time, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, OutboxUsage)
-		return errors.New("outbox: want the subcommand stats, list or redrive")
+		return cli.Usagef("outbox", "outbox: want the subcommand stats, list or redrive")
 	}
-	fs := flag.NewFlagSet("outbox "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("outbox " + args[0])
 	asJSON := fs.Bool("json", false, "write JSON for scripts instead of a table")
 	dead := fs.Bool("dead", false, "list dead letters (the only list there is today; required so that a later list of pending messages is not a surprise)")
 	limit := fs.Int("limit", 100, fmt.Sprintf("at most this many dead letters (1..%d)", MaxDeadLetters))
@@ -39,7 +38,7 @@ func RunOutbox(ctx context.Context, args []string, open OpenOutbox, now time.Tim
 	var pos []string
 	rest := args[1:]
 	for {
-		if err := fs.Parse(rest); err != nil {
+		if err := cli.Parse(fs, rest); err != nil {
 			return err
 		}
 		if rest = fs.Args(); len(rest) == 0 {
@@ -50,18 +49,18 @@ func RunOutbox(ctx context.Context, args []string, open OpenOutbox, now time.Tim
 	// Check the arguments before touching the database.
 	switch {
 	case args[0] == "stats" && len(pos) != 0:
-		return fmt.Errorf("outbox stats: unexpected argument %q", pos[0])
+		return cli.Usagef("outbox stats", "outbox stats: unexpected argument %q", pos[0])
 	case args[0] == "list" && (!*dead || len(pos) != 0):
 		fmt.Fprint(stderr, OutboxUsage)
-		return errors.New("outbox list: want --dead and no arguments")
+		return cli.Usagef("outbox list", "outbox list: want --dead and no arguments")
 	case args[0] == "list" && (*limit < 1 || *limit > MaxDeadLetters):
-		return fmt.Errorf("outbox list: --limit %d is outside 1..%d", *limit, MaxDeadLetters)
+		return cli.Usagef("outbox list", "outbox list: --limit %d is outside 1..%d", *limit, MaxDeadLetters)
 	case args[0] == "redrive" && len(pos) != 1:
 		fmt.Fprint(stderr, OutboxUsage)
-		return fmt.Errorf("outbox redrive: want exactly one message ID, got %d arguments", len(pos))
+		return cli.Usagef("outbox redrive", "outbox redrive: want exactly one message ID, got %d arguments", len(pos))
 	case args[0] != "stats" && args[0] != "list" && args[0] != "redrive":
 		fmt.Fprint(stderr, OutboxUsage)
-		return fmt.Errorf("outbox: unknown subcommand %q", args[0])
+		return cli.Usagef("outbox", "outbox: unknown subcommand %q", args[0])
 	}
 	view, closeView, err := open(ctx, *db, *configFile)
 	if err != nil {
