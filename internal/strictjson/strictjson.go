@@ -35,7 +35,10 @@ func Check(data []byte, maxDepth int) error {
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
-			if !done {
+			switch {
+			case len(stack) > 0:
+				return fault(stack, "the JSON text ends early")
+			case !done:
 				return &Error{Reason: "no JSON value"}
 			}
 			return nil
@@ -68,7 +71,7 @@ func Check(data []byte, maxDepth int) error {
 				if naming {
 					return fault(stack, "member name "+msg)
 				}
-				return fault(stack, msg)
+				return fault(stack, "string "+msg)
 			}
 			if naming {
 				top := &stack[len(stack)-1]
