@@ -85,9 +85,10 @@ type Result struct {
 
 // Work is an operation's work, run inside the transaction that claims its
 // key. It writes through tx and returns the outcome to store; it must not
-// commit or roll back tx. Returning an error means a transient failure:
-// everything rolls back and nothing is stored. A panic is recovered and
-// becomes a *PanicError (see Do).
+// commit or roll back tx. Returning an error means a transient failure, or
+// a request refused by validation before any work: everything rolls back,
+// nothing is stored, and the key stays free for the next request. A panic
+// is recovered and becomes a *PanicError (see Do).
 type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 
 // Config configures a Keeper. The zero value is usable.

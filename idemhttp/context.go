@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
@@ -14,10 +15,12 @@ const (
 	guardKey
 )
 
-// guard is what a guarded request's handler can ask its context for.
+// guard is what a guarded request's handler can ask its context for, and
+// what it tells the middleware back.
 type guard struct {
-	tx  driver.Tx
-	key idem.Key
+	tx      driver.Tx
+	key     idem.Key
+	invalid atomic.Bool // MarkInvalid was called
 }
 
 // WithScope returns ctx carrying scope (the tenant), for an authentication
@@ -51,4 +54,23 @@ func KeyFrom(ctx context.Context) (idem.Key, bool) {
 		return g.key, true
 	}
 	return idem.Key{}, false
+}
+
+// MarkInvalid tells the middleware that the guarded request ctx belongs to
+// was refused by validation before any work: malformed, a field missing or
+// out of range. The handler then answers it with a 4xx (400 as a rule) as
+// usual; that answer is sent but not stored, whatever the handler wrote
+// through Tx rolls back, and the key stays free, so the client can correct
+// the request and send it again under the same Idempotency-Key.
+//
+// Do not mark a business refusal, a valid request judged and turned down
+// (422 insufficient funds): it is the key's outcome, stored and replayed,
+// so a retry is refused the same way without running again. A marked
+// request answered with a status other than 4xx is a bug in the handler:
+// it rolls back and is answered 500. Outside a guarded request MarkInvalid
+// does nothing.
+func MarkInvalid(ctx context.Context) {
+	if g, ok := ctx.Value(guardKey).(*guard); ok {
+		g.invalid.Store(true)
+	}
 }

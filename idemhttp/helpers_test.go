@@ -32,7 +32,9 @@ const (
 // idemhttp.Tx and answers 201 with headers that must not all be replayed.
 // A body with "status" makes it answer that status instead: 422 without a
 // row (a business failure), 5xx after inserting a row (which must then be
-// rolled back).
+// rolled back). A body with "invalid" makes it insert a row, then mark the
+// request invalid (idemhttp.MarkInvalid) and answer 400, or go on to its
+// "status" when one is given.
 type orders struct {
 	calls   atomic.Int64
 	entered chan struct{} // when set, receives once the handler runs
@@ -41,8 +43,9 @@ type orders struct {
 }
 
 type orderIn struct {
-	Amount int64 `json:"amount"`
-	Status int   `json:"status"`
+	Amount  int64 `json:"amount"`
+	Status  int   `json:"status"`
+	Invalid bool  `json:"invalid"`
 }
 
 func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +86,13 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if o.panics.CompareAndSwap(true, false) {
 		panic("orders: boom")
+	}
+	if in.Invalid {
+		idemhttp.MarkInvalid(ctx)
+		if in.Status == 0 {
+			problem.Write(w, http.StatusBadRequest, "invalid_request", "amount: want a positive integer")
+			return
+		}
 	}
 	if in.Status >= 500 {
 		http.Error(w, "try again", in.Status)
@@ -212,7 +222,7 @@ func newKindCounter() *kindCounter {
 		idemhttp.OutcomeFirst: 0, idemhttp.OutcomeReplayed: 1, idemhttp.OutcomeReused: 2,
 		idemhttp.OutcomeInFlight: 3, idemhttp.OutcomeMissingKey: 4, idemhttp.OutcomeInvalidKey: 5,
 		idemhttp.OutcomeInvalidBody: 6, idemhttp.OutcomeBodyTooLarge: 7, idemhttp.OutcomeUnavailable: 8,
-		idemhttp.OutcomeHandlerError: 9, idemhttp.OutcomeError: 10,
+		idemhttp.OutcomeHandlerError: 9, idemhttp.OutcomeError: 10, idemhttp.OutcomeInvalid: 11,
 	}}
 }
 

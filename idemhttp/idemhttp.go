@@ -12,6 +12,11 @@
 // that cannot be reached gets 503: the table in docs/idemhttp.md lists every
 // answer. Errors are RFC 9457 problem details with a stable code member.
 //
+// Every answer below 500 is stored, business refusals included, except
+// that of a request the handler refused by validation and marked so with
+// MarkInvalid: it rolls back and the key stays free for the corrected
+// request. A 5xx answer rolls back too, so that a retry runs again.
+//
 // Keys are scoped by tenant (Config.Scope) and operation: the method and the
 // route pattern the request matched (r.Pattern), so that one key sent to
 // /v1/transfers/a/reversals and /v1/transfers/b/reversals is the same
@@ -73,6 +78,7 @@ const (
 	OutcomeInvalidBody  Outcome = "invalid_body"   // 400: the body is not JSON
 	OutcomeBodyTooLarge Outcome = "body_too_large" // 413
 	OutcomeUnavailable  Outcome = "unavailable"    // 503: database unreachable, nothing stored
+	OutcomeInvalid      Outcome = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
 	OutcomeHandlerError Outcome = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
 	OutcomeError        Outcome = "error"          // 500: an unexpected error or a handler's panic, nothing stored
 )
@@ -359,19 +365,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	start := kcfg.Clock()
 	var (
 		first  *recorder
-		failed *recorder // a 5xx answer: rolled back, sent as is
+		failed *recorder // an answer not stored: rolled back, sent as is
 	)
 	res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
 		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 			rec := newRecorder(m.cfg.MaxResponseBytes)
-			next.ServeHTTP(rec, m.handlerRequest(ctx, r, tx, key, body))
+			g := &guard{tx: tx, key: key}
+			next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
 			if rec.tooLong {
 				return idem.Outcome{}, errResponseTooLarge
 			}
 			status, header := rec.result()
-			if status >= 500 {
+			if err := notStored(status, g.invalid.Load()); err != nil {
 				failed = rec
-				return idem.Outcome{}, errHandlerFailed
+				return idem.Outcome{}, err
 			}
 			first = rec
 			return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
@@ -400,6 +407,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.report(r, OutcomeReplayed)
 		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
 		m.cacheFromStore(r.Context(), key, fp, raw)
+	case errors.Is(err, errInvalid):
+		m.report(r, OutcomeInvalid)
+		status, header := failed.result()
+		m.writeFirst(w, status, header, failed.body)
 	case errors.Is(err, errHandlerFailed):
 		m.report(r, OutcomeHandlerError)
 		status, header := failed.result()
@@ -425,13 +436,41 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 const reusedDetail = "this Idempotency-Key was already used with a different request (method, path or body)"
 
-var errHandlerFailed = errors.New("idemhttp: handler answered 5xx")
+var (
+	errHandlerFailed = errors.New("idemhttp: handler answered 5xx")
+	errInvalid       = errors.New("idemhttp: handler refused the request as invalid")
+)
+
+// notStored is the one rule of what becomes of a handler's answer: nil when
+// it is the key's outcome, to store and replay; otherwise why it is not,
+// and then everything the handler wrote rolls back, the answer is sent as
+// the handler made it, and the key stays free for the next request.
+//
+//   - 5xx: a transient fault; a retry runs the handler again.
+//   - 4xx of a request the handler marked invalid (MarkInvalid): refused
+//     by validation before any work; the corrected request may reuse the
+//     key.
+//   - anything else, business refusals (422) included: the outcome.
+//
+// A marked request answered with anything but 4xx contradicts itself and
+// is treated as a fault of the handler (answered 500).
+func notStored(status int, invalid bool) error {
+	switch {
+	case status >= 500:
+		return errHandlerFailed
+	case invalid && status >= 400:
+		return errInvalid
+	case invalid:
+		return fmt.Errorf("idemhttp: handler marked the request invalid (MarkInvalid) but answered %d, not 4xx", status)
+	}
+	return nil
+}
 
 // handlerRequest is r as the guarded handler sees it: the context carries
-// the transaction and the key, and the body, already read, can be read
-// again.
-func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, tx driver.Tx, key idem.Key, body []byte) *http.Request {
-	r2 := r.WithContext(context.WithValue(ctx, guardKey, &guard{tx: tx, key: key}))
+// the guard (the transaction, the key, the handler's MarkInvalid), and the
+// body, already read, can be read again.
+func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *guard, body []byte) *http.Request {
+	r2 := r.WithContext(context.WithValue(ctx, guardKey, g))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	r2.ContentLength = int64(len(body))

@@ -304,6 +304,54 @@ func TestBusinessFailureStored(t *testing.T) {
 	})
 }
 
+// TestInvalidNotStored: a request the handler marks invalid and answers
+// 400 rolls back its row and stores nothing, twice over; the corrected
+// request under the same key then does the work once and is replayed. A
+// business refusal, by contrast, is stored (TestBusinessFailureStored).
+func TestInvalidNotStored(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idem.Config{}, idemhttp.Config{})
+		invalid := `{"amount": 100, "invalid": true}`
+		for range 2 {
+			r := post(t, e.srv, "/orders", invalid, "k")
+			wantProblem(t, r, http.StatusBadRequest, "invalid_request")
+			if n := countOrders(t, d); n != 0 {
+				t.Fatalf("%d order rows after an invalid request, want 0 (rolled back)", n)
+			}
+			assertNoKeys(t, d)
+		}
+		ok := post(t, e.srv, "/orders", orderBody, "k")
+		if ok.status != http.StatusCreated || ok.header.Get(idemhttp.HeaderReplayed) != "" {
+			t.Fatalf("corrected request: %d %v %s", ok.status, ok.header, ok.body)
+		}
+		assertReplay(t, ok, post(t, e.srv, "/orders", orderBody, "k"))
+		if n := countOrders(t, d); n != 1 {
+			t.Fatalf("%d order rows, want 1", n)
+		}
+		if c := e.h.calls.Load(); c != 3 {
+			t.Fatalf("handler ran %d times, want 3 (two invalid, one corrected)", c)
+		}
+		if k := e.kinds.get(idemhttp.OutcomeInvalid); k != 2 {
+			t.Fatalf("%d invalid outcomes, want 2", k)
+		}
+
+		// Marked invalid but answered 201: a contradiction, so a fault.
+		r := post(t, e.srv, "/orders", `{"amount": 1, "invalid": true, "status": 201}`, "k2")
+		wantProblem(t, r, http.StatusInternalServerError, idemhttp.CodeInternal)
+		var keys int
+		if err := d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM idem_keys`).Scan(&keys); err != nil || keys != 1 {
+			t.Fatalf("%d stored keys (%v), want 1 (k's, not k2's)", keys, err)
+		}
+		if n := countOrders(t, d); n != 1 {
+			t.Fatalf("%d order rows after a contradictory answer, want 1", n)
+		}
+		if k := e.kinds.get(idemhttp.OutcomeError); k != 1 {
+			t.Fatalf("%d error outcomes, want 1", k)
+		}
+	})
+}
+
 // TestTransientNotStored: a 5xx from the handler rolls back its row and
 // stores nothing; the retry does the work, once.
 func TestTransientNotStored(t *testing.T) {

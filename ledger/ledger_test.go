@@ -180,6 +180,11 @@ func TestRefusalsWriteNothing(t *testing.T) {
 			{"metadata not json", tr(func(t *ledger.NewTransfer) { t.Metadata = json.RawMessage(`{"a":`) }), "invalid_request", "metadata"},
 			{"metadata trailing", tr(func(t *ledger.NewTransfer) { t.Metadata = json.RawMessage(`{} {}`) }), "invalid_request", "metadata"},
 			{"metadata too big", tr(func(t *ledger.NewTransfer) { t.Metadata = big }), "invalid_request", "metadata"},
+			{"dot id", tr(func(t *ledger.NewTransfer) { t.ID = "." }), "invalid_request", "id"},
+			{"dot-dot debit id", tr(func(t *ledger.NewTransfer) { t.DebitAccountID = ".." }), "invalid_request", "debit_account_id"},
+			{"metadata member twice", tr(func(t *ledger.NewTransfer) { t.Metadata = json.RawMessage(`{"a":1,"b":{"c":1,"c":2}}`) }), "invalid_request", "metadata"},
+			{"metadata not UTF-8", tr(func(t *ledger.NewTransfer) { t.Metadata = json.RawMessage("{\"a\":\"\xff\"}") }), "invalid_request", "metadata"},
+			{"metadata half a surrogate pair", tr(func(t *ledger.NewTransfer) { t.Metadata = json.RawMessage(`{"a":"\ud800"}`) }), "invalid_request", "metadata"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				// Refused, and the same transaction then commits a transfer:
@@ -213,6 +218,9 @@ func TestRefusalsWriteNothing(t *testing.T) {
 			{"negative amount", ledger.NewReversal{TransferID: "fund", Amount: -1}, "invalid_amount"},
 			{"above original", ledger.NewReversal{TransferID: "fund", Amount: 101}, "reversal_exceeds_remaining"},
 			{"long reason", ledger.NewReversal{TransferID: "fund", Reason: string(big)}, "invalid_request"},
+			{"dot id", ledger.NewReversal{TransferID: "fund", ID: "."}, "invalid_request"},
+			{"reason with NUL", ledger.NewReversal{TransferID: "fund", Reason: "a\x00b"}, "invalid_request"},
+			{"metadata member twice", ledger.NewReversal{TransferID: "fund", Metadata: json.RawMessage(`{"a":1,"a":1}`)}, "invalid_request"},
 		} {
 			err := inTx(t, d, func(tx driver.Tx) error { _, err := l.Reverse(ctx, tx, tenant, tc.r); return err })
 			wantCode(t, err, tc.code)
@@ -599,4 +607,34 @@ func TestConfig(t *testing.T) {
 		return err
 	})
 	wantCode(t, err, "invalid_request")
+}
+
+// TestAccountIDsAreURLSegments: "." and ".." are refused at creation (a
+// URL path reads them as "this" and "parent", so /v1/accounts/.. could
+// never name the account), with nothing written; ids that merely hold dots
+// are accounts like any other.
+func TestAccountIDsAreURLSegments(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		l := newLedger(t, d)
+		ctx := context.Background()
+		for _, id := range []string{".", ".."} {
+			err := inTx(t, d, func(tx driver.Tx) error {
+				_, err := l.CreateAccount(ctx, tx, tenant, ledger.NewAccount{ID: id, Currency: "EUR"})
+				return err
+			})
+			if le := wantCode(t, err, "invalid_request"); le.Field != "id" {
+				t.Fatalf("id %q: field %q", id, le.Field)
+			}
+		}
+		if c := counts(t, d); c.Accounts != 0 {
+			t.Fatalf("%d accounts after refusals, want 0", c.Accounts)
+		}
+		for _, id := range []string{"...", ".a", "a.", "a..b", "~", ":"} {
+			createAccount(t, d, l, tenant, ledger.NewAccount{ID: id, Currency: "EUR"})
+		}
+		if c := counts(t, d); c.Accounts != 6 {
+			t.Fatalf("%d accounts, want 6", c.Accounts)
+		}
+	})
 }

@@ -3,9 +3,13 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
+
+	"github.com/idemhq/idem/internal/strictjson"
 )
 
 const (
@@ -25,10 +29,15 @@ func checkTenant(tenant string) error {
 }
 
 // checkID accepts ids that are safe in a URL path segment and in logs
-// without escaping: letters, digits and "-_.:~".
+// without escaping: letters, digits and "-_.:~", except "." and "..",
+// which a URL path reads as "this" and "parent" segments: an account or
+// transfer with such an id could be created but never named in a URL.
 func checkID(field, id string) error {
 	if id == "" {
 		return invalid(field, field+" is empty")
+	}
+	if id == "." || id == ".." {
+		return invalid(field, fmt.Sprintf("%s %q is a dot segment, which a URL path cannot name", field, id))
 	}
 	if len(id) > maxIDLen {
 		return invalid(field, fmt.Sprintf("%s is %d bytes, longer than %d", field, len(id), maxIDLen))
@@ -58,9 +67,12 @@ func checkCurrency(field, c string) error {
 	return nil
 }
 
+// checkReason accepts at most maxReasonLen bytes of UTF-8 without NUL,
+// which PostgreSQL's text cannot hold (SQLite's can): one reason is
+// refused or stored alike on both drivers.
 func checkReason(r string) error {
-	if len(r) > maxReasonLen || !utf8.ValidString(r) {
-		return invalid("reason", fmt.Sprintf("reason must be at most %d bytes of UTF-8", maxReasonLen))
+	if len(r) > maxReasonLen || !utf8.ValidString(r) || strings.IndexByte(r, 0) >= 0 {
+		return invalid("reason", fmt.Sprintf("reason must be at most %d bytes of UTF-8 without NUL", maxReasonLen))
 	}
 	return nil
 }
@@ -68,7 +80,9 @@ func checkReason(r string) error {
 // canonicalMetadata returns metadata as compact JSON with sorted keys, so
 // that two requests meaning the same object compare equal however they were
 // spaced or ordered; nil for none (absent or null). Numbers keep their
-// exact text.
+// exact text. Metadata that encoding/json would read as something else
+// than was sent is refused: a member twice (it keeps the last), strings
+// that are not UTF-8 or escape half a surrogate pair (it writes U+FFFD).
 func canonicalMetadata(raw json.RawMessage) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -76,6 +90,13 @@ func canonicalMetadata(raw json.RawMessage) ([]byte, error) {
 	}
 	if len(raw) > maxMetadataLen {
 		return nil, invalid("metadata", fmt.Sprintf("metadata is %d bytes, more than %d", len(raw), maxMetadataLen))
+	}
+	// Its size bounds its nesting well below encoding/json's own bound.
+	if err := strictjson.Check(raw, 0); err != nil {
+		if se, ok := errors.AsType[*strictjson.Error](err); ok {
+			return nil, invalid("metadata", "metadata"+joinPath(se.Path)+": "+se.Reason)
+		}
+		return nil, invalid("metadata", "metadata must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -97,4 +118,13 @@ func canonicalMetadata(raw json.RawMessage) ([]byte, error) {
 		return nil, invalid("metadata", fmt.Sprintf("metadata is %d bytes, more than %d", len(out), maxMetadataLen))
 	}
 	return out, nil
+}
+
+// joinPath is a strictjson path below a member, as it continues that
+// member's name.
+func joinPath(p string) string {
+	if p == "" || p[0] == '[' {
+		return p
+	}
+	return "." + p
 }

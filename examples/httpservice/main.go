@@ -174,6 +174,9 @@ type orderResponse struct {
 func (s *shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 	var in orderRequest
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Customer == "" || in.Amount <= 0 {
+		// Refused before any work: not stored, so the client may send the
+		// corrected order under the same Idempotency-Key.
+		idemhttp.MarkInvalid(r.Context())
 		http.Error(w, `{"error":"want {\"customer\": string, \"amount\": positive integer}"}`, http.StatusBadRequest)
 		return
 	}

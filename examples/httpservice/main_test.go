@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -69,6 +70,27 @@ func TestOrderIsPlacedOnce(t *testing.T) {
 	s, _ := newTestShop(t)
 	idemtest.SendTwice(t, s.handler(), order("order-1", 1500), s.orders(t))
 	idemtest.SendConcurrently(t, s.handler(), order("order-2", 700), 8, s.orders(t))
+}
+
+// A malformed order is refused and not stored: the corrected order under
+// the same key is placed, once.
+func TestInvalidOrderLeavesTheKeyFree(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestShop(t)
+	for _, want := range []int{http.StatusBadRequest, http.StatusCreated, http.StatusCreated} {
+		amount := 1500
+		if want == http.StatusBadRequest {
+			amount = 0
+		}
+		w := httptest.NewRecorder()
+		s.handler().ServeHTTP(w, order("order-1", amount))
+		if w.Code != want {
+			t.Fatalf("amount %d: %d %s, want %d", amount, w.Code, w.Body, want)
+		}
+	}
+	if n := s.orders(t)(); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
 }
 
 // The second test: kill the relay between commit and publish, and between

@@ -18,7 +18,7 @@ import (
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	var in ledger.NewAccount
 	if err := decode(r, &in); err != nil {
-		badRequest(w, err.Error())
+		invalid(w, r, err.Error())
 		return
 	}
 	if in.ID == "" {
@@ -43,7 +43,7 @@ type transferRequest struct {
 	ID              string          `json:"id"`
 	DebitAccountID  string          `json:"debit_account_id"`
 	CreditAccountID string          `json:"credit_account_id"`
-	Amount          json.Number     `json:"amount"`
+	Amount          json.RawMessage `json:"amount"` // integer reads it: a JSON number, never a string
 	Currency        string          `json:"currency"`
 	Metadata        json.RawMessage `json:"metadata"`
 }
@@ -51,12 +51,12 @@ type transferRequest struct {
 func (s *Server) postTransfer(w http.ResponseWriter, r *http.Request) {
 	var in transferRequest
 	if err := decode(r, &in); err != nil {
-		badRequest(w, err.Error())
+		invalid(w, r, err.Error())
 		return
 	}
-	amount, err := strconv.ParseInt(string(in.Amount), 10, 64)
+	amount, err := integer("amount", in.Amount)
 	if err != nil {
-		badRequest(w, "amount: want an integer number of minor units")
+		invalid(w, r, err.Error()+"; want a positive integer number of minor units")
 		return
 	}
 	id := in.ID
@@ -87,7 +87,7 @@ func (s *Server) postTransfer(w http.ResponseWriter, r *http.Request) {
 // reversalRequest is POST /v1/transfers/{id}/reversals's body.
 type reversalRequest struct {
 	ID       string          `json:"id"`
-	Amount   *json.Number    `json:"amount"`
+	Amount   json.RawMessage `json:"amount"` // absent or null: all that remains
 	Reason   string          `json:"reason"`
 	Metadata json.RawMessage `json:"metadata"`
 }
@@ -95,14 +95,19 @@ type reversalRequest struct {
 func (s *Server) reverseTransfer(w http.ResponseWriter, r *http.Request) {
 	var in reversalRequest
 	if err := decode(r, &in); err != nil {
-		badRequest(w, err.Error())
+		invalid(w, r, err.Error())
 		return
 	}
 	var amount int64
-	if in.Amount != nil {
+	if len(in.Amount) > 0 && string(in.Amount) != "null" {
+		const want = "want a positive integer number of minor units, or no amount to reverse all that remains"
 		var err error
-		if amount, err = strconv.ParseInt(string(*in.Amount), 10, 64); err != nil || amount <= 0 {
-			badRequest(w, "amount: want a positive integer number of minor units, or no amount to reverse all that remains")
+		if amount, err = integer("amount", in.Amount); err != nil {
+			invalid(w, r, err.Error()+"; "+want)
+			return
+		}
+		if amount <= 0 {
+			invalid(w, r, "amount: "+want)
 			return
 		}
 	}
