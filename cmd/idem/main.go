@@ -25,17 +25,22 @@ Usage:
   idem ledger verify                           check every ledger invariant (non-zero exit when broken)
   (inspection commands take --json for scripts and --db like serve)
   idem load    --target URL | --chaos --db URL  duplicate-heavy load, then verify exactly-once (idem load -h)
+  idem healthcheck [--url URL]                 exit 0 when URL (default serve's /readyz) answers 2xx, else 1
 
 Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
   --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
   --admin-key IDEM_ADMIN_KEY  web console (/ui/) admin key (default none: console for loopback clients only)
+  --metrics-addr IDEM_METRICS_ADDR  relay: answer /healthz, /readyz and /metrics there (default none)
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, errUnhealthy) {
+			os.Exit(1) // healthcheck said why on stderr
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "idem:", err)
 		}
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "load":
 		return loadCmd(ctx, args[1:], stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
