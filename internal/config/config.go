@@ -71,6 +71,9 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json. Default text.
 	LogFormat string
+	// MetricsAddr is where `idem relay` answers /healthz, /readyz and
+	// /metrics. Default none: the relay listens on no port.
+	MetricsAddr string
 	// Webhooks is the raw YAML of the file's webhooks block, parsed by
 	// package webhook.
 	Webhooks []byte
@@ -246,6 +249,11 @@ func (c Config) Validate() error {
 			if k.Hash == *c.AdminKeyHash {
 				return fmt.Errorf("config: the admin key is also tenant %q's API key: give the console a key of its own", k.Tenant)
 			}
+		}
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("config: metrics addr %q: %w", c.MetricsAddr, err)
 		}
 	}
 	host, _, err := net.SplitHostPort(c.Addr)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,8 @@ var settings = []setting{
 		func(c *Config, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "IDEM_LOG_FORMAT", "log_format", "text or json (default text)",
 		func(c *Config, v string) error { c.LogFormat = v; return nil }},
+	{"metrics-addr", "IDEM_METRICS_ADDR", "metrics_addr", "address to answer /healthz, /readyz and /metrics on (default none)",
+		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 }
 
 func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -72,13 +75,17 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 	return byFlag, byYAML
 }()
 
-// RelaySettings are the flags of `idem relay`; serve has them too.
-var RelaySettings = []string{"db", "publish", "webhook-secret", "relay-batch", "relay-poll",
+// relayShared are the outbox relay's settings: serve runs a relay too.
+var relayShared = []string{"db", "publish", "webhook-secret", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
+
+// RelaySettings are the flags of `idem relay`: the relay's, and the address
+// of its health and metrics listener (serve answers those on --addr).
+var RelaySettings = append(slices.Clip(relayShared), "metrics-addr")
 
 // ServeSettings are the flags of `idem serve`.
 var ServeSettings = append([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "shutdown-timeout"}, RelaySettings...)
+	"key-retention", "in-flight-wait", "shutdown-timeout"}, relayShared...)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

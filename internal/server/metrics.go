@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idemhq/idem/driver"
 )
 
 type metrics struct {
@@ -16,7 +18,7 @@ type metrics struct {
 	webhooks    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_http_request_duration_seconds",
@@ -32,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, unavailable, error, rejected_<code>.",
 		}, []string{"endpoint", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.webhooks,
+	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.webhooks, newReadyGauge(d),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

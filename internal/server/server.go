@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
 	}
-	if s.metrics, err = newMetrics(reg); err != nil {
+	if s.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
 	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait); err != nil {
@@ -192,25 +192,10 @@ func tenantFrom(ctx context.Context) string {
 	return t
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) { writeHealth(w) }
 
 // readyz answers 200 when the database answers and is fully migrated.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	applied, latest, err := s.d.MigrationStatus(ctx)
-	switch {
-	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
-	case applied != latest:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": applied, "latest": latest})
-	default:
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": applied})
-	}
-}
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) { writeReadiness(w, r, s.d) }
 
 // Run serves on ln until ctx is done, then stops accepting, drains the
 // requests in flight (bounded by ShutdownTimeout) and returns.
