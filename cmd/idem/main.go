@@ -30,6 +30,7 @@ Usage:
   idem ledger verify                           check every ledger invariant (non-zero exit when broken)
   (inspection commands take --json for scripts and --db like serve)
   idem load    --target URL | --chaos --db URL  duplicate-heavy load, then verify exactly-once (idem load -h)
+  idem healthcheck [--url URL]                 exit 0 when URL (default serve's /readyz) answers 2xx, else 1
 
 Every command takes --help (its flags, their types and defaults). Exit
 status: 0 done, 1 failed (or a check found violations), 2 usage error.
@@ -62,6 +63,8 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 		return cli.ExitOK
 	case errors.Is(err, flag.ErrHelp):
 		return cli.ExitUsage // the usage was printed where it was asked for
+	case errors.Is(err, errUnhealthy):
+		return cli.ExitFailed // healthcheck said why on stderr
 	case errors.As(err, &usageErr):
 		fmt.Fprintln(stderr, "idem:", err)
 		if usageErr.Command != "" {
@@ -100,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "load":
 		return loadCmd(ctx, args[1:], stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

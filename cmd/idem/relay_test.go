@@ -22,15 +22,7 @@ func TestRelayMetricsEndpoint(t *testing.T) {
 		account(t, s.URL, "r1", "EUR")
 		account(t, s.URL, "r2", "EUR")
 
-		r := launch(t, false, nil, "relay", "--db", db, "--publish", "stdout", "--metrics-addr", "127.0.0.1:0")
-		var base string
-		waitFor(t, func() bool {
-			m := relayMetricsRE.FindStringSubmatch(r.Stderr())
-			if m != nil {
-				base = "http://" + m[1]
-			}
-			return m != nil
-		})
+		r, base := startRelay(t, db)
 		if h := call(t, "GET", base+"/healthz", "", nil); h.Status != http.StatusOK || h.json(t)["status"] != "ok" {
 			t.Fatalf("healthz: %d %s", h.Status, h.Body)
 		}
@@ -54,6 +46,7 @@ func TestRelayMetricsEndpoint(t *testing.T) {
 			"idem_db_pool_waits_total",
 			"idem_db_pool_wait_seconds_total",
 			"go_goroutines",
+			"idem_ready 1",
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("relay metrics lack %q", want)
@@ -62,9 +55,17 @@ func TestRelayMetricsEndpoint(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^idem_db_pool_max_connections [1-9]`).MatchString(body) {
 			t.Errorf("pool size not reported:\n%s", body)
 		}
+		// idem healthcheck reads them as a container runtime would: exit 0
+		// while the relay is ready, 1 once nothing answers.
+		if code, out := runHealthcheck(t, base+"/readyz"); code != 0 || !strings.Contains(out, `"status":"ok"`) {
+			t.Fatalf("healthcheck of a ready relay: exit %d: %s", code, out)
+		}
 		r.signal(syscall.SIGTERM)
 		if err := r.wait(30 * time.Second); err != nil {
 			t.Fatalf("relay exit after SIGTERM: %v\n%s", err, r.Stderr())
+		}
+		if code, out := runHealthcheck(t, base+"/healthz"); code != 1 {
+			t.Fatalf("healthcheck of a stopped relay: exit %d, want 1: %s", code, out)
 		}
 	})
 }

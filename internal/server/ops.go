@@ -23,6 +23,10 @@ func OpsHandler(d driver.Driver, g prometheus.Gatherer) http.Handler {
 	return mux
 }
 
+// readyTimeout bounds the readiness check: a database that takes longer to
+// say which migration it is at is not ready.
+const readyTimeout = 2 * time.Second
+
 // healthz answers 200 while the process serves HTTP at all.
 func healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -32,7 +36,7 @@ func healthz(w http.ResponseWriter, r *http.Request) {
 // its schema: fully migrated, or newer but compatible.
 func readyz(d driver.Driver) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		st, err := d.MigrationStatus(ctx)
 		switch {
@@ -53,10 +57,10 @@ func readyz(d driver.Driver) http.HandlerFunc {
 }
 
 // RegisterProcessMetrics registers what every idem process exports besides
-// its own work: the database pool (idem_db_pool_*), the Go runtime and the
-// process.
+// its own work: readiness (idem_ready), the database pool (idem_db_pool_*),
+// the Go runtime and the process.
 func RegisterProcessMetrics(reg prometheus.Registerer, d driver.Driver) error {
-	for _, c := range []prometheus.Collector{newPoolCollector(d),
+	for _, c := range []prometheus.Collector{newPoolCollector(d), newReadyGauge(d),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return err
@@ -99,4 +103,21 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(s.Idle), "idle")
 	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.Waits))
 	ch <- prometheus.MustNewConstMetric(c.waitSeconds, prometheus.CounterValue, s.WaitTime.Seconds())
+}
+
+// newReadyGauge is idem_ready: the /readyz check, run at each scrape, so
+// that an alert sees a database outage even when no request arrives and
+// nobody polls /readyz.
+func newReadyGauge(d driver.Driver) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idem_ready",
+		Help: "1 when the database answers and this binary can run on its schema (the /readyz check, run at each scrape), else 0.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		if st, err := d.MigrationStatus(ctx); err != nil || !st.Runnable() {
+			return 0
+		}
+		return 1
+	})
 }
