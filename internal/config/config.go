@@ -11,9 +11,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +73,10 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json. Default text.
 	LogFormat string
+	// CurrencyExponents are the minor-unit exponents of currencies the
+	// console and the CLI show beyond ISO 4217's (or instead of them), by
+	// code. Default none; exponents 0..18.
+	CurrencyExponents map[string]int
 	// Webhooks is the raw YAML of the file's webhooks block, parsed by
 	// package webhook.
 	Webhooks []byte
@@ -183,6 +189,9 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 		if !inUse[s.flag] {
 			continue // a setting of another subcommand
 		}
+		if m, ok := v.(map[string]any); ok && pairSettings[k] {
+			v = pairs(m)
+		}
 		val, err := yamlScalar(v)
 		if err != nil {
 			return fmt.Errorf("config %s: %s: %w", path, k, err)
@@ -192,6 +201,19 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// pairSettings may be written in YAML as a map (GOLD: 3), read as the
+// flag's CODE=N,… list.
+var pairSettings = map[string]bool{"currency_exponents": true}
+
+// pairs turns a YAML map into a sorted list of "key=value" items.
+func pairs(m map[string]any) []any {
+	out := make([]any, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s=%v", k, m[k]))
+	}
+	return out
 }
 
 // yamlScalar turns a YAML value into the string form flags use; lists (of

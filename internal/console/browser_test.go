@@ -247,15 +247,15 @@ func TestBrowser(t *testing.T) {
 	// The wallet now: 2000 funded, charged 500 twice, the duplicate reversed.
 	must(t, "open account", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/accounts?tenant=default&id=wallet")))
 	waitJS(t, ctx, "enhanced slider", `document.getElementById('time-travel')?.dataset.enhanced === 'true'`)
-	if got := text(t, ctx, "balance"); got != "1500" {
-		t.Fatalf("balance now %q, want 1500", got)
+	if got := text(t, ctx, "balance"); got != "15.00 EUR (1500)" {
+		t.Fatalf("balance now %q, want 15.00 EUR (1500)", got)
 	}
 	screenshot(t, ctx, shots, "03-account-now")
 
 	// One step back with the keyboard: just before the reversal. The
 	// script fetches the moment and swaps it in without a page load.
 	must(t, "focus slider", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the reversal", `document.getElementById('balance').textContent === '1000'`)
+	waitJS(t, ctx, "balance before the reversal", `document.getElementById('balance').textContent === '10.00 EUR (1000)'`)
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#entries tr.reversal').length`)); err != nil || n != 0 {
 		t.Errorf("reversal rows before the reversal: %d (%v)", n, err)
 	}
@@ -274,12 +274,12 @@ func TestBrowser(t *testing.T) {
 
 	// Without the script the slider is a form: submit it.
 	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the duplicate", `document.getElementById('balance').textContent === '1500'`)
+	waitJS(t, ctx, "balance before the duplicate", `document.getElementById('balance').textContent === '15.00 EUR (1500)'`)
 	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the first charge", `document.getElementById('balance').textContent === '2000'`)
+	waitJS(t, ctx, "balance before the first charge", `document.getElementById('balance').textContent === '20.00 EUR (2000)'`)
 	clickAndLoad(t, ctx, "submit the moment", `#time-travel button`)
-	if got := text(t, ctx, "balance"); got != "2000" {
-		t.Errorf("submitted moment: balance %q, want 2000", got)
+	if got := text(t, ctx, "balance"); got != "20.00 EUR (2000)" {
+		t.Errorf("submitted moment: balance %q, want 20.00 EUR (2000)", got)
 	}
 	if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.Contains(loc, "at=1") {
 		t.Errorf("submitted location %q", loc)
@@ -303,4 +303,5 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("dead letters after the redrive: %q, want 0", got)
 	}
 	screenshot(t, ctx, shots, "06-outbox-redriven")
+
 }

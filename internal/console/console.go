@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/ledger"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	Clock func() time.Time
 	// SessionTTL is how long a login lasts. Default 12h; bound 1m..7 days.
 	SessionTTL time.Duration
+	// Currencies gives the minor-unit exponents amounts are shown with.
+	// Default nil: ISO 4217's, and codes it does not list are shown in
+	// minor units.
+	Currencies *money.Currencies
 }
 
 const (
@@ -111,8 +116,9 @@ func New(cfg Config) (*Console, error) {
 	if _, err := rand.Read(c.secret[:]); err != nil {
 		return nil, err
 	}
+	amounts := template.FuncMap{"money": cfg.Currencies.Format}
 	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		t, err := template.New("layout.html").Funcs(funcs).Funcs(amounts).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
 		}

@@ -250,7 +250,9 @@ func TestRedriveNeedsCSRF(t *testing.T) {
 	}
 }
 
-var balanceRE = regexp.MustCompile(`id="balance">(-?\d+)<`)
+// balanceRE reads the stored integer beside the balance shown in major
+// units: "15.00 EUR (1500)".
+var balanceRE = regexp.MustCompile(`id="balance">-?[\d.]+ EUR \((-?\d+)\)<`)
 
 func balanceOn(t *testing.T, page string) int64 {
 	t.Helper()
@@ -319,7 +321,8 @@ func TestAccountTimeTravel(t *testing.T) {
 			}
 			// The transfer page of the original lists its reversal.
 			_, page = get(t, e.URL+"/ui/transfers/"+s.Second.ID+"?tenant=default")
-			if !strings.Contains(page, s.Reversal.ID) || !strings.Contains(page, "500 of 500 EUR reversed") {
+			if !strings.Contains(page, s.Reversal.ID) || !strings.Contains(page, "5.00 EUR (500) of 5.00 EUR (500) reversed") ||
+				!strings.Contains(page, `id="amount">5.00 EUR (500)<`) {
 				t.Errorf("transfer page:\n%s", page)
 			}
 			if status, _ := get(t, base+"&as_of=yesterday"); status != http.StatusBadRequest {

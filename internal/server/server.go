@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
@@ -48,7 +49,9 @@ type Server struct {
 	webhooks *webhooks
 	log      *slog.Logger
 	tenants  map[[sha256.Size]byte]string
-	handler  http.Handler
+	// currencies are the exponents the console shows amounts with.
+	currencies *money.Currencies
+	handler    http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -73,6 +76,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
+	}
+	if s.currencies, err = money.New(cfg.CurrencyExponents); err != nil {
+		return nil, err
 	}
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
