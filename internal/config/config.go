@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -288,6 +289,28 @@ func IsLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// IsLoopbackHost reports whether a request's Host header names this
+// machine: localhost (any case, with or without one trailing dot) or a
+// loopback IP literal (127.0.0.0/8, [::1]), with or without a port. Any
+// other name is refused even when it resolves to 127.0.0.1: a name that
+// resolves to loopback today is what DNS rebinding turns a web page's own
+// name into, so that the page can read and write a service on loopback.
+// An empty Host names nothing and is not loopback.
+func IsLoopbackHost(hostHeader string) bool {
+	host := hostHeader
+	if h, _, err := net.SplitHostPort(hostHeader); err == nil {
+		host = h
+	} else if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.IsLoopback()
 }
 
 // tenantRE: a tenant is a NATS subject token (idem.<tenant>.<type>), so no

@@ -120,9 +120,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	// Writes go through the Idempotency-Key middleware: the handler runs in
-	// the transaction that claims the key and stores the answer.
+	// the transaction that claims the key and stores the answer. A body
+	// declared as something other than JSON is refused before.
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(s.guard.Wrap(h))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(h)))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
@@ -148,7 +149,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
-	return mux
+	return s.protect(mux)
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
