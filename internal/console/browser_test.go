@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/console"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/outbox"
@@ -304,4 +307,31 @@ func TestBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, shots, "06-outbox-redriven")
 
+	// Log out with the button. The session ends on the server: its cookie,
+	// put back into the browser, opens nothing.
+	jar, err := chromedp.Run(ctx, func(ctx context.Context, tgt *chromedp.Target) (network.GetCookiesResult, error) {
+		return cdp.Call(ctx, tgt, network.GetCookies, network.GetCookiesParams{URLs: []string{e.URL + "/ui/"}})
+	})
+	must(t, "read cookies", err)
+	var session *network.Cookie
+	for _, c := range jar.Cookies {
+		if c.Name == console.SessionCookie {
+			session = c
+		}
+	}
+	if session == nil {
+		t.Fatalf("no session cookie in %v", jar.Cookies)
+	}
+	clickAndLoad(t, ctx, "log out", `form.logout button`)
+	must(t, "login form after logout", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("key"))))
+	must(t, "put the cookie back", chromedp.Do(ctx, func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tgt, network.SetCookie, network.SetCookieParams{Name: session.Name, Value: session.Value,
+			URL: e.URL + "/ui/", Path: "/ui/", HTTPOnly: &session.HTTPOnly})
+		return chromedp.Void{}, err
+	}))
+	must(t, "open outbox again", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/outbox")))
+	must(t, "login form for the old cookie", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("key"))))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#dead-count').length`)); err != nil || n != 0 {
+		t.Errorf("the logged-out cookie shows the outbox (%d, %v)", n, err)
+	}
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/idemhq/idem/internal/drivertest"
 )
 
-// do sends one request straight to the console handler from remoteAddr.
+// do sends one request straight to the console handler from remoteAddr,
+// for host consoleHost unless a "Host" header is given.
 func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form url.Values, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
 	var body io.Reader
@@ -25,10 +26,15 @@ func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form ur
 	}
 	r := httptest.NewRequest(method, target, body)
 	r.RemoteAddr = remoteAddr
+	r.Host = consoleHost
 	if form != nil {
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			r.Host = header[i+1]
+			continue
+		}
 		r.Header.Set(header[i], header[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -37,8 +43,9 @@ func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form ur
 }
 
 const (
-	loopback = "127.0.0.1:50000"
-	remote   = "203.0.113.9:50000"
+	loopback    = "127.0.0.1:50000"
+	remote      = "203.0.113.9:50000"
+	consoleHost = "localhost:8080"
 )
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
