@@ -12,7 +12,7 @@
 // Without an admin key, the console answers only loopback clients that
 // name this machine in their Host header. State-changing forms carry a
 // CSRF token and must come from the console's own pages (Sec-Fetch-Site,
-// else Origin).
+// else Origin, else Referer).
 package console
 
 import (
@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -209,10 +210,11 @@ func (c *Console) guard(next http.Handler) http.Handler {
 				"without an admin key the console answers only requests for localhost, 127.0.0.1 or [::1]")
 			return
 		}
-		// Sec-Fetch-Site, else Origin against Host: a browser says where a
-		// post comes from, and another site's page is refused even with a
-		// valid CSRF token. Clients that are not browsers send neither.
-		if err := c.crossOrigin.Check(r); err != nil {
+		// Sec-Fetch-Site, else Origin, else Referer against Host: a
+		// browser says where a post comes from, and another site's page is
+		// refused even with a valid CSRF token. Clients that are not
+		// browsers send none of them.
+		if err := c.crossOrigin.Check(r); err != nil || foreignReferer(r) {
 			c.cfg.Logger.Warn("console: refused a form post from another site", "path", clip(r.URL.Path),
 				"origin", clip(r.Header.Get("Origin")), "sec_fetch_site", clip(r.Header.Get("Sec-Fetch-Site")), "addr", clientAddr(r))
 			c.message(w, r, http.StatusForbidden, "Forbidden",
@@ -221,6 +223,21 @@ func (c *Console) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// foreignReferer reports whether a post from a browser too old to send
+// Sec-Fetch-Site or Origin names another site's page as its Referer.
+func foreignReferer(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	ref := r.Header.Get("Referer")
+	if ref == "" || r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != "" {
+		return false
+	}
+	u, err := url.Parse(ref)
+	return err != nil || u.Host != r.Host
 }
 
 // clip bounds a client's string before it is logged or shown.

@@ -82,6 +82,7 @@ func TestFormPostsFromAnotherSiteAreRefused(t *testing.T) {
 		{"Sec-Fetch-Site", "cross-site"},
 		{"Sec-Fetch-Site", "same-site"},
 		{"Sec-Fetch-Site", "cross-site", "Origin", "http://" + consoleHost},
+		{"Referer", "http://evil.example/page"}, // a browser too old for the two above
 	}
 	for _, hdr := range foreign {
 		w := do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, redrive, append([]string{"Cookie", cookie}, hdr...)...)
@@ -105,15 +106,16 @@ func TestFormPostsFromAnotherSiteAreRefused(t *testing.T) {
 	}
 
 	// The console's own pages post same-origin; a client that is not a
-	// browser sends neither header.
+	// browser sends none of the headers.
 	for i, hdr := range [][]string{
 		{"Sec-Fetch-Site", "same-origin", "Origin", "http://" + consoleHost},
 		{"Origin", "http://" + consoleHost},
+		{"Referer", "http://" + consoleHost + "/ui/outbox"},
 		nil,
 	} {
-		id := []string{"msg-1", "msg-2", "msg-3"}[i]
+		id := []string{"msg-1", "msg-2", "msg-3", "msg-4"}[i]
 		w := do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {id}, "csrf": {token}}, append([]string{"Cookie", cookie}, hdr...)...)
-		if want := []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusNotFound}[i]; w.Code != want {
+		if want := []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusNotFound, http.StatusNotFound}[i]; w.Code != want {
 			t.Errorf("redrive %s with %v: status %d, want %d", id, hdr, w.Code, want)
 		}
 	}
