@@ -189,6 +189,9 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	next := r.URL.Query().Get("next")
+	if v := r.PostForm.Get("next"); v != "" {
+		next = v // a refused login post keeps where it was going
+	}
 	if r.URL.Path != "/ui/login" {
 		next = r.URL.RequestURI()
 	}

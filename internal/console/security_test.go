@@ -170,11 +170,12 @@ func TestFailedLoginsAreLimitedAndLogged(t *testing.T) {
 			t.Fatalf("wrong key %d: status %d", i+1, w.Code)
 		}
 	}
-	w := do(t, h, http.MethodPost, "/ui/login", remote, url.Values{"key": {adminKey}})
+	w := do(t, h, http.MethodPost, "/ui/login", remote, url.Values{"key": {adminKey}, "next": {"/ui/outbox"}})
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "6" || len(w.Result().Cookies()) != 0 {
 		t.Fatalf("eleventh attempt: status %d, Retry-After %q, cookies %v", w.Code, w.Header().Get("Retry-After"), w.Result().Cookies())
 	}
-	if !strings.Contains(w.Body.String(), `name="key"`) || !strings.Contains(w.Body.String(), "Too many failed logins") {
+	if !strings.Contains(w.Body.String(), `name="key"`) || !strings.Contains(w.Body.String(), "Too many failed logins") ||
+		!strings.Contains(w.Body.String(), `name="next" value="/ui/outbox"`) {
 		t.Fatalf("429 page: %s", w.Body)
 	}
 	// The Bearer header is no way around it.
