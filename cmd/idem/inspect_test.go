@@ -83,8 +83,12 @@ func TestInspectCommands(t *testing.T) {
 			t.Fatalf("balance now (%d): %s%s", code, out, stderr)
 		}
 		out, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "--as-of", dupAt, "wallet")
-		if code != 0 || !strings.Contains(out, "balance         1000") {
+		if code != 0 || !strings.Contains(out, "balance         10.00 EUR (1000)") {
 			t.Fatalf("balance as of the duplicate (%d): %s%s", code, out, stderr)
+		}
+		out, stderr, code = runIdem(t, []string{"IDEM_CURRENCY_EXPONENTS=EUR=3"}, "ledger", "balance", "--db", db, "wallet")
+		if code != 0 || !strings.Contains(out, "balance         1.500 EUR (1500)") {
+			t.Fatalf("balance with a configured exponent (%d): %s%s", code, out, stderr)
 		}
 		if _, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "nobody"); code == 0 || !strings.Contains(stderr, "no account") {
 			t.Fatalf("missing account (%d): %s", code, stderr)

@@ -5,20 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/idemhq/idem/internal/cli"
+	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/ledger"
 )
 
 const ledgerUsage = `Usage:
-  idem ledger balance [--tenant T] [--as-of RFC3339] [--json] [--db URL] ACCOUNT
+  idem ledger balance [--tenant T] [--as-of RFC3339] [--json] [--db URL]
+                      [--currency-exponents CODE=N,…] ACCOUNT
   idem ledger verify  [--json] [--db URL]
 
 balance shows an account's debits, credits and balance as the ledger
-believed them at --as-of (default now). verify recomputes the whole ledger
-from its entries and exits non-zero when any invariant is broken.
+believed them at --as-of (default now), in major units by the currency's
+ISO 4217 exponent (--currency-exponents for other codes) with the stored
+integer beside them; --json gives the integers. verify recomputes the
+whole ledger from its entries and exits non-zero when any invariant is
+broken.
 `
 
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -40,6 +47,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, common := inspectFlags("ledger balance", stderr)
 	asOfText := fs.String("as-of", "", "the moment, RFC 3339 such as 2026-11-29T14:02:00Z (default now)")
+	exponents := fs.String("currency-exponents", "", "CODE=N,… minor-unit exponents of currencies beyond ISO 4217 (env IDEM_CURRENCY_EXPONENTS)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -55,6 +63,10 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return cli.Usagef("ledger balance", "--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
 		}
 		asOf = &t
+	}
+	cur, err := currencies(*exponents, common.configFile)
+	if err != nil {
+		return err
 	}
 	d, err := common.open(ctx)
 	if err != nil {
@@ -77,7 +89,24 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if common.json {
 		return inspect.WriteJSON(stdout, b)
 	}
-	return inspect.WriteBalance(stdout, b)
+	return inspect.WriteBalance(stdout, b, cur)
+}
+
+// currencies reads the currency exponents as serve does: the flag, else
+// IDEM_CURRENCY_EXPONENTS, else the configuration file's.
+func currencies(exponents, configFile string) (*money.Currencies, error) {
+	var args []string
+	if exponents != "" {
+		args = append(args, "--currency-exponents", exponents)
+	}
+	if configFile != "" {
+		args = append(args, "--config", configFile)
+	}
+	cfg, err := config.Load("inspect", args, os.Getenv, "currency-exponents")
+	if err != nil {
+		return nil, err
+	}
+	return money.New(cfg.CurrencyExponents)
 }
 
 // errLedgerBroken is verify's answer when an invariant is broken; the

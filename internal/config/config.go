@@ -11,9 +11,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +85,10 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json. Default text.
 	LogFormat string
+	// CurrencyExponents are the minor-unit exponents of currencies the
+	// console and the CLI show beyond ISO 4217's (or instead of them), by
+	// code. Default none; exponents 0..18.
+	CurrencyExponents map[string]int
 	// Webhooks is the raw YAML of the file's webhooks block, parsed by
 	// package webhook.
 	Webhooks []byte
@@ -194,6 +201,9 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 		if !inUse[s.flag] {
 			continue // a setting of another subcommand
 		}
+		if m, ok := v.(map[string]any); ok && pairSettings[k] {
+			v = pairs(m)
+		}
 		val, err := yamlScalar(v)
 		if err != nil {
 			return fmt.Errorf("config %s: %s: %w", path, k, err)
@@ -203,6 +213,19 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// pairSettings may be written in YAML as a map (GOLD: 3), read as the
+// flag's CODE=N,… list.
+var pairSettings = map[string]bool{"currency_exponents": true}
+
+// pairs turns a YAML map into a sorted list of "key=value" items.
+func pairs(m map[string]any) []any {
+	out := make([]any, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s=%v", k, m[k]))
+	}
+	return out
 }
 
 // yamlScalar turns a YAML value into the string form flags use; lists (of
@@ -282,6 +305,28 @@ func IsLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// IsLoopbackHost reports whether a request's Host header names this
+// machine: localhost (any case, with or without one trailing dot) or a
+// loopback IP literal (127.0.0.0/8, [::1]), with or without a port. Any
+// other name is refused even when it resolves to 127.0.0.1: a name that
+// resolves to loopback today is what DNS rebinding turns a web page's own
+// name into, so that the page can read and write a service on loopback.
+// An empty Host names nothing and is not loopback.
+func IsLoopbackHost(hostHeader string) bool {
+	host := hostHeader
+	if h, _, err := net.SplitHostPort(hostHeader); err == nil {
+		host = h
+	} else if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.IsLoopback()
 }
 
 // tenantRE: a tenant is a NATS subject token (idem.<tenant>.<type>), so no

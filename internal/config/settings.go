@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemhq/idem/internal/money"
 )
 
 // setting is one configuration value: its flag, environment variable and
@@ -56,6 +58,9 @@ var settings = []setting{
 		func(c *Config, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "IDEM_LOG_FORMAT", "log_format", "text or json (default text)",
 		func(c *Config, v string) error { c.LogFormat = v; return nil }},
+	{"currency-exponents", "IDEM_CURRENCY_EXPONENTS", "currency_exponents",
+		"CODE=N,… minor-unit exponents of currencies beyond ISO 4217, for the console and CLI tables (default none)",
+		func(c *Config, v string) (err error) { c.CurrencyExponents, err = money.ParseExponents(v); return err }},
 }
 
 func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -96,7 +101,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr.
 var ServeSettings = slices.Concat([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "shutdown-timeout"}, relayShared)
+	"key-retention", "in-flight-wait", "shutdown-timeout", "currency-exponents"}, relayShared)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

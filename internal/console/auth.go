@@ -9,6 +9,8 @@ import (
 	"encoding/base64"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +50,11 @@ func (c *Console) authed(next http.HandlerFunc) http.Handler {
 			return
 		}
 		if token, ok := bearer(r); ok {
+			if c.limited(w, r, "bearer") {
+				return
+			}
 			if !c.keyMatches(token) {
+				c.failed(r, "bearer")
 				w.Header().Set("WWW-Authenticate", `Bearer realm="idem console", error="invalid_token"`)
 				c.renderLogin(w, r, http.StatusUnauthorized, "That admin key is not valid.")
 				return
@@ -65,6 +71,31 @@ func (c *Console) authed(next http.HandlerFunc) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idem console"`)
 		c.renderLogin(w, r, http.StatusUnauthorized, "")
 	})
+}
+
+// limited answers 429 when the request's address has failed to log in too
+// often lately (see loginLimiter), without looking at the key it brings.
+func (c *Console) limited(w http.ResponseWriter, r *http.Request, via string) bool {
+	addr := clientAddr(r)
+	wait := c.limiter.wait(addr, c.cfg.Clock())
+	if wait <= 0 {
+		return false
+	}
+	secs := int64((wait + time.Second - 1) / time.Second)
+	c.cfg.Logger.Warn("console: login refused: too many failed logins from this address",
+		"addr", addr, "via", via, "retry_after_s", secs)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	c.renderLogin(w, r, http.StatusTooManyRequests,
+		"Too many failed logins from your address. Try again in "+strconv.FormatInt(secs, 10)+" seconds.")
+	return true
+}
+
+// failed counts and logs a wrong admin key. The log names the address,
+// never the key: a mistyped key is most of a real one.
+func (c *Console) failed(r *http.Request, via string) {
+	addr := clientAddr(r)
+	c.limiter.fail(addr, c.cfg.Clock())
+	c.cfg.Logger.Warn("console: login failed: wrong admin key", "addr", addr, "via", via)
 }
 
 // keyMatches compares the presented key's hash with the admin key's in
@@ -95,15 +126,18 @@ var b64 = base64.RawURLEncoding
 
 // newSession returns a session token: "v1.EXPIRY.NONCE.MAC". It names no key
 // and holds nothing secret; the MAC makes it unforgeable without the
-// console's secret, and EXPIRY bounds it.
+// console's secret, and EXPIRY bounds it. The session is live until it
+// expires or its operator logs out (sessionStore).
 func (c *Console) newSession() (string, time.Time, error) {
 	var n [16]byte
 	if _, err := rand.Read(n[:]); err != nil {
 		return "", time.Time{}, err
 	}
 	nonce := b64.EncodeToString(n[:])
-	expires := c.cfg.Clock().Add(c.cfg.SessionTTL)
+	now := c.cfg.Clock()
+	expires := now.Add(c.cfg.SessionTTL)
 	exp := strconv.FormatInt(expires.Unix(), 10)
+	c.sessions.add(nonce, time.Unix(expires.Unix(), 0), now)
 	return "v1." + exp + "." + nonce + "." + b64.EncodeToString(c.mac("session", exp, nonce)), expires, nil
 }
 
@@ -117,7 +151,8 @@ func (c *Console) checkSession(token string) (nonce string, ok bool) {
 		return "", false
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || !c.cfg.Clock().Before(time.Unix(exp, 0)) {
+	now := c.cfg.Clock()
+	if err != nil || !now.Before(time.Unix(exp, 0)) || !c.sessions.live(parts[2], now) {
 		return "", false
 	}
 	return parts[2], true
@@ -154,6 +189,9 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	next := r.URL.Query().Get("next")
+	if v := r.PostForm.Get("next"); v != "" {
+		next = v // a refused login post keeps where it was going
+	}
 	if r.URL.Path != "/ui/login" {
 		next = r.URL.RequestURI()
 	}
@@ -166,12 +204,41 @@ func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int
 }
 
 // safeNext keeps a post-login redirect inside the console, so the login form
-// cannot be used to send an operator elsewhere.
+// cannot be used to send an operator elsewhere: next must be a path under
+// /ui/ once cleaned (so /ui/../x, which a browser would resolve to /x, is
+// refused), with neither a scheme nor a host, no "//", no backslash (which
+// browsers read as a slash) and no control character, raw or
+// percent-encoded. Anything else is /ui/. The answer is rebuilt from the
+// cleaned path and the query, so it is what the redirect sends.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if next == "" || len(next) > maxParamBytes || hasControlOrBackslash(next) {
 		return Prefix
 	}
-	return next
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.User != nil || u.Host != "" ||
+		strings.Contains(u.Path, "//") || hasControlOrBackslash(u.Path) {
+		return Prefix
+	}
+	q, err := url.QueryUnescape(u.RawQuery)
+	if err != nil || hasControlOrBackslash(q) {
+		return Prefix
+	}
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && clean != "/" {
+		clean += "/"
+	}
+	if !strings.HasPrefix(clean, Prefix) {
+		return Prefix
+	}
+	out := &url.URL{Path: clean, RawQuery: u.RawQuery}
+	if clean == u.Path {
+		out.RawPath = u.RawPath // keeps an escaped "/" in an id escaped
+	}
+	return out.String()
+}
+
+func hasControlOrBackslash(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' })
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +251,11 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.message(w, r, http.StatusBadRequest, "Bad request", "The form could not be read.")
 		return
 	}
+	if c.limited(w, r, "form") {
+		return
+	}
 	if !c.keyMatches(r.PostForm.Get("key")) {
+		c.failed(r, "form")
 		c.render(w, r, http.StatusUnauthorized, "login", map[string]any{
 			"Next": safeNext(r.PostForm.Get("next")), "Problem": "That admin key is not valid.",
 		})
@@ -207,7 +278,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
 }
 
+// logout ends the session on the server, so its cookie is worthless even
+// to whoever copied it, and asks the browser to drop it.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if nonce, ok := strings.CutPrefix(principalFrom(r.Context()), "session:"); ok {
+		c.sessions.end(nonce)
+	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)

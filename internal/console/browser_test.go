@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/console"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/outbox"
@@ -247,15 +250,15 @@ func TestBrowser(t *testing.T) {
 	// The wallet now: 2000 funded, charged 500 twice, the duplicate reversed.
 	must(t, "open account", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/accounts?tenant=default&id=wallet")))
 	waitJS(t, ctx, "enhanced slider", `document.getElementById('time-travel')?.dataset.enhanced === 'true'`)
-	if got := text(t, ctx, "balance"); got != "1500" {
-		t.Fatalf("balance now %q, want 1500", got)
+	if got := text(t, ctx, "balance"); got != "15.00 EUR (1500)" {
+		t.Fatalf("balance now %q, want 15.00 EUR (1500)", got)
 	}
 	screenshot(t, ctx, shots, "03-account-now")
 
 	// One step back with the keyboard: just before the reversal. The
 	// script fetches the moment and swaps it in without a page load.
 	must(t, "focus slider", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the reversal", `document.getElementById('balance').textContent === '1000'`)
+	waitJS(t, ctx, "balance before the reversal", `document.getElementById('balance').textContent === '10.00 EUR (1000)'`)
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#entries tr.reversal').length`)); err != nil || n != 0 {
 		t.Errorf("reversal rows before the reversal: %d (%v)", n, err)
 	}
@@ -274,12 +277,12 @@ func TestBrowser(t *testing.T) {
 
 	// Without the script the slider is a form: submit it.
 	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the duplicate", `document.getElementById('balance').textContent === '1500'`)
+	waitJS(t, ctx, "balance before the duplicate", `document.getElementById('balance').textContent === '15.00 EUR (1500)'`)
 	must(t, "step back", chromedp.Do(ctx, chromedp.Focus(chromedp.ID("moment")), chromedp.KeyEvent(kb.ArrowLeft)))
-	waitJS(t, ctx, "balance before the first charge", `document.getElementById('balance').textContent === '2000'`)
+	waitJS(t, ctx, "balance before the first charge", `document.getElementById('balance').textContent === '20.00 EUR (2000)'`)
 	clickAndLoad(t, ctx, "submit the moment", `#time-travel button`)
-	if got := text(t, ctx, "balance"); got != "2000" {
-		t.Errorf("submitted moment: balance %q, want 2000", got)
+	if got := text(t, ctx, "balance"); got != "20.00 EUR (2000)" {
+		t.Errorf("submitted moment: balance %q, want 20.00 EUR (2000)", got)
 	}
 	if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.Contains(loc, "at=1") {
 		t.Errorf("submitted location %q", loc)
@@ -303,4 +306,32 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("dead letters after the redrive: %q, want 0", got)
 	}
 	screenshot(t, ctx, shots, "06-outbox-redriven")
+
+	// Log out with the button. The session ends on the server: its cookie,
+	// put back into the browser, opens nothing.
+	jar, err := chromedp.Run(ctx, func(ctx context.Context, tgt *chromedp.Target) (network.GetCookiesResult, error) {
+		return cdp.Call(ctx, tgt, network.GetCookies, network.GetCookiesParams{URLs: []string{e.URL + "/ui/"}})
+	})
+	must(t, "read cookies", err)
+	var session *network.Cookie
+	for _, c := range jar.Cookies {
+		if c.Name == console.SessionCookie {
+			session = c
+		}
+	}
+	if session == nil {
+		t.Fatalf("no session cookie in %v", jar.Cookies)
+	}
+	clickAndLoad(t, ctx, "log out", `form.logout button`)
+	must(t, "login form after logout", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("key"))))
+	must(t, "put the cookie back", chromedp.Do(ctx, func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tgt, network.SetCookie, network.SetCookieParams{Name: session.Name, Value: session.Value,
+			URL: e.URL + "/ui/", Path: "/ui/", HTTPOnly: &session.HTTPOnly})
+		return chromedp.Void{}, err
+	}))
+	must(t, "open outbox again", chromedp.Do(ctx, chromedp.Navigate(e.URL+"/ui/outbox")))
+	must(t, "login form for the old cookie", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("key"))))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#dead-count').length`)); err != nil || n != 0 {
+		t.Errorf("the logged-out cookie shows the outbox (%d, %v)", n, err)
+	}
 }

@@ -7,8 +7,12 @@
 //
 // Access: with an admin key configured, a request must carry it as
 // Authorization: Bearer, or a session cookie the login form sets (an
-// HMAC-signed token, never the key itself). Without one, the console
-// answers only loopback clients. State-changing forms carry a CSRF token.
+// HMAC-signed token, never the key itself, live until it expires or its
+// operator logs out). Failed logins are limited per client address.
+// Without an admin key, the console answers only loopback clients that
+// name this machine in their Host header. State-changing forms carry a
+// CSRF token and must come from the console's own pages (Sec-Fetch-Site,
+// else Origin, else Referer).
 package console
 
 import (
@@ -19,10 +23,15 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/internal/money"
+	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 )
 
@@ -52,6 +61,10 @@ type Config struct {
 	Clock func() time.Time
 	// SessionTTL is how long a login lasts. Default 12h; bound 1m..7 days.
 	SessionTTL time.Duration
+	// Currencies gives the minor-unit exponents amounts are shown with.
+	// Default nil: ISO 4217's, and codes it does not list are shown in
+	// minor units.
+	Currencies *money.Currencies
 }
 
 const (
@@ -96,9 +109,14 @@ type Console struct {
 	// secret signs session and CSRF tokens. It is drawn at start, so a
 	// restart logs every operator out; nothing secret is ever derived from
 	// (or stored beside) the admin key.
-	secret  [32]byte
-	pages   map[string]*template.Template
-	handler http.Handler
+	secret [32]byte
+	// sessions are the live logins; limiter counts failed ones.
+	sessions *sessionStore
+	limiter  *loginLimiter
+	// crossOrigin refuses form posts from other sites' pages.
+	crossOrigin *http.CrossOriginProtection
+	pages       map[string]*template.Template
+	handler     http.Handler
 }
 
 // New returns the console.
@@ -107,12 +125,14 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}, sessions: newSessionStore(),
+		limiter: newLoginLimiter(loginBurst, loginInterval, maxLoginClients), crossOrigin: http.NewCrossOriginProtection()}
 	if _, err := rand.Read(c.secret[:]); err != nil {
 		return nil, err
 	}
+	amounts := template.FuncMap{"money": cfg.Currencies.Format}
 	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		t, err := template.New("layout.html").Funcs(funcs).Funcs(amounts).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +148,7 @@ func (c *Console) Handler() http.Handler { return c.handler }
 func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static") // the directory is embedded above
-	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", c.files(static)))
 	mux.HandleFunc("GET /ui/login", c.loginForm)
 	mux.HandleFunc("POST /ui/login", c.login)
 	mux.Handle("POST /ui/logout", c.authed(c.csrf(c.logout)))
@@ -144,8 +164,26 @@ func (c *Console) routes() http.Handler {
 	return c.guard(mux)
 }
 
-// guard gates everything — static files included — to loopback clients when
-// there is no admin key, and sets the headers every console answer carries.
+// files serves the embedded static files, and 404 for a directory: the
+// console lists nothing it does not link to.
+func (c *Console) files(fsys fs.FS) http.Handler {
+	fileServer := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimSuffix(r.URL.Path, "/")
+		if st, err := fs.Stat(fsys, name); name == "" || err != nil || st.IsDir() {
+			c.message(w, r, http.StatusNotFound, "Not found", "There is no console file at /ui/static/"+r.URL.Path+".")
+			return
+		}
+		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// guard gates everything — static files included — and sets the headers
+// every console answer carries. Without an admin key only loopback clients
+// may come in, and only under a name of this machine: a page of another
+// site that had its name resolve to 127.0.0.1 (DNS rebinding) reaches the
+// console from loopback, but under its own name, and is answered 421. A
+// form post must come from the console's own pages.
 func (c *Console) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -155,13 +193,57 @@ func (c *Console) guard(next http.Handler) http.Handler {
 			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		// No console URL (they hold tenants, keys and accounts) is sent
+		// to another site; the console's own form posts keep their
+		// Origin, which a no-referrer policy would turn into "null".
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		if c.cfg.AdminKeyHash == nil && !isLoopback(r) {
 			c.message(w, r, http.StatusForbidden, "Forbidden",
 				"No admin key is configured, so the console answers only this machine. Set IDEM_ADMIN_KEY to use it from elsewhere.")
 			return
 		}
+		if c.cfg.AdminKeyHash == nil && !config.IsLoopbackHost(r.Host) {
+			c.cfg.Logger.Warn("console: refused a request for a host name that is not this machine's (no admin key: loopback names only)",
+				"host", clip(r.Host), "path", clip(r.URL.Path))
+			problem.Write(w, http.StatusMisdirectedRequest, "misdirected_request",
+				"without an admin key the console answers only requests for localhost, 127.0.0.1 or [::1]")
+			return
+		}
+		// Sec-Fetch-Site, else Origin, else Referer against Host: a
+		// browser says where a post comes from, and another site's page is
+		// refused even with a valid CSRF token. Clients that are not
+		// browsers send none of them.
+		if err := c.crossOrigin.Check(r); err != nil || foreignReferer(r) {
+			c.cfg.Logger.Warn("console: refused a form post from another site", "path", clip(r.URL.Path),
+				"origin", clip(r.Header.Get("Origin")), "sec_fetch_site", clip(r.Header.Get("Sec-Fetch-Site")), "addr", clientAddr(r))
+			c.message(w, r, http.StatusForbidden, "Forbidden",
+				"This form was posted from another site. Use the console's own pages.")
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// foreignReferer reports whether a post from a browser too old to send
+// Sec-Fetch-Site or Origin names another site's page as its Referer.
+func foreignReferer(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	ref := r.Header.Get("Referer")
+	if ref == "" || r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != "" {
+		return false
+	}
+	u, err := url.Parse(ref)
+	return err != nil || u.Host != r.Host
+}
+
+// clip bounds a client's string before it is logged or shown.
+func clip(s string) string {
+	if len(s) > 255 {
+		return s[:255] + "…"
+	}
+	return s
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/idemhq/idem/internal/drivertest"
 )
 
-// do sends one request straight to the console handler from remoteAddr.
+// do sends one request straight to the console handler from remoteAddr,
+// for host consoleHost unless a "Host" header is given.
 func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form url.Values, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
 	var body io.Reader
@@ -25,10 +26,15 @@ func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form ur
 	}
 	r := httptest.NewRequest(method, target, body)
 	r.RemoteAddr = remoteAddr
+	r.Host = consoleHost
 	if form != nil {
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			r.Host = header[i+1]
+			continue
+		}
 		r.Header.Set(header[i], header[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -37,8 +43,9 @@ func do(t *testing.T, h http.Handler, method, target, remoteAddr string, form ur
 }
 
 const (
-	loopback = "127.0.0.1:50000"
-	remote   = "203.0.113.9:50000"
+	loopback    = "127.0.0.1:50000"
+	remote      = "203.0.113.9:50000"
+	consoleHost = "localhost:8080"
 )
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -250,7 +257,9 @@ func TestRedriveNeedsCSRF(t *testing.T) {
 	}
 }
 
-var balanceRE = regexp.MustCompile(`id="balance">(-?\d+)<`)
+// balanceRE reads the stored integer beside the balance shown in major
+// units: "15.00 EUR (1500)".
+var balanceRE = regexp.MustCompile(`id="balance">-?[\d.]+ EUR \((-?\d+)\)<`)
 
 func balanceOn(t *testing.T, page string) int64 {
 	t.Helper()
@@ -319,7 +328,8 @@ func TestAccountTimeTravel(t *testing.T) {
 			}
 			// The transfer page of the original lists its reversal.
 			_, page = get(t, e.URL+"/ui/transfers/"+s.Second.ID+"?tenant=default")
-			if !strings.Contains(page, s.Reversal.ID) || !strings.Contains(page, "500 of 500 EUR reversed") {
+			if !strings.Contains(page, s.Reversal.ID) || !strings.Contains(page, "5.00 EUR (500) of 5.00 EUR (500) reversed") ||
+				!strings.Contains(page, `id="amount">5.00 EUR (500)<`) {
 				t.Errorf("transfer page:\n%s", page)
 			}
 			if status, _ := get(t, base+"&as_of=yesterday"); status != http.StatusBadRequest {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/ledger"
 )
 
@@ -63,16 +64,19 @@ func WriteKeys(w io.Writer, tenant, key string, recs []KeyRecord, now time.Time)
 	return tw.Flush()
 }
 
-// WriteBalance writes an account's balance as believed at a moment.
-func WriteBalance(w io.Writer, b Balance) error {
+// WriteBalance writes an account's balance as believed at a moment, each
+// amount in major units with the stored integer beside it ("12.50 EUR
+// (1250)"), by the exponents of cur (nil: ISO 4217's).
+func WriteBalance(w io.Writer, b Balance, cur *money.Currencies) error {
 	tw := table(w)
+	c := b.Account.Currency
 	fmt.Fprintf(tw, "tenant\t%s\n", b.Tenant)
 	fmt.Fprintf(tw, "account\t%s\n", b.Account.ID)
-	fmt.Fprintf(tw, "currency\t%s\n", b.Account.Currency)
+	fmt.Fprintf(tw, "currency\t%s\n", c)
 	fmt.Fprintf(tw, "as of\t%s\n", Time(b.Believed.AsOf))
-	fmt.Fprintf(tw, "debits posted\t%d\n", b.Believed.DebitsPosted)
-	fmt.Fprintf(tw, "credits posted\t%d\n", b.Believed.CreditsPosted)
-	fmt.Fprintf(tw, "balance\t%d\n", b.Believed.Balance)
+	fmt.Fprintf(tw, "debits posted\t%s\n", cur.Format(b.Believed.DebitsPosted, c))
+	fmt.Fprintf(tw, "credits posted\t%s\n", cur.Format(b.Believed.CreditsPosted, c))
+	fmt.Fprintf(tw, "balance\t%s\n", cur.Format(b.Believed.Balance, c))
 	return tw.Flush()
 }
 

@@ -179,7 +179,7 @@ func TestBalanceAndVerify(t *testing.T) {
 			t.Fatalf("another tenant's account: %v", err)
 		}
 		var out bytes.Buffer
-		if err := inspect.WriteBalance(&out, then); err != nil || !strings.Contains(out.String(), "balance         300") {
+		if err := inspect.WriteBalance(&out, then, nil); err != nil || !strings.Contains(out.String(), "balance         3.00 EUR (300)") {
 			t.Fatalf("balance table %v:\n%s", err, out.String())
 		}
 

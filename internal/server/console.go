@@ -17,6 +17,7 @@ func (s *Server) mountConsole(mux *http.ServeMux) {
 		AdminKeyHash: s.cfg.AdminKeyHash,
 		Outbox:       inspect.NewOutboxView(s.outbox),
 		Logger:       s.log,
+		Currencies:   s.currencies,
 	})
 	if err != nil {
 		// Only a broken build (templates) or an exhausted random source gets

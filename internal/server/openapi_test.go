@@ -140,6 +140,28 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	c.check("POST", "/v1/webhooks/stripe", forged)
 	c.check("POST", "/v1/webhooks/nowhere", c.raw("POST", "/v1/webhooks/nowhere", "", delivery, signed(time.Now())))
 
+	// A body declared as not JSON, and (no API keys here) a request for a
+	// host name that is not this machine's.
+	for _, path := range []string{"/v1/accounts", "/v1/transfers", "/v1/transfers/t1/reversals"} {
+		r := c.raw("POST", path, "k-plain", `{}`, http.Header{"Content-Type": {"text/plain"}})
+		if r.Status != 415 {
+			t.Errorf("POST %s as text/plain: %d %s", path, r.Status, r.Body)
+		}
+		c.check("POST", path, r)
+	}
+	for _, path := range []string{"/v1/accounts/a", "/v1/events", "/readyz", "/openapi.json"} {
+		r := c.raw("GET", path, "", "", http.Header{"Host": {"evil.example"}})
+		if r.Status != 421 {
+			t.Errorf("GET %s for evil.example: %d %s", path, r.Status, r.Body)
+		}
+		c.check("GET", path, r)
+	}
+	if r := c.raw("POST", "/v1/transfers", "k-host", `{}`, http.Header{"Host": {"evil.example"}}); r.Status != 421 {
+		t.Errorf("POST /v1/transfers for evil.example: %d %s", r.Status, r.Body)
+	} else {
+		c.check("POST", "/v1/transfers", r)
+	}
+
 	// Operations.
 	c.get("/healthz", 200)
 	c.get("/readyz", 200)
@@ -279,6 +301,10 @@ func (c *apiClient) raw(method, path, key, body string, hdr http.Header) apiResp
 		c.t.Fatal(err)
 	}
 	for name, vals := range hdr {
+		if name == "Host" {
+			req.Host = vals[0]
+			continue
+		}
 		req.Header[name] = vals
 	}
 	if key != "" {

@@ -28,6 +28,12 @@ const (
 	codeUnauthorized   = "unauthorized"
 	codeUnavailable    = "unavailable"
 	codeInternal       = "internal_error"
+	// codeMisdirected: without API keys, a request for a host name that
+	// is not this machine's (421).
+	codeMisdirected = "misdirected_request"
+	// codeUnsupportedMediaType: a write whose body is declared as
+	// something other than JSON (415).
+	codeUnsupportedMediaType = "unsupported_media_type"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
@@ -48,7 +49,9 @@ type Server struct {
 	webhooks *webhooks
 	log      *slog.Logger
 	tenants  map[[sha256.Size]byte]string
-	handler  http.Handler
+	// currencies are the exponents the console shows amounts with.
+	currencies *money.Currencies
+	handler    http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -73,6 +76,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
+	}
+	if s.currencies, err = money.New(cfg.CurrencyExponents); err != nil {
+		return nil, err
 	}
 	if s.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
@@ -114,9 +120,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	// Writes go through the Idempotency-Key middleware: the handler runs in
-	// the transaction that claims the key and stores the answer.
+	// the transaction that claims the key and stores the answer. A body
+	// declared as something other than JSON is refused before.
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(s.guard.Wrap(h))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(h)))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
@@ -142,7 +149,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
-	return mux
+	return s.protect(mux)
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
