@@ -104,12 +104,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if verifyOnly {
 		args = args[1:]
 	}
-	l := &loadFlags{fs: cli.NewFlagSet("load"), getenv: os.Getenv}
-	l.fs.SetOutput(stderr)
-	l.fs.Usage = func() {
-		fmt.Fprint(stderr, loadUsage)
-		l.fs.PrintDefaults()
-	}
+	l := &loadFlags{fs: cli.NewFlagSetUsage("load", loadUsage), getenv: os.Getenv}
 	var (
 		target      = l.str("target", "", "base URL(s) of the service, comma-separated")
 		apiKey      = l.str("api-key", "", "API key sent as Authorization: Bearer")

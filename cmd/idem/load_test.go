@@ -226,8 +226,8 @@ func TestLoadFlags(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := run(t.Context(), []string{"load", "-h"}, &out, &out); !strings.Contains(out.String(), "--kill-every") ||
+	if code := exitCode(run(t.Context(), []string{"load", "-h"}, &out, &out), &out, &out); code != 0 || !strings.Contains(out.String(), "--kill-every") ||
 		!strings.Contains(out.String(), "IDEM_LOAD_CHAOS_DB_RESTART") || !strings.Contains(out.String(), "IDEM_LOAD_CHAOS_NATS_EVERY") {
-		t.Errorf("help: %v\n%s", err, out.String())
+		t.Errorf("help: exit %d\n%s", code, out.String())
 	}
 }

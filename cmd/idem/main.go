@@ -58,8 +58,7 @@ func exitCode(err error, stdout, stderr io.Writer) int {
 	case err == nil:
 		return cli.ExitOK
 	case errors.As(err, &help):
-		fmt.Fprintf(stdout, "Usage: idem %s [flags]\n\nFlags:\n", help.FlagSet.Name())
-		cli.PrintFlags(stdout, help.FlagSet)
+		help.PrintHelp(stdout)
 		return cli.ExitOK
 	case errors.Is(err, flag.ErrHelp):
 		return cli.ExitUsage // the usage was printed where it was asked for

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // Exit codes.
@@ -36,9 +37,24 @@ func Usagef(command, format string, args ...any) error {
 }
 
 // HelpError is --help (or -h) asked of a flag set: not a failure; the
-// caller prints the flags (PrintFlags) to stdout and exits 0.
+// caller prints the usage (PrintHelp) to stdout and exits 0.
 type HelpError struct {
 	FlagSet *flag.FlagSet
+}
+
+// usages are the texts NewFlagSetUsage gave flag sets, printed before
+// their flags.
+var usages sync.Map // *flag.FlagSet → string
+
+// PrintHelp writes the command's usage text, or a plain usage line, then
+// its flags.
+func (e *HelpError) PrintHelp(w io.Writer) {
+	if u, ok := usages.Load(e.FlagSet); ok {
+		fmt.Fprint(w, u.(string))
+	} else {
+		fmt.Fprintf(w, "Usage: idem %s [flags]\n\nFlags:\n", e.FlagSet.Name())
+	}
+	PrintFlags(w, e.FlagSet)
 }
 
 func (e *HelpError) Error() string        { return "help requested" }
@@ -50,6 +66,14 @@ func NewFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
+	return fs
+}
+
+// NewFlagSetUsage is NewFlagSet with a usage text that --help prints
+// before the flags.
+func NewFlagSetUsage(name, usage string) *flag.FlagSet {
+	fs := NewFlagSet(name)
+	usages.Store(fs, usage)
 	return fs
 }
 

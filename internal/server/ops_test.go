@@ -30,7 +30,9 @@ func TestReadyMetric(t *testing.T) {
 		}
 		get := func(path string) *httptest.ResponseRecorder {
 			w := httptest.NewRecorder()
-			s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+			r := httptest.NewRequest(http.MethodGet, path, nil)
+			r.Host = "localhost" // no API keys: loopback names only
+			s.Handler().ServeHTTP(w, r)
 			return w
 		}
 		if m := get("/metrics").Body.String(); !strings.Contains(m, "\nidem_ready 1\n") {
