@@ -85,8 +85,14 @@ func start(t testing.TB, env []string, args ...string) *proc {
 // launch runs `idem args...`; with waitServing it waits for serve to listen.
 func launch(t testing.TB, waitServing bool, env []string, args ...string) *proc {
 	t.Helper()
+	return launchBinary(t, binary(t), waitServing, env, args...)
+}
+
+// launchBinary is launch with another idem binary (an older release).
+func launchBinary(t testing.TB, bin string, waitServing bool, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, exited: make(chan struct{})}
-	p.cmd = exec.Command(binary(t), args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Dir = t.TempDir()
 	pipe, err := p.cmd.StderrPipe()
