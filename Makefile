@@ -19,9 +19,16 @@ image: ## build the container image idem:VERSION and idem:latest with podman (do
 test: ## run every test with -race against a real PostgreSQL (started if needed)
 	scripts/test
 
-vet: ## go vet and gofmt check
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+vet: ## go vet, the gofmt check, staticcheck, and docs that point nowhere outside the repository
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || (gofmt -l .; exit 1)
+	@test -z "$$(gofmt -l .)" || (echo "gofmt would change:"; gofmt -l .; exit 1)
+	$(GO) run $(STATICCHECK) ./...
+	@! git grep -n -I -e 'DESIGN\.md' -e '\.\./shared' -- . ':!Makefile' || (echo "the repository's text must stand alone"; exit 1)
+
+fmt: ## gofmt every Go file
+	gofmt -w .
 
 bench: ## run the benchmarks beside their pgbench ceilings (see docs/benchmarks.md)
 	bench/run

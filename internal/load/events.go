@@ -27,7 +27,7 @@ type event struct {
 const (
 	maxEventPages = 100_000
 	eventsPage    = 1000
-	// natsStream is the stream the relay publishes to (DESIGN.md).
+	// natsStream is the stream the relay publishes to (docs/outbox.md).
 	natsStream = "IDEM"
 )
 

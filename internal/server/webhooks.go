@@ -243,7 +243,7 @@ func (s *Server) webhookIntake(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(res.Body)
 }
 
-// webhookPayload is the payload of a webhook.* event (DESIGN.md): the
+// webhookPayload is the payload of a webhook.* event (docs/webhooks.md): the
 // provider, the stable event id, the event type and the provider's JSON
 // body as JSON. A body that is not JSON (a form-encoded GitHub delivery, a
 // generic hmac sender) is carried byte for byte as BodyBase64 instead.
