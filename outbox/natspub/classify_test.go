@@ -11,9 +11,10 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// A cluster that lost quorum, a stream that is offline or a server gone
-// are the broker's faults (the relay backs off and counts no attempt); a
-// message JetStream refuses for itself is not.
+// A cluster that lost quorum, a stream that is offline, a server gone or
+// a republish that meets its first publish still in process are the
+// broker's faults (the relay backs off and counts no attempt); a message
+// JetStream refuses for itself is not.
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -22,6 +23,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
 		{&jetstream.APIError{Code: 500, ErrorCode: 10118, Description: "stream is offline"}, true},
+		{&jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}, true},
 		{fmt.Errorf("ack: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "no quorum"}), true},
 		{jetstream.ErrNoStreamResponse, true},
 		{jetstream.ErrAsyncPublishTimeout, true},
