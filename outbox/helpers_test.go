@@ -201,6 +201,23 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitListed waits until List shows at least n of the default tenant's
+// messages. On Postgres a committed message is listed once every
+// transaction older than its own has ended, in the whole cluster (the
+// list's horizon is the snapshot's xmin, see docs/outbox.md): the tests
+// share one cluster, and another test's open transaction holds a message
+// back for a while after its commit.
+func waitListed(t testing.TB, ob *outbox.Outbox, d driver.Driver, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d message(s) listed", n), func() bool {
+		events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(events) >= n
+	})
+}
+
 func enqueue(t testing.TB, d driver.Driver, ob *outbox.Outbox, msgs ...outbox.Message) {
 	t.Helper()
 	ctx := context.Background()

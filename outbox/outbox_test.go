@@ -46,6 +46,7 @@ func TestEnqueueRollbackCommitPublish(t *testing.T) {
 		if len(got) != 1 || got[committed.ID] != 1 {
 			t.Fatalf("stream holds %v, want one copy of %s only", got, committed.ID)
 		}
+		waitListed(t, ob, d, 1)
 		events, _, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 0)
 		if err != nil {
 			t.Fatal(err)
@@ -108,6 +109,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 	}
 	r.Notify()
 	waitFor(t, "a published", func() bool { c, _, _ := rec.snapshot(); return c[a.ID] == 1 })
+	waitListed(t, ob, d, 2) // past the horizon of every other test's transactions too
 	if ids := listAll(); len(ids) != 2 || ids[0] != a.ID || ids[1] != b.ID {
 		t.Fatalf("listed %v, want [a b] = [%s %s]", ids, a.ID, b.ID)
 	}

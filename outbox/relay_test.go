@@ -177,6 +177,7 @@ func TestRetention(t *testing.T) {
 		stop := startStoppable(t, d, cfg)
 		waitFor(t, "published", func() bool { return unsent(t, d) == 0 })
 		stop()
+		waitListed(t, ob, d, 41)
 		if sent, total := countRows(t, ob, d); sent != 40 || total != 41 {
 			t.Fatalf("%d sent of %d rows before retention, want 40 of 41", sent, total)
 		}
@@ -185,6 +186,7 @@ func TestRetention(t *testing.T) {
 		// later the published rows are past retention.
 		late := msg("late", 0)
 		enqueue(t, d, ob, late)
+		waitListed(t, ob, d, 42)
 		down := newRecorder(nil)
 		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
 		cfg.Publisher = down
