@@ -3,6 +3,9 @@ package natspub
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -30,6 +33,9 @@ func TestClassify(t *testing.T) {
 		{nats.ErrNoResponders, true},
 		{nats.ErrTimeout, true},
 		{nats.ErrDisconnected, true},
+		// A node going down mid-batch: the client's inline flush of a
+		// full buffer returns the socket's error as it is.
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
 		{jetstream.ErrStreamMessageExceedsMaximum, false},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence"}, false},
 		{errors.New("refused"), false},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -168,13 +169,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 // while a server is down or its leader moves: the relay backs off and
 // republishes, and the stream's duplicate window drops what had landed.
 // It also includes a republish that finds the first publish of its id
-// still in process (see duplicateInProcess).
+// still in process (see duplicateInProcess), and the socket's own error
+// (a broken pipe as a node goes down), which the client returns as it is
+// when a publish fills its buffer and flushes inline.
 func classify(err error) error {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode] || api.ErrorCode == duplicateInProcess) {
 		return outbox.Unavailable(err)
 	}
+	var netErr net.Error
 	switch {
+	case errors.As(err, &netErr):
+		return outbox.Unavailable(err)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse),
