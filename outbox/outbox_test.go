@@ -41,7 +41,7 @@ func TestEnqueueRollbackCommitPublish(t *testing.T) {
 
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: st.pub})
 		r.Notify()
-		waitFor(t, "row marked sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		got := countByID(st.messages(t))
 		if len(got) != 1 || got[committed.ID] != 1 {
 			t.Fatalf("stream holds %v, want one copy of %s only", got, committed.ID)
@@ -153,7 +153,7 @@ func TestPerKeyOrderUnderRetries(t *testing.T) {
 		}
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, MaxAttempts: 10})
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 
 		msgs := st.messages(t)
 		byKey := map[string][]string{}
@@ -229,7 +229,7 @@ func TestDeadLetterBlocksOnlyItsKey(t *testing.T) {
 			t.Fatalf("second redrive: %v, want ErrNotDead", err)
 		}
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		_, order, _ := rec.snapshot()
 		pos := map[string]int{}
 		for i, id := range order {
@@ -261,7 +261,7 @@ func TestTwoRelays(t *testing.T) {
 		r1.Notify()
 		r2.Notify()
 	}
-	waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+	waitDrained(t, d)
 	got := countByID(st.messages(t))
 	if len(got) != n {
 		t.Fatalf("stream holds %d ids, want %d", len(got), n)
@@ -316,7 +316,7 @@ func TestBrokerDown(t *testing.T) {
 		mu.Lock()
 		down = false
 		mu.Unlock()
-		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		got := countByID(st.messages(t))
 		for _, id := range ids {
 			if got[id] != 1 {
@@ -398,7 +398,7 @@ func TestRedriveMidCycle(t *testing.T) {
 		}
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 10})
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 
 		_, order, overlap := rec.snapshot()
 		var got []string
