@@ -155,7 +155,7 @@ func TestCrashAtFailpoint(t *testing.T) {
 			}
 
 			startRelay(t, dbURL, st.srv.ClientURL(), "")
-			waitFor(t, "row marked sent after restart", func() bool { return unsent(t, d) == 0 })
+			waitDrained(t, d)
 			if got := countByID(st.messages(t)); len(got) != 1 || got[m.ID] != 1 {
 				t.Fatalf("stream holds %v, want exactly one copy of %s", got, m.ID)
 			}
@@ -210,7 +210,7 @@ func TestCrashRandomKills(t *testing.T) {
 	}
 	close(stop)
 	kills := <-killerDone
-	waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+	waitDrained(t, d)
 
 	msgs := st.messages(t)
 	got := countByID(msgs)

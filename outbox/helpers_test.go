@@ -201,6 +201,41 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// waitDrained waits until the outbox holds nothing unsent. It fails when
+// the backlog has not shrunk for 30s (a relay that is stuck), not after a
+// fixed total: on a loaded 2-core machine SQLite under -race drains a
+// backlog at a few dozen messages a second, and 1200 took longer than 30s.
+func waitDrained(t testing.TB, d driver.Driver) {
+	t.Helper()
+	least, since := unsent(t, d), time.Now()
+	for least != 0 {
+		if time.Since(since) > 30*time.Second {
+			t.Fatalf("timed out waiting for the backlog to drain: %d unsent, none sent for 30s", least)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if n := unsent(t, d); n < least {
+			least, since = n, time.Now()
+		}
+	}
+}
+
+// waitListed waits until List shows at least n of the default tenant's
+// messages. On Postgres a committed message is listed once every
+// transaction older than its own has ended, in the whole cluster (the
+// list's horizon is the snapshot's xmin, see docs/outbox.md): the tests
+// share one cluster, and another test's open transaction holds a message
+// back for a while after its commit.
+func waitListed(t testing.TB, ob *outbox.Outbox, d driver.Driver, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d message(s) listed", n), func() bool {
+		events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(events) >= n
+	})
+}
+
 func enqueue(t testing.TB, d driver.Driver, ob *outbox.Outbox, msgs ...outbox.Message) {
 	t.Helper()
 	ctx := context.Background()

@@ -41,21 +41,16 @@ func TestEnqueueRollbackCommitPublish(t *testing.T) {
 
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: st.pub})
 		r.Notify()
-		waitFor(t, "row marked sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		got := countByID(st.messages(t))
 		if len(got) != 1 || got[committed.ID] != 1 {
 			t.Fatalf("stream holds %v, want one copy of %s only", got, committed.ID)
 		}
-		// The list holds an event back while any older transaction on the
-		// server is open, a parallel test's among them: wait for it.
-		var events []outbox.Event
-		waitFor(t, "the event listed", func() bool {
-			events, _, err = ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(events) > 0
-		})
+		waitListed(t, ob, d, 1)
+		events, _, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(events) != 1 || events[0].ID != committed.ID || events[0].PublishedAt == nil {
 			t.Fatalf("events = %+v, want the committed message, published", events)
 		}
@@ -114,10 +109,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 	}
 	r.Notify()
 	waitFor(t, "a published", func() bool { c, _, _ := rec.snapshot(); return c[a.ID] == 1 })
-	// The list also waits for transactions of parallel tests on the server.
-	var ids []string
-	waitFor(t, "a and b listed", func() bool { ids = listAll(); return len(ids) >= 2 })
-	if len(ids) != 2 || ids[0] != a.ID || ids[1] != b.ID {
+	waitListed(t, ob, d, 2) // past the horizon of every other test's transactions too
+	if ids := listAll(); len(ids) != 2 || ids[0] != a.ID || ids[1] != b.ID {
 		t.Fatalf("listed %v, want [a b] = [%s %s]", ids, a.ID, b.ID)
 	}
 	first, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 1)
@@ -160,7 +153,7 @@ func TestPerKeyOrderUnderRetries(t *testing.T) {
 		}
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, MaxAttempts: 10})
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 
 		msgs := st.messages(t)
 		byKey := map[string][]string{}
@@ -236,7 +229,7 @@ func TestDeadLetterBlocksOnlyItsKey(t *testing.T) {
 			t.Fatalf("second redrive: %v, want ErrNotDead", err)
 		}
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		_, order, _ := rec.snapshot()
 		pos := map[string]int{}
 		for i, id := range order {
@@ -268,7 +261,7 @@ func TestTwoRelays(t *testing.T) {
 		r1.Notify()
 		r2.Notify()
 	}
-	waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+	waitDrained(t, d)
 	got := countByID(st.messages(t))
 	if len(got) != n {
 		t.Fatalf("stream holds %d ids, want %d", len(got), n)
@@ -323,7 +316,7 @@ func TestBrokerDown(t *testing.T) {
 		mu.Lock()
 		down = false
 		mu.Unlock()
-		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		got := countByID(st.messages(t))
 		for _, id := range ids {
 			if got[id] != 1 {
@@ -405,7 +398,7 @@ func TestRedriveMidCycle(t *testing.T) {
 		}
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 10})
 		r.Notify()
-		waitFor(t, "all sent", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 
 		_, order, overlap := rec.snapshot()
 		var got []string

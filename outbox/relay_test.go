@@ -45,7 +45,7 @@ func TestPipelinedDrain(t *testing.T) {
 		r := runRelay(t, d, outbox.RelayConfig{Publisher: rec, BatchSize: 40,
 			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond})
 		r.Notify()
-		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 
 		byKey := map[string][]string{}
 		got := st.messages(t)
@@ -134,7 +134,7 @@ func TestRelayMetrics(t *testing.T) {
 		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: rec, Registerer: reg, MaxAttempts: 2,
 			BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
 		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, "", 10); return len(dead) == 1 })
-		waitFor(t, "backlog drained", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		stop()
 		for name, want := range map[string]float64{
 			"idem_outbox_published_total":        10,
@@ -235,8 +235,9 @@ func TestRetention(t *testing.T) {
 		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Now: clock.now,
 			Retention: time.Minute, RetentionBatch: 3, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 		stop := startStoppable(t, d, cfg)
-		waitFor(t, "published", func() bool { return unsent(t, d) == 0 })
+		waitDrained(t, d)
 		stop()
+		waitListed(t, ob, d, 41)
 		if sent, total := countRows(t, ob, d); sent != 40 || total != 41 {
 			t.Fatalf("%d sent of %d rows before retention, want 40 of 41", sent, total)
 		}
@@ -245,6 +246,7 @@ func TestRetention(t *testing.T) {
 		// later the published rows are past retention.
 		late := msg("late", 0)
 		enqueue(t, d, ob, late)
+		waitListed(t, ob, d, 42)
 		down := newRecorder(nil)
 		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
 		cfg.Publisher = down

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -167,12 +168,19 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 // 503 (no quorum, JetStream temporarily unavailable) or being offline
 // while a server is down or its leader moves: the relay backs off and
 // republishes, and the stream's duplicate window drops what had landed.
+// It also includes a republish that finds the first publish of its id
+// still in process (see duplicateInProcess), and the socket's own error
+// (a broken pipe as a node goes down), which the client returns as it is
+// when a publish fills its buffer and flushes inline.
 func classify(err error) error {
 	var api *jetstream.APIError
-	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode]) {
+	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode] || api.ErrorCode == duplicateInProcess) {
 		return outbox.Unavailable(err)
 	}
+	var netErr net.Error
 	switch {
+	case errors.As(err, &netErr):
+		return outbox.Unavailable(err)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse),
@@ -189,6 +197,16 @@ var offline = map[jetstream.ErrorCode]bool{
 	10118: true, // stream is offline
 	10194: true, // stream is offline: {err}
 }
+
+// duplicateInProcess is a clustered stream's answer (409, "duplicate
+// message id is in process") to a message whose id an earlier publish,
+// proposed but not yet stored, already carries: the republish after a
+// publish whose ack did not come in time, the relay's retry. Asked again,
+// the stream acknowledges it as a duplicate once the first is stored, or
+// stores it if the first never was. It is the stream's state, not the
+// message's: counted as a refusal it would make a dead letter of a
+// message the stream holds.
+const duplicateInProcess jetstream.ErrorCode = 10158
 
 // Close waits briefly for outstanding acks and closes the connection when
 // the publisher owns it.
