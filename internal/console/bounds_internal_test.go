@@ -12,21 +12,22 @@ func TestLoginLimiterIsBounded(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_700_000_000, 0)
 	l := newLoginLimiter(2, time.Second, 100)
+	addr := func(i int) string { return fmt.Sprintf("10.0.0.%d", i) }
 	for i := range 250 {
-		l.fail(fmt.Sprintf("10.0.%d.%d", i/256, i%256), now)
+		l.fail(addr(i), now)
 	}
 	if n := l.tracked(); n != 100 {
 		t.Fatalf("limiter tracks %d addresses, want its bound 100", n)
 	}
 	// The newest are kept: three more failures hold the newest back.
-	newest := fmt.Sprintf("10.0.%d.%d", 249/256, 249%256)
+	newest := addr(249)
 	for range 3 {
 		l.fail(newest, now)
 	}
 	if l.wait(newest, now) <= 0 {
 		t.Fatal("the newest address was forgotten")
 	}
-	if l.wait("10.0.0.0", now) != 0 {
+	if l.wait(addr(0), now) != 0 {
 		t.Fatal("the oldest address is still limited past the bound")
 	}
 }
