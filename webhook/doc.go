@@ -16,7 +16,9 @@
 // tolerance in either direction. It checks nothing else: an unknown field or
 // another API version in the body never refuses a delivery.
 //
-// The intake route (verify, then deduplicate with the keeper under
-// DedupeRequest, then run the Handler registered for the event type inside
-// the same transaction) is built on top of this package.
+// Intake is the whole intake as an http.Handler, the one `idem serve`
+// runs at /v1/webhooks/{endpoint}: verify, then deduplicate with the
+// keeper under DedupeRequest, then write the webhook.<provider>.<type>
+// outbox event and run the Handler registered for the event type inside
+// the same transaction, and answer the provider.
 package webhook

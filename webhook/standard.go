@@ -1,11 +1,14 @@
 package webhook
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -56,13 +59,7 @@ func (v *standardVerifier) Verify(h http.Header, body []byte, now time.Time) (Ev
 	// The id is signed too: an absent id is checked as the empty string, so
 	// a forged delivery is refused as invalid before it is refused as
 	// unnamed.
-	if !v.match(sigs, func(m hash.Hash) {
-		m.Write([]byte(id))
-		m.Write([]byte{'.'})
-		m.Write([]byte(tsText))
-		m.Write([]byte{'.'})
-		m.Write(body)
-	}) {
+	if !v.match(sigs, func(m hash.Hash) { writeStandardSigned(m, id, tsText, body) }) {
 		return v.fail(ErrSignatureInvalid, "no v1 signature matches a configured secret")
 	}
 	if err := v.fresh(ts, now); err != nil {
@@ -106,4 +103,27 @@ func parseStandardSignatures(s string) ([][]byte, error) {
 		return nil, errors.New("no v1 signature")
 	}
 	return sigs, nil
+}
+
+// SignStandard returns the webhook-signature value of a Standard Webhooks
+// delivery: "v1," and the base64 HMAC-SHA256, keyed by key (the decoded
+// whsec_ secret), of "<id>.<timestamp>.<body>", where timestamp is the
+// webhook-timestamp header's Unix seconds. It signs exactly the bytes the
+// standard profile verifies, so a sender built on it (the outbox's webhook
+// publisher) and this package's intake cannot drift apart.
+func SignStandard(key []byte, id string, timestamp int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	writeStandardSigned(m, id, strconv.FormatInt(timestamp, 10), body)
+	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// writeStandardSigned writes the bytes a Standard Webhooks signature
+// covers: "<webhook-id>.<webhook-timestamp>.<body>", the timestamp as the
+// header carries it.
+func writeStandardSigned(m hash.Hash, id, timestamp string, body []byte) {
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write([]byte(timestamp))
+	m.Write([]byte{'.'})
+	m.Write(body)
 }

@@ -34,6 +34,14 @@ func TestDocumentedVectors(t *testing.T) {
 		if got, _ := wh.Sign(id, ts, []byte(body)); got != sig {
 			t.Fatalf("reference signer gives %s", got)
 		}
+		// ... so does SignStandard, the publisher's signer ...
+		key, err := standardKey(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := SignStandard(key, id, ts.Unix(), []byte(body)); got != sig {
+			t.Fatalf("SignStandard gives %s", got)
+		}
 		// ... and the verifier accepts it, also among other signatures.
 		v := mustVerifier(t, Endpoint{Name: "std", Provider: "standard", Secrets: []string{secret}})
 		h := http.Header{}

@@ -2,12 +2,14 @@
 // once, however often Stripe delivers it.
 //
 // Stripe redelivers an event it did not see a 2xx for — with the same
-// event id (evt_…) but a new timestamp and signature. So the receiver
-// verifies the signature over the raw bytes (package webhook), names the
-// delivery by the event id alone (webhook.DedupeRequest), and runs the
-// handler registered for the event type inside the keeper's transaction:
-// the payment row, the outbox event and the stored answer commit together.
-// A redelivery gets the stored answer with Idempotent-Replayed: true.
+// event id (evt_…) but a new timestamp and signature. So the receiver is
+// package webhook's Intake, the one `idem serve` runs: it verifies the
+// signature over the raw bytes, names the delivery by the event id alone
+// (webhook.DedupeRequest), and runs the handler registered for the event
+// type inside the keeper's transaction: the payment row, the
+// payment.received and webhook.stripe.* outbox events and the stored
+// answer commit together. A redelivery gets the stored answer with
+// Idempotent-Replayed: true.
 //
 //	DATABASE_URL=postgres://… STRIPE_WEBHOOK_SECRET=whsec_… go run ./examples/stripereceiver
 package main
@@ -15,9 +17,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -58,14 +57,13 @@ func main() {
 	log.Fatal(srv.ListenAndServe())
 }
 
-// receiver is the Stripe endpoint.
+// receiver is the Stripe endpoint: package webhook's Intake, which
+// verifies the delivery, deduplicates it by the event id, writes the
+// webhook.stripe.<type> event and runs the handler in one transaction, and
+// answers Stripe.
 type receiver struct {
-	ep       webhook.Endpoint
-	verifier webhook.Verifier
-	keeper   *idem.Keeper
-	outbox   *outbox.Outbox
-	handlers *webhook.Registry
-	now      func() time.Time
+	http.Handler
+	outbox *outbox.Outbox
 }
 
 func newReceiver(ctx context.Context, d driver.Driver, secret string) (*receiver, error) {
@@ -83,21 +81,28 @@ func newReceiver(ctx context.Context, d driver.Driver, secret string) (*receiver
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
-	ep := webhook.Endpoint{Name: "stripe", Provider: "stripe", Secrets: []string{secret}, Tenant: "shop"}
-	v, err := webhook.NewVerifier(ep)
+	// Stripe retries for up to three days: keep the event ids longer.
+	k, err := idem.New(d, idem.Config{Retention: webhook.Retention})
 	if err != nil {
 		return nil, err
 	}
-	k, err := idem.New(d, idem.Config{})
+	ob, err := outbox.New(d, outbox.Config{MaxPayloadBytes: webhook.MaxEventPayloadBytes})
 	if err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(d, outbox.Config{})
+	rc := &receiver{outbox: ob}
+	handlers := webhook.NewRegistry()
+	handlers.Handle("stripe", "payment_intent.succeeded", rc.paymentSucceeded)
+	in, err := webhook.NewIntake(webhook.IntakeConfig{
+		Keeper:    k,
+		Outbox:    ob,
+		Endpoints: []webhook.Endpoint{{Name: "stripe", Provider: "stripe", Secrets: []string{secret}, Tenant: "shop"}},
+		Handlers:  handlers,
+	})
 	if err != nil {
 		return nil, err
 	}
-	rc := &receiver{ep: ep, verifier: v, keeper: k, outbox: ob, handlers: webhook.NewRegistry(), now: time.Now}
-	rc.handlers.Handle("stripe", "payment_intent.succeeded", rc.paymentSucceeded)
+	rc.Handler = in.Endpoint("stripe")
 	return rc, nil
 }
 
@@ -121,54 +126,4 @@ func (rc *receiver) paymentSucceeded(ctx context.Context, tx driver.Tx, ev webho
 	}
 	payload, _ := json.Marshal(map[string]any{"payment_intent": pi.ID, "amount": pi.Amount, "stripe_event": ev.ID})
 	return rc.outbox.Enqueue(ctx, tx, outbox.Message{Tenant: "shop", Type: "payment.received", Key: pi.ID, Payload: payload})
-}
-
-func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// One byte over the endpoint's limit is enough for Verify to refuse it.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<20+1))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if !errors.As(err, &tooBig) {
-			problem(w, http.StatusBadRequest, "invalid_request")
-			return
-		}
-	}
-	ev, err := rc.verifier.Verify(r.Header, body, rc.now())
-	if err != nil {
-		// Nothing is stored for a delivery that is not Stripe's.
-		status, code := webhook.HTTPStatus(err)
-		problem(w, status, code)
-		return
-	}
-	res, err := rc.keeper.Do(r.Context(), webhook.DedupeRequest(rc.ep, ev), func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
-		if h, ok := rc.handlers.Lookup(ev.Provider, ev.Type); ok {
-			if err := h(ctx, tx, ev); err != nil {
-				return idem.Outcome{}, err // rolled back; Stripe's retry runs it again
-			}
-		}
-		b, _ := json.Marshal(map[string]any{"received": true, "event_id": ev.ID, "type": ev.Type})
-		return idem.Outcome{Status: http.StatusOK, Body: b}, nil
-	})
-	switch {
-	case errors.Is(err, idem.ErrInFlight):
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusConflict, "request_in_flight")
-		return
-	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "unavailable")
-		return
-	}
-	if res.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(res.Status)
-	_, _ = w.Write(res.Body)
-}
-
-func problem(w http.ResponseWriter, status int, code string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"type":"about:blank","title":%q,"status":%d,"code":%q}`, http.StatusText(status), status, code)
 }

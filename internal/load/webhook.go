@@ -70,6 +70,12 @@ func checkEndpointName(name string) error {
 // signStandard returns the Standard Webhooks headers of one delivery:
 // webhook-id, webhook-timestamp (Unix seconds) and webhook-signature
 // "v1,<base64 HMAC-SHA256 of id.timestamp.body>".
+//
+// It deliberately does not call webhook.SignStandard, which the service's
+// verifier and the outbox's publisher share: the load tool is an
+// independent check of the service, and a signer written from the
+// specification a second time catches a mistake that one shared function
+// would make on both sides of the wire and so hide.
 func signStandard(key []byte, id string, ts time.Time, body []byte) http.Header {
 	tsText := strconv.FormatInt(ts.Unix(), 10)
 	m := hmac.New(sha256.New, key)

@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.metrics, err = newMetrics(reg, d); err != nil {
 		return nil, err
 	}
-	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log); err != nil {
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{
@@ -139,7 +139,7 @@ func (s *Server) routes() http.Handler {
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
 	// configuration names their tenant, and their stable event id is the key.
-	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(http.HandlerFunc(s.webhookIntake)))
+	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(s.webhooks.intake))
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)

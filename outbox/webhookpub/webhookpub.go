@@ -8,8 +8,6 @@ package webhookpub
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/webhook"
 )
 
 // SecretPrefix starts a Standard Webhooks secret; the rest is base64.
@@ -92,12 +91,11 @@ func DecodeSecret(secret string) ([]byte, error) {
 	return key, nil
 }
 
-// Sign returns the webhook-signature value for a delivery.
+// Sign returns the webhook-signature value for a delivery. It is
+// webhook.SignStandard: the publisher signs with the very function whose
+// bytes the intake's standard profile verifies.
 func Sign(key []byte, id string, timestamp int64, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	fmt.Fprintf(mac, "%s.%d.", id, timestamp)
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return webhook.SignStandard(key, id, timestamp, body)
 }
 
 type envelope struct {
