@@ -71,8 +71,10 @@ func IsRetryable(err error) bool {
 
 // Tx is a database transaction as business packages see it: execute, query,
 // query one row. A pgx.Tx and a *sql.Tx both adapt to it (postgres.TxFromPgx,
-// sqlite.TxFromStdSQL). Packages that take a Tx never begin, commit or roll it
-// back: its owner does.
+// sqlite.TxFromStdSQL), and a transaction a driver began unwraps to one
+// (postgres.PgxFromTx, sqlite.StdSQLFromTx). Packages that take a Tx never
+// begin, commit or roll it back: its owner does; they check it first with
+// CheckTx.
 //
 // Errors returned by a Tx, its Rows and its Row are already mapped to the
 // sentinels of this package (wrapped, so the original stays reachable).
