@@ -96,6 +96,7 @@ func TestCheckTx(t *testing.T) {
 		}
 	}
 	// The outbox's older sentinel still matches.
+	//lint:ignore SA1019 its compatibility is what is checked
 	if !errors.Is(driver.CheckTx(dbs["postgres"], dbs["sqlite"].Reader()), outbox.ErrDialect) {
 		t.Error("outbox.ErrDialect no longer matches driver.ErrWrongDialect")
 	}

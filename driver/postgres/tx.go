@@ -329,7 +329,7 @@ type errBatch struct{ err error }
 
 func (e errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
 func (e errBatch) Query() (pgx.Rows, error)         { return nil, e.err }
-func (e errBatch) QueryRow() pgx.Row                { return errRow{e.err} }
+func (e errBatch) QueryRow() pgx.Row                { return errRow(e) }
 func (e errBatch) Close() error                     { return e.err }
 func (e errBatch) Tx() pgx.Tx                       { return nil }
 
