@@ -322,8 +322,13 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, 
 // outcome). DoTx does not commit: the key, the work and the outcome are
 // stored when the caller commits. A replay does not run work and writes
 // nothing. A panic in work is recovered and returned as a *PanicError, as
-// in Do; on that error, as on any other, the caller must roll back.
+// in Do; on that error, as on any other, the caller must roll back. A nil
+// tx, or one of another database than the keeper's, is refused before
+// anything runs (driver.ErrNoTx, driver.ErrWrongDialect, wrapped).
 func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (Result, error) {
+	if err := driver.CheckTx(k.d, tx); err != nil {
+		return Result{}, fmt.Errorf("idem: %w", err)
+	}
 	fp, err := k.prepare(&req)
 	if err != nil {
 		return Result{}, err

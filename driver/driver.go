@@ -6,12 +6,14 @@
 // driver (driver/postgres, driver/sqlite) owns the SQL and maps its errors to
 // the sentinels below. The seam is internal and unstable: its methods change
 // with the packages that use it. Users touch only Open, the Tx adapters
-// (postgres.TxFromPgx, sqlite.TxFromStdSQL) and the sentinels.
+// (postgres.TxFromPgx, sqlite.TxFromStdSQL) and their inverses
+// (postgres.PgxFromTx, sqlite.StdSQLFromTx), CheckTx and the sentinels.
 package driver
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -37,7 +39,28 @@ var (
 	// ErrReadOnly: the method must lock or write and was given a read-only
 	// transaction. Nothing was run: the transaction is still usable.
 	ErrReadOnly = errors.New("idem/driver: read-only transaction")
+	// ErrNoTx: a method that writes in the caller's transaction was given
+	// a nil one.
+	ErrNoTx = errors.New("idem/driver: transaction is nil")
+	// ErrWrongDialect: a method was given a transaction of another database
+	// than its driver's (a SQLite transaction to a keeper on Postgres).
+	ErrWrongDialect = errors.New("idem/driver: transaction of another database")
 )
+
+// CheckTx refuses a transaction that d cannot run statements in: a nil one
+// (ErrNoTx) or one of another dialect (ErrWrongDialect), which would
+// otherwise fail later with an obscure syntax error or a nil dereference.
+// Every business package calls it first in each method that takes the
+// caller's Tx, so the refusal reads the same everywhere.
+func CheckTx(d Driver, tx Tx) error {
+	if tx == nil {
+		return ErrNoTx
+	}
+	if got, want := tx.Dialect(), d.Dialect(); got != want {
+		return fmt.Errorf("%w: a %s transaction, the driver is on %s", ErrWrongDialect, got, want)
+	}
+	return nil
+}
 
 // IsRetryable reports whether err is a transient database fault after which
 // the same work may be tried again: nothing was committed.
@@ -48,8 +71,10 @@ func IsRetryable(err error) bool {
 
 // Tx is a database transaction as business packages see it: execute, query,
 // query one row. A pgx.Tx and a *sql.Tx both adapt to it (postgres.TxFromPgx,
-// sqlite.TxFromStdSQL). Packages that take a Tx never begin, commit or roll it
-// back: its owner does.
+// sqlite.TxFromStdSQL), and a transaction a driver began unwraps to one
+// (postgres.PgxFromTx, sqlite.StdSQLFromTx). Packages that take a Tx never
+// begin, commit or roll it back: its owner does; they check it first with
+// CheckTx.
 //
 // Errors returned by a Tx, its Rows and its Row are already mapped to the
 // sentinels of this package (wrapped, so the original stays reachable).

@@ -39,7 +39,9 @@ func ScopeFrom(ctx context.Context) string {
 // (and outbox messages) in: the one that claims the key and stores the
 // outcome, so that all of it commits together or not at all. The handler
 // must not commit or roll it back. Tx is nil outside a guarded request (for
-// example for a method Config.Methods lets through).
+// example for a method Config.Methods lets through). Code written against
+// pgx or database/sql (sqlc's queries, CopyFrom) gets the same transaction
+// with postgres.PgxFromTx or sqlite.StdSQLFromTx.
 func Tx(ctx context.Context) driver.Tx {
 	if g, ok := ctx.Value(guardKey).(*guard); ok {
 		return g.tx

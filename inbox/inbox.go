@@ -41,8 +41,12 @@ func New(d driver.Driver) *Inbox { return &Inbox{d: d, now: time.Now} }
 // duplicate true without running fn. A concurrent twin waits for the first
 // transaction's end. fn's error is returned as is; the caller then rolls tx
 // back, which also forgets the id, so a redelivery tries again. Ack the
-// message only after committing tx.
+// message only after committing tx. A nil tx, or one of another database
+// than the inbox's, is refused (driver.CheckTx).
 func (in *Inbox) Process(ctx context.Context, tx driver.Tx, consumer, msgID string, fn func(ctx context.Context, tx driver.Tx) error) (duplicate bool, err error) {
+	if err := driver.CheckTx(in.d, tx); err != nil {
+		return false, fmt.Errorf("inbox: %w", err)
+	}
 	if consumer == "" || len(consumer) > MaxConsumerLen || msgID == "" || len(msgID) > MaxIDLen {
 		return false, fmt.Errorf("%w: consumer %q, id %q", ErrInvalid, consumer, msgID)
 	}

@@ -116,14 +116,11 @@ func New(d driver.Driver, cfg Config) (*Ledger, error) {
 
 func (l *Ledger) now() time.Time { return l.cfg.Clock().UTC() }
 
-// checkTx refuses a transaction of another database, which would otherwise
-// fail with an obscure syntax error.
+// checkTx refuses a nil transaction or one of another database
+// (driver.CheckTx).
 func (l *Ledger) checkTx(tx driver.Tx) error {
-	if tx == nil {
-		return errors.New("ledger: transaction is nil")
-	}
-	if tx.Dialect() != l.d.Dialect() {
-		return fmt.Errorf("ledger: a %s transaction was passed to a ledger on %s", tx.Dialect(), l.d.Dialect())
+	if err := driver.CheckTx(l.d, tx); err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
 }

@@ -41,8 +41,8 @@ func (e *VerifyError) Error() string {
 // reads every row once, in streams, holding only the accounts and the
 // reversed totals in memory. A nil error means the ledger is sound.
 func Verify(ctx context.Context, d driver.Driver, tx driver.Tx) error {
-	if tx.Dialect() != d.Dialect() {
-		return fmt.Errorf("ledger: verify: a %s transaction was passed with a %s driver", tx.Dialect(), d.Dialect())
+	if err := driver.CheckTx(d, tx); err != nil {
+		return fmt.Errorf("ledger: verify: %w", err)
 	}
 	v := &verifier{accounts: map[key]*acctCheck{}, reversed: map[key]int64{}, isReversal: map[key]bool{},
 		transferAmount: map[key]int64{}}

@@ -94,9 +94,11 @@ var (
 	ErrInvalidCursor = errors.New("outbox: invalid cursor")
 	// ErrNotDead: Redrive named no dead letter.
 	ErrNotDead = errors.New("outbox: no dead letter has this id")
-	// ErrDialect: the transaction belongs to another database than the
-	// outbox's driver.
-	ErrDialect = errors.New("outbox: transaction of another database")
+	// ErrDialect is driver.ErrWrongDialect, which Enqueue and List wrap for
+	// a transaction of another database than the outbox's driver.
+	//
+	// Deprecated: use driver.ErrWrongDialect.
+	ErrDialect = driver.ErrWrongDialect
 )
 
 // MessageError says which field of which message is invalid.
@@ -174,16 +176,17 @@ func NewID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // Enqueue writes msgs in tx. It never commits: the messages exist once the
 // caller commits tx, and never if it rolls back. After the commit, call the
-// relay's Notify to publish them without waiting for its poll.
+// relay's Notify to publish them without waiting for its poll. A nil tx,
+// or one of another database than the outbox's, is refused (driver.CheckTx).
 func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) error {
+	if err := driver.CheckTx(o.d, tx); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
 	if len(msgs) > MaxBatch {
 		return fmt.Errorf("%w: %d messages in one Enqueue, limit %d", ErrInvalidMessage, len(msgs), MaxBatch)
-	}
-	if tx.Dialect() != o.d.Dialect() {
-		return fmt.Errorf("%w: %s, outbox is on %s", ErrDialect, tx.Dialect(), o.d.Dialect())
 	}
 	now := o.cfg.Now().UTC()
 	rows := make([]driver.OutboxRow, len(msgs))
@@ -292,6 +295,9 @@ func validType(s string) bool {
 // message can later be listed before one already listed: following
 // cursors never skips one (see docs/outbox.md).
 func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, limit int) ([]Event, string, error) {
+	if err := driver.CheckTx(o.d, tx); err != nil {
+		return nil, "", fmt.Errorf("outbox: %w", err)
+	}
 	c, limit, err := pageArgs(after, limit)
 	if err != nil {
 		return nil, "", err

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/testpg"
 )
@@ -142,5 +144,85 @@ func TestOwnedTxLockTimeout(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 3*time.Second {
 		t.Fatalf("waited %s: the transaction's 100ms bound was not applied", waited)
+	}
+}
+
+// PgxFromTx hands out the transaction the driver began as a pgx.Tx whose
+// statements (Exec, CopyFrom, SendBatch) run inside it, even before the
+// transaction's own first statement has sent its BEGIN; the caller's own
+// pgx.Tx comes back as it is; the pool reader is no transaction.
+func TestPgxFromTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t)
+
+	// Rolled back: every row written through the pgx.Tx goes with it. The
+	// first statement goes through the pgx.Tx, so it must send the BEGIN.
+	for _, end := range []string{"rollback", "commit"} {
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptx, ok := PgxFromTx(tx)
+		if !ok {
+			t.Fatal("PgxFromTx refused a transaction the driver began")
+		}
+		if _, err := ptx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ptx.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"id"}, pgx.CopyFromRows([][]any{{2}, {3}})); err != nil {
+			t.Fatal(err)
+		}
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO t VALUES (4)`)
+		b.Queue(`INSERT INTO t VALUES (5)`)
+		if err := ptx.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (6)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := ptx.Commit(ctx); !errors.Is(err, errNotOwner) {
+			t.Fatalf("Commit through the pgx.Tx: %v, want errNotOwner", err)
+		}
+		if err := ptx.Rollback(ctx); !errors.Is(err, errNotOwner) {
+			t.Fatalf("Rollback through the pgx.Tx: %v, want errNotOwner", err)
+		}
+		want := 0
+		if end == "commit" {
+			err, want = tx.Commit(ctx), 6
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(end, err)
+		}
+		if n := count(t, d); n != want {
+			t.Fatalf("after %s: %d rows, want %d", end, n, want)
+		}
+		if _, ok := PgxFromTx(tx); ok {
+			t.Fatalf("PgxFromTx after %s: ok", end)
+		}
+		if _, err := ptx.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("statement after %s: %v, want pgx.ErrTxClosed", end, err)
+		}
+		if _, err := d.Pool().Exec(ctx, `TRUNCATE t`); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The caller's own transaction comes back as it is.
+	own, err := d.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Rollback(ctx)
+	if got, ok := PgxFromTx(TxFromPgx(own)); !ok || got != own {
+		t.Fatalf("PgxFromTx(TxFromPgx(tx)) = %v, %v; want tx, true", got, ok)
+	}
+	for name, tx := range map[string]driver.Tx{"reader": d.Reader(), "nil": nil} {
+		if _, ok := PgxFromTx(tx); ok {
+			t.Fatalf("PgxFromTx(%s): ok", name)
+		}
 	}
 }

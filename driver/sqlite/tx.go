@@ -29,6 +29,32 @@ type querier interface {
 // the transaction.
 func TxFromStdSQL(tx *sql.Tx) driver.Tx { return &sqlTx{q: tx} }
 
+// StdSQLFromTx returns tx as a *sql.Tx, for code written against
+// database/sql (sqlc's generated queries) to run in the transaction idem
+// handed out: the one idemhttp.Tx returns to a guarded handler, the one the
+// keeper's Do passes to its work. Statements sent through it are part of that
+// transaction, so they commit with the key and its outcome or roll back with
+// them. ok is false when tx is not a SQLite transaction of this package
+// (nil, Postgres's, or the reader pool Driver.Reader, which is no
+// transaction).
+//
+// The returned *sql.Tx is valid only while tx is: inside the handler or the
+// work. Its owner is tx's owner, never the caller: do not call its Commit or
+// Rollback (return an error from the work, or a 5xx from the handler, to roll
+// back). For a tx adapted by TxFromStdSQL, the caller's own *sql.Tx is
+// returned. Errors are database/sql's and the SQLite driver's own, not
+// mapped to the driver's sentinels.
+func StdSQLFromTx(tx driver.Tx) (*sql.Tx, bool) {
+	switch t := tx.(type) {
+	case *sqlTx:
+		stx, ok := t.q.(*sql.Tx)
+		return stx, ok
+	case *ownedTx:
+		return t.tx, true
+	}
+	return nil, false
+}
+
 type sqlTx struct{ q querier }
 
 func (t *sqlTx) Dialect() string { return dialect }
