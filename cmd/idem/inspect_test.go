@@ -14,13 +14,19 @@ import (
 	"github.com/idemhq/idem/internal/storage"
 )
 
-// runIdem runs the built binary to completion and returns its stdout,
-// stderr and exit code.
+// runIdem runs the built binary to completion in a directory of its own
+// and returns its stdout, stderr and exit code.
 func runIdem(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return runIdemIn(t, t.TempDir(), env, args...)
+}
+
+// runIdemIn is runIdem in the directory dir.
+func runIdemIn(t *testing.T, dir string, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
