@@ -92,6 +92,15 @@ func TestInspectCommands(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "balance         1000") {
 			t.Fatalf("balance as of the duplicate (%d): %s%s", code, out, stderr)
 		}
+		// Without a zone the moment is UTC, as in the console
+		// (inspect.ParseMoment).
+		if !strings.HasSuffix(dupAt, "Z") {
+			t.Fatalf("created_at %q is not in UTC", dupAt)
+		}
+		out, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "--as-of", strings.TrimSuffix(dupAt, "Z"), "wallet")
+		if code != 0 || !strings.Contains(out, "balance         1000") {
+			t.Fatalf("balance as of the duplicate, without a zone (%d): %s%s", code, out, stderr)
+		}
 		if _, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "nobody"); code == 0 || !strings.Contains(stderr, "no account") {
 			t.Fatalf("missing account (%d): %s", code, stderr)
 		}

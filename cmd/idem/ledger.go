@@ -12,12 +12,14 @@ import (
 )
 
 const ledgerUsage = `Usage:
-  idem ledger balance [--tenant T] [--as-of RFC3339] [--json] [--db URL] ACCOUNT
+  idem ledger balance [--tenant T] [--as-of TIME] [--json] [--db URL] ACCOUNT
   idem ledger verify  [--json] [--db URL]
 
 balance shows an account's debits, credits and balance as the ledger
-believed them at --as-of (default now). verify recomputes the whole ledger
-from its entries and exits non-zero when any invariant is broken.
+believed them at --as-of (default now): RFC 3339 such as
+2026-11-29T14:02:00Z, or without a zone (2026-11-29T14:02) for UTC.
+verify recomputes the whole ledger from its entries and exits non-zero
+when any invariant is broken.
 `
 
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,7 +40,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, common := inspectFlags("ledger balance", stderr)
-	asOfText := fs.String("as-of", "", "the moment, RFC 3339 such as 2026-11-29T14:02:00Z (default now)")
+	asOfText := fs.String("as-of", "", "the moment: RFC 3339 such as 2026-11-29T14:02:00Z, or without a zone for UTC (default now)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -49,8 +51,8 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var asOf time.Time
 	if *asOfText != "" {
-		if asOf, err = time.Parse(time.RFC3339Nano, *asOfText); err != nil {
-			return fmt.Errorf("--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
+		if asOf, err = inspect.ParseMoment(*asOfText); err != nil {
+			return fmt.Errorf("--as-of %q: %w", *asOfText, err)
 		}
 	}
 	d, err := common.open(ctx)
