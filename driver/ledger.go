@@ -214,7 +214,8 @@ type LedgerScanParams struct {
 	// Entries, by tenant, account and sequence.
 	Entries func(*LedgerEntry) error
 	// Transfers, by tenant and id, each with its entries (any number,
-	// as stored).
+	// as stored) without their running totals (DebitsPosted and
+	// CreditsPosted are zero: Entries has them).
 	Transfers func(*LedgerTransfer, []LedgerEntry) error
 	// ReversedTotals, by tenant and transfer id: the stored counters.
 	ReversedTotals func(tenant, transferID string, reversed int64) error

@@ -6,13 +6,21 @@ import "context"
 // table, in the orders LedgerScanParams states, and how it decodes a row.
 // The walk itself is the same on every database, so it lives here once.
 type LedgerScanQueries struct {
-	Accounts, Entries, Transfers, ReversedTotals string
+	Accounts, Entries, ReversedTotals string
+	// Transfers is one stream of two tables: every transfer followed by its
+	// entries, ordered by tenant and transfer id, the transfer first, then
+	// the entries by side (debit first) and account. A UNION ALL of both
+	// tables in that order, not a join: the database merges two ordered
+	// reads, and no plan can search the entries once per transfer (on
+	// SQLite, which joins only by nested loops, such a join searched the
+	// entries by tenant alone for every transfer: quadratic).
+	Transfers string
 
 	Account func(Rows) (*LedgerAccount, error)
 	Entry   func(Rows) (*LedgerEntry, error)
-	// TransferEntry decodes one row of the transfers query: a transfer
-	// joined with one of its entries, or with none (entry nil).
-	TransferEntry func(Rows) (LedgerTransfer, *LedgerEntry, error)
+	// TransferRow decodes one row of Transfers: a transfer, or an entry
+	// (the other nil). An entry carries no running totals.
+	TransferRow func(Rows) (*LedgerTransfer, *LedgerEntry, error)
 }
 
 // ScanLedger implements LedgerDriver.LedgerScan with a driver's queries.
@@ -40,8 +48,10 @@ func ScanLedger(ctx context.Context, tx Tx, q *LedgerScanQueries, p *LedgerScanP
 		}
 	}
 	if p.Transfers != nil {
-		// Rows come ordered by transfer: gather each one's entries, then
-		// hand the transfer over when the next begins.
+		// Each transfer comes right before its entries: gather them, then
+		// hand the transfer over when the next begins. An entry without
+		// its transfer row (which the foreign key forbids) follows another
+		// transfer's entries or none, and is not handed over.
 		var cur *LedgerTransfer
 		var entries []LedgerEntry
 		flush := func() error {
@@ -51,17 +61,16 @@ func ScanLedger(ctx context.Context, tx Tx, q *LedgerScanQueries, p *LedgerScanP
 			return p.Transfers(cur, entries)
 		}
 		if err := ScanEach(ctx, tx, q.Transfers, func(r Rows) error {
-			t, e, err := q.TransferEntry(r)
-			if err != nil {
+			t, e, err := q.TransferRow(r)
+			switch {
+			case err != nil:
 				return err
-			}
-			if cur == nil || cur.Tenant != t.Tenant || cur.ID != t.ID {
+			case t != nil:
 				if err := flush(); err != nil {
 					return err
 				}
-				cur, entries = &t, nil
-			}
-			if e != nil {
+				cur, entries = t, nil
+			case cur != nil && e.Tenant == cur.Tenant && e.TransferID == cur.ID:
 				entries = append(entries, *e)
 			}
 			return nil

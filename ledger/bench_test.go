@@ -229,3 +229,129 @@ func logPlan(b *testing.B, d driver.Driver, tenant string, asOf time.Time) {
 	}
 	b.Logf("%s as-of plan for %s:\n  %s", d.Dialect(), tenant, strings.Join(plan, "\n  "))
 }
+
+// BenchmarkVerify measures Verify over the whole ledger at 100k and at 1M
+// entries (50k, then 500k transfers over 1,000 accounts a tenant; the
+// second size adds a tenant to the first). Verify reads every row once, so
+// its time must grow linearly: the target is at most 30 s per million
+// entries on either driver (docs/benchmarks.md). s/Mentries is the time
+// per million entries; the two sizes side by side show the growth.
+func BenchmarkVerify(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			d := drivertest.Open(b, dialect)
+			ctx := context.Background()
+			transfers := 0
+			for _, entries := range []int{100_000, 1_000_000} {
+				add := entries/2 - transfers
+				start := time.Now()
+				fillLedger(b, d, fmt.Sprintf("verify-%d", entries), add)
+				transfers += add
+				b.Logf("%s: %d transfers added in %s", dialect, add, time.Since(start).Round(time.Millisecond))
+				b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+					for b.Loop() {
+						tx, err := d.BeginSnapshot(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						err = ledger.Verify(ctx, d, tx)
+						tx.Rollback(ctx) //nolint:errcheck // read-only
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6/float64(entries), "s/Mentries")
+				})
+			}
+		})
+	}
+}
+
+// fillAccounts is the number of accounts a fillLedger tenant has.
+const fillAccounts = 1000
+
+// fillLedgerSQL writes a sound ledger for a tenant in four statements:
+// fillAccounts accounts; n transfers, transfer i from account i mod 1000 to
+// the next one, of 1 + i mod 100, one millisecond apart, with ids in time
+// order as the ledger's own UUIDv7s are; their entries, numbered per
+// account with running totals (window sums); and each account's totals from
+// its newest entry. Parameters: tenant, base time, n, accounts (accounts:
+// tenant, base time, accounts; totals: tenant). Test-only SQL: the ledger
+// never writes this way, and Verify checks the result.
+var fillLedgerSQL = map[string][4]string{
+	"postgres": {
+		`INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits, created_at)
+		 SELECT $1, 'a' || i, 'USD', false, false, $2::timestamptz FROM generate_series(0, $3::int - 1) AS i`,
+		`INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency, created_at)
+		 SELECT $1, 't' || lpad(i::text, 9, '0'), 'a' || (i % $4::int), 'a' || ((i + 1) % $4::int), 1 + i % 100, 'USD',
+		        $2::timestamptz + i * interval '1 millisecond'
+		   FROM generate_series(1, $3::int) AS i`,
+		`INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at)
+		 SELECT $1, acct, row_number() OVER w, 't' || lpad(i::text, 9, '0'), amt, credit,
+		        sum(CASE WHEN credit THEN 0 ELSE amt END) OVER w, sum(CASE WHEN credit THEN amt ELSE 0 END) OVER w,
+		        $2::timestamptz + i * interval '1 millisecond'
+		   FROM (SELECT i, 'a' || (i % $4::int) AS acct, false AS credit, 1 + i % 100 AS amt FROM generate_series(1, $3::int) AS i
+		         UNION ALL
+		         SELECT i, 'a' || ((i + 1) % $4::int), true, 1 + i % 100 FROM generate_series(1, $3::int) AS i) AS legs
+		 WINDOW w AS (PARTITION BY acct ORDER BY i ROWS UNBOUNDED PRECEDING)
+		 ORDER BY i, credit`, // in the heap in time order, as posting leaves them
+		`UPDATE ledger_accounts a
+		    SET debits_posted = e.debits_posted, credits_posted = e.credits_posted, sequence = e.sequence, last_entry_at = e.created_at
+		   FROM (SELECT DISTINCT ON (account_id) account_id, sequence, debits_posted, credits_posted, created_at
+		           FROM ledger_entries WHERE tenant = $1 ORDER BY account_id, sequence DESC) AS e
+		  WHERE a.tenant = $1 AND a.id = e.account_id`,
+	},
+	"sqlite": {
+		`WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < ?3 - 1)
+		 INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits, created_at)
+		 SELECT ?1, 'a' || i, 'USD', 0, 0, ?2 FROM s`,
+		`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?3)
+		 INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency, created_at)
+		 SELECT ?1, printf('t%09d', i), 'a' || (i % ?4), 'a' || ((i + 1) % ?4), 1 + i % 100, 'USD', ?2 + i * 1000 FROM s`,
+		`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?3),
+		 legs AS (SELECT i, 'a' || (i % ?4) AS acct, 0 AS credit, 1 + i % 100 AS amt FROM s
+		          UNION ALL
+		          SELECT i, 'a' || ((i + 1) % ?4), 1, 1 + i % 100 FROM s)
+		 INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at)
+		 SELECT ?1, acct, row_number() OVER w, printf('t%09d', i), amt, credit,
+		        sum((1 - credit) * amt) OVER w, sum(credit * amt) OVER w, ?2 + i * 1000
+		   FROM legs
+		 WINDOW w AS (PARTITION BY acct ORDER BY i ROWS UNBOUNDED PRECEDING)`,
+		`UPDATE ledger_accounts
+		    SET (debits_posted, credits_posted, sequence, last_entry_at) =
+		        (SELECT debits_posted, credits_posted, sequence, created_at FROM ledger_entries e
+		          WHERE e.tenant = ledger_accounts.tenant AND e.account_id = ledger_accounts.id
+		          ORDER BY sequence DESC LIMIT 1)
+		  WHERE tenant = ?1`,
+	},
+}
+
+// fillLedger adds a tenant of n transfers (2n entries) to the ledger, in
+// one transaction, and refreshes the planner's statistics as autovacuum
+// would after a load this size.
+func fillLedger(b *testing.B, d driver.Driver, tenant string, n int) {
+	b.Helper()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var at any = base
+	if d.Dialect() == "sqlite" {
+		at = base.UnixMicro()
+	}
+	q := fillLedgerSQL[d.Dialect()]
+	must(b, d, func(tx driver.Tx) error {
+		for _, s := range []struct {
+			sql  string
+			args []any
+		}{
+			{q[0], []any{tenant, at, fillAccounts}},
+			{q[1], []any{tenant, at, n, fillAccounts}},
+			{q[2], []any{tenant, at, n, fillAccounts}},
+			{q[3], []any{tenant}},
+			{"ANALYZE", nil},
+		} {
+			if _, err := tx.Exec(context.Background(), s.sql, s.args...); err != nil {
+				return fmt.Errorf("%s: %w", s.sql, err)
+			}
+		}
+		return nil
+	})
+}

@@ -638,3 +638,38 @@ func TestAccountIDsAreURLSegments(t *testing.T) {
 		}
 	})
 }
+
+// Verify reads the transfers and their entries as one merged stream: each
+// transfer must get its own entries and no other's, across tenants that
+// reuse ids, and a transfer without entries must still be seen.
+func TestVerifyMatchesEntriesToTheirTransfer(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		l := newLedger(t, d)
+		ctx := context.Background()
+		for _, tn := range []string{tenant, "other"} {
+			createAccount(t, d, l, tn, usd("a"))
+			createAccount(t, d, l, tn, usd("b"))
+			post(t, d, l, tn,
+				ledger.NewTransfer{ID: "t", DebitAccountID: "a", CreditAccountID: "b", Amount: 9, Currency: "USD"},
+				ledger.NewTransfer{ID: "u", DebitAccountID: "b", CreditAccountID: "a", Amount: 4, Currency: "USD"})
+		}
+		verify(t, d)
+		// A transfer row without entries, written behind the ledger's back.
+		var at any = time.Now()
+		if d.Dialect() == "sqlite" {
+			at = time.Now().UnixMicro()
+		}
+		must(t, d, func(tx driver.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency, created_at)
+			                        VALUES ('acme', 'ghost', 'a', 'b', 5, 'USD', $1)`, at)
+			return err
+		})
+		err := inTx(t, d, func(tx driver.Tx) error { return ledger.Verify(ctx, d, tx) })
+		var ve *ledger.VerifyError
+		if !errors.As(err, &ve) || len(ve.Violations) != 2 || !strings.Contains(ve.Violations[0], "transfer acme/ghost: 0 entries, want 2") ||
+			!strings.Contains(ve.Violations[1], "transfer acme/ghost: 0 debit(s) and 0 credit(s)") {
+			t.Fatalf("verify = %v, want only the transfer without entries reported", err)
+		}
+	})
+}

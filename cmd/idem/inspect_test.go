@@ -14,13 +14,19 @@ import (
 	"github.com/idemhq/idem/internal/storage"
 )
 
-// runIdem runs the built binary to completion and returns its stdout,
-// stderr and exit code.
+// runIdem runs the built binary to completion in a directory of its own
+// and returns its stdout, stderr and exit code.
 func runIdem(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return runIdemIn(t, t.TempDir(), env, args...)
+}
+
+// runIdemIn is runIdem in the directory dir.
+func runIdemIn(t *testing.T, dir string, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -89,6 +95,15 @@ func TestInspectCommands(t *testing.T) {
 		out, stderr, code = runIdem(t, []string{"IDEM_CURRENCY_EXPONENTS=EUR=3"}, "ledger", "balance", "--db", db, "wallet")
 		if code != 0 || !strings.Contains(out, "balance         1.500 EUR (1500)") {
 			t.Fatalf("balance with a configured exponent (%d): %s%s", code, out, stderr)
+		}
+		// Without a zone the moment is UTC, as in the console
+		// (inspect.ParseMoment).
+		if !strings.HasSuffix(dupAt, "Z") {
+			t.Fatalf("created_at %q is not in UTC", dupAt)
+		}
+		out, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "--as-of", strings.TrimSuffix(dupAt, "Z"), "wallet")
+		if code != 0 || !strings.Contains(out, "balance         10.00 EUR (1000)") {
+			t.Fatalf("balance as of the duplicate, without a zone (%d): %s%s", code, out, stderr)
 		}
 		if _, stderr, code = runIdem(t, nil, "ledger", "balance", "--db", db, "nobody"); code == 0 || !strings.Contains(stderr, "no account") {
 			t.Fatalf("missing account (%d): %s", code, stderr)

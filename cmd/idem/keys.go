@@ -82,16 +82,18 @@ func inspectFlags(name string, stderr io.Writer) (*flag.FlagSet, *inspectCommon)
 	return fs, c
 }
 
-// open opens the database the way serve does: --db, else IDEM_DB, else the
-// configuration file's db, else the embedded default.
+// open opens, read-only, the database serve uses: --db, else IDEM_DB, else
+// the configuration file's db, else the embedded default.
 func (c *inspectCommon) open(ctx context.Context) (driver.Driver, error) {
-	return openDB(ctx, c.db, c.configFile)
+	return openDB(ctx, c.db, c.configFile, true)
 }
 
-// openDB opens the database named by a --db value and a --config file, each
-// of which may be empty, with IDEM_DB and IDEM_CONFIG read as serve reads
-// them.
-func openDB(ctx context.Context, db, configFile string) (driver.Driver, error) {
+// openDB opens the existing database named by a --db value and a --config
+// file, each of which may be empty, with IDEM_DB and IDEM_CONFIG read as
+// serve reads them. It never creates a database or migrates one: a command
+// pointed at the wrong place says so instead of answering from an empty
+// database (storage.OpenExisting).
+func openDB(ctx context.Context, db, configFile string, readOnly bool) (driver.Driver, error) {
 	var args []string
 	if db != "" {
 		args = append(args, "--db", db)
@@ -103,7 +105,7 @@ func openDB(ctx context.Context, db, configFile string) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return storage.Open(ctx, cfg.DB)
+	return storage.OpenExisting(ctx, cfg.DB, readOnly)
 }
 
 // parseInterspersed parses flags that may come after positional arguments

@@ -16,16 +16,17 @@ import (
 )
 
 const ledgerUsage = `Usage:
-  idem ledger balance [--tenant T] [--as-of RFC3339] [--json] [--db URL]
+  idem ledger balance [--tenant T] [--as-of TIME] [--json] [--db URL]
                       [--currency-exponents CODE=N,…] ACCOUNT
   idem ledger verify  [--json] [--db URL]
 
 balance shows an account's debits, credits and balance as the ledger
-believed them at --as-of (default now), in major units by the currency's
-ISO 4217 exponent (--currency-exponents for other codes) with the stored
-integer beside them; --json gives the integers. verify recomputes the
-whole ledger from its entries and exits non-zero when any invariant is
-broken.
+believed them at --as-of (default now): RFC 3339 such as
+2026-11-29T14:02:00Z, or without a zone (2026-11-29T14:02) for UTC. It
+shows them in major units by the currency's ISO 4217 exponent
+(--currency-exponents for other codes) with the stored integer beside
+them; --json gives the integers. verify recomputes the whole ledger from
+its entries and exits non-zero when any invariant is broken.
 `
 
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +47,7 @@ func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, common := inspectFlags("ledger balance", stderr)
-	asOfText := fs.String("as-of", "", "the moment, RFC 3339 such as 2026-11-29T14:02:00Z (default now)")
+	asOfText := fs.String("as-of", "", "the moment: RFC 3339 such as 2026-11-29T14:02:00Z, or without a zone for UTC (default now)")
 	exponents := fs.String("currency-exponents", "", "CODE=N,… minor-unit exponents of currencies beyond ISO 4217 (env IDEM_CURRENCY_EXPONENTS)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -58,9 +59,9 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var asOf *time.Time // nil: now
 	if *asOfText != "" {
-		t, err := time.Parse(time.RFC3339Nano, *asOfText)
+		t, err := inspect.ParseMoment(*asOfText)
 		if err != nil {
-			return cli.Usagef("ledger balance", "--as-of %q: want an RFC 3339 time such as 2026-11-29T14:02:00Z", *asOfText)
+			return cli.Usagef("ledger balance", "--as-of %q: %w", *asOfText, err)
 		}
 		asOf = &t
 	}
@@ -68,7 +69,11 @@ func ledgerBalance(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	d, err := common.open(ctx)
+	// Not read-only: a balance as of a recent moment waits for the
+	// account's writers still committing, in a read-write transaction that
+	// writes nothing and is rolled back (docs/ledger.md). It still never
+	// creates or migrates a database.
+	d, err := openDB(ctx, common.db, common.configFile, false)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,10 @@ import (
 
 // outboxCmd is `idem outbox stats|list --dead|redrive ID`.
 func outboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// Only redrive writes.
+	readOnly := len(args) == 0 || args[0] != "redrive"
 	open := func(ctx context.Context, db, configFile string) (inspect.OutboxView, func(), error) {
-		d, err := openDB(ctx, db, configFile)
+		d, err := openDB(ctx, db, configFile, readOnly)
 		if err != nil {
 			return nil, nil, err
 		}

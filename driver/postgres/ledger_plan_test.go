@@ -92,3 +92,64 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 		}
 	}
 }
+
+// Verify reads every transfer with its entries as one stream of both tables
+// (a UNION ALL in transfer order, not a join). Nothing indexes the entries
+// by transfer, so any plan that looked them up per transfer, as a nested
+// loop over a join did on SQLite, would read all of a tenant's entries for
+// every transfer: quadratic. The plan must read each table once.
+func TestLedgerScanReadsEachTableOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, sql := range []string{
+		`INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
+		                              credits_must_not_exceed_debits, created_at)
+		 SELECT 'acme', 'acc-' || i, 'EUR', false, false, now() FROM generate_series(0, 99) i`,
+		`INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency, created_at)
+		 SELECT 'acme', 'tr-' || i, 'acc-' || (i % 100), 'acc-' || ((i + 1) % 100), 1, 'EUR', now()
+		   FROM generate_series(1, 2000) i`,
+		// Two entries a transfer; running totals do not matter to the plan.
+		`INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
+		                             debits_posted, credits_posted, created_at)
+		 SELECT 'acme', 'acc-' || ((i + c) % 100), i, 'tr-' || i, 1, c = 1, 0, 0, now()
+		   FROM generate_series(1, 2000) i, generate_series(0, 1) c`,
+		`ANALYZE`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+sqlLedgerScanTransfers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if strings.Contains(text, "Nested Loop") || strings.Count(text, " on ledger_transfers") != 1 ||
+		strings.Count(text, " on ledger_entries") != 1 {
+		t.Errorf("the scan does not read each table once:\n%s", text)
+	}
+}

@@ -36,6 +36,10 @@ type Config struct {
 	// SearchPath, when set, is the schema search path of every connection
 	// (tests use a schema each). Default: the server's.
 	SearchPath string
+	// ReadOnly makes every transaction read-only unless it asks otherwise
+	// (default_transaction_read_only), for operator commands that must
+	// not write. Default false.
+	ReadOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -94,6 +98,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(cfg.LockTimeout.Milliseconds(), 10)
 	if cfg.SearchPath != "" {
 		pcfg.ConnConfig.RuntimeParams["search_path"] = cfg.SearchPath
+	}
+	if cfg.ReadOnly {
+		pcfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -85,16 +85,22 @@ SELECT ` + ledgerEntryCols + ` FROM ledger_entries
  ORDER BY sequence DESC LIMIT ?4`
 
 const (
-	sqlLedgerScanAccounts  = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts ORDER BY tenant, id`
-	sqlLedgerScanEntries   = `SELECT ` + ledgerEntryCols + ` FROM ledger_entries ORDER BY tenant, account_id, sequence`
-	sqlLedgerScanReversed  = `SELECT tenant, transfer_id, reversed FROM ledger_reversed_totals ORDER BY tenant, transfer_id`
+	sqlLedgerScanAccounts = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts ORDER BY tenant, id`
+	sqlLedgerScanEntries  = `SELECT ` + ledgerEntryCols + ` FROM ledger_entries ORDER BY tenant, account_id, sequence`
+	sqlLedgerScanReversed = `SELECT tenant, transfer_id, reversed FROM ledger_reversed_totals ORDER BY tenant, transfer_id`
+	// Both tables in one order, merged (driver.LedgerScanQueries): a
+	// transfer's row (kind 0), then its entries' (kind 1). The NULLs fill
+	// the other table's columns. SQLite reads the transfers in key order
+	// and sorts the entries by transfer, then merges the two.
 	sqlLedgerScanTransfers = `
-SELECT t.tenant, t.id, t.debit_account_id, t.credit_account_id, t.amount, t.currency, t.metadata,
-       coalesce(t.reverses_id, ''), coalesce(t.reason, ''), t.created_at,
-       e.account_id, e.sequence, e.amount, e.credit, e.debits_posted, e.credits_posted, e.created_at
-  FROM ledger_transfers t
-  LEFT JOIN ledger_entries e ON e.tenant = t.tenant AND e.transfer_id = t.id
- ORDER BY t.tenant, t.id, e.credit, e.account_id`
+SELECT tenant, id, 0 AS kind, debit_account_id, credit_account_id, amount, currency, metadata,
+       coalesce(reverses_id, ''), coalesce(reason, ''), created_at,
+       NULL AS credit, NULL AS account_id, NULL AS sequence
+  FROM ledger_transfers
+ UNION ALL
+SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, created_at, credit, account_id, sequence
+  FROM ledger_entries
+ ORDER BY tenant, id, kind, credit, account_id`
 )
 
 func (d *Driver) LedgerAccountInsert(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountInsertParams) (*driver.LedgerAccountInsertResult, error) {
@@ -235,30 +241,30 @@ var ledgerScan = driver.LedgerScanQueries{
 	ReversedTotals: sqlLedgerScanReversed,
 	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
 	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
-	TransferEntry:  scanLedgerTransferEntry,
+	TransferRow:    scanLedgerTransferRow,
 }
 
-// scanLedgerTransferEntry decodes a transfer joined with one of its
-// entries (the entry's columns are NULL when it has none).
-func scanLedgerTransferEntry(r driver.Rows) (driver.LedgerTransfer, *driver.LedgerEntry, error) {
-	var t driver.LedgerTransfer
-	var meta, acct *string
-	var created int64
-	var seq, amt, deb, cred, entryAt *int64
-	var credit *bool
-	if err := r.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-		&meta, &t.ReversesID, &t.Reason, &created,
-		&acct, &seq, &amt, &credit, &deb, &cred, &entryAt); err != nil {
-		return t, nil, err
+// scanLedgerTransferRow decodes a row of sqlLedgerScanTransfers: a
+// transfer, or an entry of the transfer before it.
+func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.LedgerEntry, error) {
+	var tenant, id string
+	var kind, amount, at int64
+	var debit, credit, currency, meta, reverses, reason, acct *string
+	var isCredit *bool
+	var seq *int64
+	if err := r.Scan(&tenant, &id, &kind, &debit, &credit, &amount, &currency, &meta, &reverses, &reason, &at,
+		&isCredit, &acct, &seq); err != nil {
+		return nil, nil, err
 	}
-	t.Metadata = textBytes(meta)
-	t.CreatedAt = fromMicros(created)
-	if acct == nil {
-		return t, nil, nil
+	if kind == 0 {
+		return &driver.LedgerTransfer{Tenant: tenant, ID: id, DebitAccountID: *debit, CreditAccountID: *credit,
+			Amount: amount, Currency: *currency, Metadata: textBytes(meta), ReversesID: *reverses, Reason: *reason,
+			CreatedAt: fromMicros(at)}, nil, nil
 	}
-	return t, &driver.LedgerEntry{Tenant: t.Tenant, AccountID: *acct, Sequence: *seq, TransferID: t.ID,
-		Amount: *amt, Credit: *credit, DebitsPosted: *deb, CreditsPosted: *cred, CreatedAt: fromMicros(*entryAt)}, nil
+	return nil, &driver.LedgerEntry{Tenant: tenant, AccountID: *acct, Sequence: *seq, TransferID: id,
+		Amount: amount, Credit: *isCredit, CreatedAt: fromMicros(at)}, nil
 }
+
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
 	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {

@@ -35,6 +35,12 @@ type Config struct {
 	BusyTimeout time.Duration
 	// ReadConns bounds the read-only pool. Default 4; bound 1..64.
 	ReadConns int
+	// ReadOnly opens an existing database for reading only (SQLite's
+	// mode=ro), for operator commands: neither the file nor its directory
+	// is created (a missing file fails Open with an error wrapping
+	// fs.ErrNotExist), and every write, Migrate's included, fails. Default
+	// false.
+	ReadOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -69,7 +75,8 @@ type Driver struct {
 
 var _ driver.Driver = (*Driver)(nil)
 
-// Open opens (creating when missing) the database file. It does not migrate.
+// Open opens (creating when missing, unless ReadOnly) the database file. It
+// does not migrate.
 func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -79,12 +86,23 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o750); err != nil {
+	q := url.Values{}
+	if cfg.ReadOnly {
+		// mode=ro alone refuses a missing file too, but with SQLite's
+		// "unable to open database file": say which file.
+		if _, err := os.Stat(cfg.Path); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
+		}
+		q.Set("mode", "ro")
+	} else if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create directory: %w", err)
 	}
-	q := url.Values{}
 	q.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
-	q.Set("_journal_mode", "WAL")
+	if !cfg.ReadOnly {
+		// Setting WAL writes the file; a database idem created is in WAL
+		// mode already.
+		q.Set("_journal_mode", "WAL")
+	}
 	q.Set("_synchronous", "FULL") // a committed outcome survives power loss
 	q.Set("_foreign_keys", "on")
 	q.Set("_txlock", "immediate")

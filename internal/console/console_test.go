@@ -331,6 +331,11 @@ func TestAccountTimeTravel(t *testing.T) {
 			if got := balanceOn(t, page); got != 1000 {
 				t.Errorf("as of the duplicate: balance %d, want 1000", got)
 			}
+			// Without a zone it is UTC, as for idem ledger balance --as-of.
+			_, page = get(t, base+"&as_of="+url.QueryEscape(s.Second.CreatedAt.UTC().Format("2006-01-02T15:04:05.999999")))
+			if got := balanceOn(t, page); got != 1000 {
+				t.Errorf("as of the duplicate without a zone: balance %d, want 1000", got)
+			}
 			// The partial view is what the slider's script swaps in.
 			_, page = get(t, base+"&at=2&partial=1")
 			if strings.Contains(page, "<html") || balanceOn(t, page) != 1500 {

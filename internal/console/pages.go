@@ -194,9 +194,9 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 	}
 	var asOf *time.Time // nil: now
 	if p["as_of"] != "" {
-		t, err := parseMoment(p["as_of"])
+		t, err := inspect.ParseMoment(p["as_of"])
 		if err != nil {
-			data["Problem"] = err.Error()
+			data["Problem"] = "as of: " + err.Error()
 			c.render(w, r, http.StatusBadRequest, "account", data)
 			return
 		}
@@ -223,17 +223,6 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "account", data)
-}
-
-// parseMoment reads an exact time: RFC 3339, or the datetime-local form
-// (2026-11-29T14:02 or with seconds) taken as UTC.
-func parseMoment(s string) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, errors.New("as of: want a time such as 2026-11-29T14:02:00Z (RFC 3339; without a zone it is UTC)")
 }
 
 // accountView fills data with the account, the slider's moments, and the

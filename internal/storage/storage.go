@@ -3,7 +3,10 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -21,23 +24,118 @@ const DefaultDir = "idem-data"
 //	postgres://…, postgresql://…   PostgreSQL
 //	sqlite:PATH, file:PATH     SQLite at PATH
 //
-// It does not migrate.
+// A SQLite file is created when missing. It does not migrate.
 func Open(ctx context.Context, dbURL string) (driver.Driver, error) {
+	path, pgURL, err := parse(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if pgURL != "" {
+		return postgres.Open(ctx, postgres.Config{URL: pgURL})
+	}
+	return sqlite.Open(ctx, sqlite.Config{Path: path})
+}
+
+// ErrNoDatabase: there is no idem database where an operator's command was
+// pointed (no SQLite file, or a database without idem's tables).
+var ErrNoDatabase = errors.New("no idem database")
+
+// ErrSchemaVersion: the database's schema is older or newer than this
+// binary's.
+var ErrSchemaVersion = errors.New("idem database schema version differs")
+
+// OpenExisting opens the database named by dbURL (read as Open reads it)
+// for an operator's command (idem keys, ledger, outbox), which works on
+// the database idem serve created and migrated: it never creates a SQLite
+// file and never migrates. With readOnly, SQLite is opened read-only
+// (mode=ro) and Postgres transactions default to read-only. A database
+// that is missing, has no idem schema (ErrNoDatabase) or has another
+// schema version than this binary (ErrSchemaVersion) is refused with an
+// error that says where it looked and what to do.
+func OpenExisting(ctx context.Context, dbURL string, readOnly bool) (driver.Driver, error) {
+	path, pgURL, err := parse(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	var d driver.Driver
+	where, hint := Redact(pgURL), "pass --db with the URL idem serve uses, search_path included"
+	if pgURL != "" {
+		d, err = postgres.Open(ctx, postgres.Config{URL: pgURL, ReadOnly: readOnly})
+	} else {
+		where, hint = displayPath(path), "run where serve ran or pass --db"
+		if _, statErr := os.Stat(path); errors.Is(statErr, fs.ErrNotExist) {
+			return nil, &openError{ErrNoDatabase, fmt.Sprintf("no idem database at %s — %s", where, hint)}
+		}
+		d, err = sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: readOnly})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, d, where, hint); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// checkSchema refuses a database this binary cannot run on: migrations
+// pending (its queries would meet missing tables or indexes; idem serve and
+// idem migrate bring it up to date), or a newer schema whose migrations do
+// not declare this binary compatible (driver.SchemaStatus).
+func checkSchema(ctx context.Context, d driver.Driver, where, hint string) error {
+	st, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version at %s: %w", where, err)
+	}
+	switch {
+	case st.Applied == 0:
+		return &openError{ErrNoDatabase, fmt.Sprintf("no idem database at %s: it has no idem tables — %s", where, hint)}
+	case st.Pending():
+		return &openError{ErrSchemaVersion, fmt.Sprintf("the idem database at %s has schema version %d, this idem needs %d — "+
+			"run idem migrate with this binary (or start its serve, which migrates) first", where, st.Applied, st.Latest)}
+	case st.TooNew():
+		return &openError{ErrSchemaVersion, fmt.Sprintf("the idem database at %s has schema version %d, which needs an idem of migration %d or later; this idem has %d — "+
+			"use the idem binary that serves it", where, st.Applied, st.Required, st.Latest)}
+	}
+	return nil
+}
+
+// openError is a refusal of OpenExisting: a sentence for the operator,
+// classified by one of the sentinels.
+type openError struct {
+	kind error
+	msg  string
+}
+
+func (e *openError) Error() string { return e.msg }
+func (e *openError) Unwrap() error { return e.kind }
+
+// parse splits dbURL into a SQLite path or a Postgres URL (one is empty).
+func parse(dbURL string) (path, pgURL string, err error) {
 	switch {
 	case dbURL == "":
-		return sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(DefaultDir, "idem.db")})
+		return filepath.Join(DefaultDir, "idem.db"), "", nil
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
-		return postgres.Open(ctx, postgres.Config{URL: dbURL})
+		return "", dbURL, nil
 	case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
 		_, path, _ := strings.Cut(dbURL, ":")
 		path = strings.TrimPrefix(path, "//")
 		if path == "" {
-			return nil, fmt.Errorf("--db %q: no SQLite path", dbURL)
+			return "", "", fmt.Errorf("--db %q: no SQLite path", dbURL)
 		}
-		return sqlite.Open(ctx, sqlite.Config{Path: path})
+		return path, "", nil
 	default:
-		return nil, fmt.Errorf("--db %q: want postgres://…, sqlite:PATH, or nothing for the embedded default", Redact(dbURL))
+		return "", "", fmt.Errorf("--db %q: want postgres://…, sqlite:PATH, or nothing for the embedded default", Redact(dbURL))
 	}
+}
+
+// displayPath writes a relative path as ./path, so that a message names the
+// place relative to the directory the command ran in.
+func displayPath(path string) string {
+	if filepath.IsAbs(path) || strings.HasPrefix(path, ".") {
+		return path
+	}
+	return "." + string(filepath.Separator) + path
 }
 
 // Redact hides the password of a database URL, for logs and errors.
