@@ -41,8 +41,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/failpoint"
+	"github.com/idemhq/idem/internal/tracing"
 )
 
 // Key names one idempotent operation: the tenant it belongs to (Scope), what
@@ -118,6 +124,11 @@ type Config struct {
 	// Logger receives the janitor's errors and the panics of work (with
 	// the key and the stack). Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the keeper's spans: idem.Do around each
+	// call, idem.claim around the key's claim, idem.wait while a copy
+	// waits for an in-process twin. Default otel.GetTracerProvider(), the
+	// API's no-op until the program sets one.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -141,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	return c
 }
@@ -170,6 +184,7 @@ type Keeper struct {
 	flights map[driver.KeyID]*flight
 
 	fingerprints fingerprintMemo
+	tracer       trace.Tracer
 
 	testHooks testHooks
 }
@@ -207,7 +222,8 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight)}, nil
+	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
+		tracer: cfg.TracerProvider.Tracer(tracing.Module)}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -235,7 +251,13 @@ func (k *Keeper) Config() Config { return k.cfg }
 // process, which is how net/http treats a handler's panic too. Callers
 // answer it as any failure that stored nothing (idemhttp and the webhook
 // intake answer 500, so the sender retries).
-func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error) {
+func (k *Keeper) Do(ctx context.Context, req Request, work Work) (res Result, err error) {
+	ctx, span := k.start(ctx, "idem.Do", req.Key)
+	defer func() { endSpan(span, res, err) }()
+	return k.do(ctx, req, work)
+}
+
+func (k *Keeper) do(ctx context.Context, req Request, work Work) (Result, error) {
 	fp, err := k.prepare(&req)
 	if err != nil {
 		return Result{}, err
@@ -279,11 +301,15 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (Result, error)
 			k.testHooks.joined(req.Key)
 		}
 
+		_, wait := k.tracer.Start(ctx, "idem.wait")
 		select {
 		case <-f.done:
+			wait.End()
 		case <-deadline.C:
+			wait.End()
 			return Result{}, ErrInFlight
 		case <-ctx.Done():
+			wait.End()
 			return Result{}, ctx.Err()
 		}
 		if f.err != nil {
@@ -325,10 +351,12 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, 
 // in Do; on that error, as on any other, the caller must roll back. A nil
 // tx, or one of another database than the keeper's, is refused before
 // anything runs (driver.ErrNoTx, driver.ErrWrongDialect, wrapped).
-func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (Result, error) {
+func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (res Result, err error) {
 	if err := driver.CheckTx(k.d, tx); err != nil {
 		return Result{}, fmt.Errorf("idem: %w", err)
 	}
+	ctx, span := k.start(ctx, "idem.DoTx", req.Key)
+	defer func() { endSpan(span, res, err) }()
 	fp, err := k.prepare(&req)
 	if err != nil {
 		return Result{}, err
@@ -370,9 +398,16 @@ func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWai
 
 func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []byte, work Work) (Result, error) {
 	now := k.cfg.Clock()
+	// The claim may wait on a twin's row lock in the database: its own span
+	// shows that wait apart from the work's.
+	_, span := k.tracer.Start(ctx, "idem.claim")
 	claim, err := k.d.KeyClaim(ctx, tx, &driver.KeyClaimParams{
 		ID: key.id(), Fingerprint: fp, Now: now, ExpiresAt: now.Add(k.cfg.Retention),
 	})
+	if span.IsRecording() && err == nil {
+		span.SetAttributes(attribute.Bool("idem.claimed", claim.Claimed))
+	}
+	span.End()
 	if errors.Is(err, driver.ErrLockTimeout) {
 		return Result{}, fmt.Errorf("%w: %w", ErrInFlight, err)
 	}
@@ -419,6 +454,29 @@ func (k *Keeper) runWork(ctx context.Context, tx driver.Tx, key Key, work Work) 
 		err = pe
 	}()
 	return work(ctx, tx)
+}
+
+// start begins the span of one keeper call. Attributes are set only on a
+// recording span: with tracing off the call costs the API's no-op.
+func (k *Keeper) start(ctx context.Context, name string, key Key) (context.Context, trace.Span) {
+	ctx, span := k.tracer.Start(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("idem.operation", key.Operation))
+	}
+	return ctx, span
+}
+
+// endSpan records how a keeper call ended: idem.replayed for an answer
+// from storage (or from an in-process twin), an error status otherwise.
+func endSpan(span trace.Span, res Result, err error) {
+	if span.IsRecording() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(attribute.Bool("idem.replayed", res.Replayed))
+		}
+	}
+	span.End()
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError

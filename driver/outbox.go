@@ -89,6 +89,10 @@ type OutboxRow struct {
 	Payload   []byte // JSON
 	Headers   []byte // JSON object of strings, or nil
 	CreatedAt time.Time
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that enqueued the row ("" when it was not traced: stored as NULL).
+	TraceParent string
+	TraceState  string
 	// Tx and Pos are the row's list position: GET /v1/events lists rows in
 	// (Tx, Pos) order, and a cursor is the last row's pair. Pos is drawn at
 	// insert. SQLite serializes writers, so Pos alone is the commit order

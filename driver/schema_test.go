@@ -21,7 +21,9 @@ func TestSchemaNewerThanBinary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !st.Runnable() || st.Applied != st.Latest || st.Required != st.Latest {
+		// Required is below Latest when the newest migration is an expand
+		// step (compatible-from), never above.
+		if !st.Runnable() || st.Applied != st.Latest || st.Required > st.Latest {
 			t.Fatalf("fresh schema status %+v", st)
 		}
 		latest := st.Latest

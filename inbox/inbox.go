@@ -7,6 +7,10 @@
 // ack before the commit loses the message if the process dies in between.
 // The id is the producer's stable message id (for idem's outbox, the outbox
 // row's id), never a broker sequence number; see docs/keys.md.
+//
+// Process runs in a span (kind consumer) of the global TracerProvider; put
+// the message's trace headers in ctx first (ContinueTrace) and that span
+// continues the producer's trace.
 package inbox
 
 import (
@@ -15,7 +19,13 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/tracing"
 )
 
 // Limits on names and ids.
@@ -29,12 +39,27 @@ var ErrInvalid = errors.New("inbox: invalid consumer or message id")
 
 // Inbox records processed messages on one database.
 type Inbox struct {
-	d   driver.Driver
-	now func() time.Time
+	d      driver.Driver
+	now    func() time.Time
+	tracer trace.Tracer
 }
 
-// New returns the inbox of d.
-func New(d driver.Driver) *Inbox { return &Inbox{d: d, now: time.Now} }
+// New returns the inbox of d. Its spans go to otel.GetTracerProvider(),
+// the API's no-op until the program sets one.
+func New(d driver.Driver) *Inbox {
+	return &Inbox{d: d, now: time.Now, tracer: otel.GetTracerProvider().Tracer(tracing.Module + "/inbox")}
+}
+
+// ContinueTrace returns ctx with the producer's trace context read from a
+// delivered message's headers by header (the W3C traceparent and
+// tracestate, which idem's relay sets: outbox.HeaderTraceParent), so that
+// Process's span, and the spans of its fn, join the producer's trace. It
+// returns ctx unchanged when the message has no valid traceparent. For
+// NATS pass msg.Header.Get, for a webhook r.Header.Get; for a Kafka record
+// a function that finds the record header of that name.
+func ContinueTrace(ctx context.Context, header func(name string) string) context.Context {
+	return tracing.Parse(ctx, header(tracing.HeaderParent), header(tracing.HeaderState))
+}
 
 // Process runs fn in tx once per (consumer, msgID): the first call records
 // the id and runs fn; later calls (after that transaction committed) return
@@ -43,10 +68,27 @@ func New(d driver.Driver) *Inbox { return &Inbox{d: d, now: time.Now} }
 // back, which also forgets the id, so a redelivery tries again. Ack the
 // message only after committing tx. A nil tx, or one of another database
 // than the inbox's, is refused (driver.CheckTx).
+//
+// Process runs in a span "process <consumer>" of kind consumer, a child of
+// ctx's span or of the remote context ContinueTrace put in ctx; fn gets
+// the span's context.
 func (in *Inbox) Process(ctx context.Context, tx driver.Tx, consumer, msgID string, fn func(ctx context.Context, tx driver.Tx) error) (duplicate bool, err error) {
 	if err := driver.CheckTx(in.d, tx); err != nil {
 		return false, fmt.Errorf("inbox: %w", err)
 	}
+	ctx, span := in.tracer.Start(ctx, "process "+consumer, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("messaging.operation.type", "process"),
+				attribute.String("messaging.consumer.group.name", consumer),
+				attribute.String("messaging.message.id", msgID),
+				attribute.Bool("idem.duplicate", duplicate))
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End()
+	}()
 	if consumer == "" || len(consumer) > MaxConsumerLen || msgID == "" || len(msgID) > MaxIDLen {
 		return false, fmt.Errorf("%w: consumer %q, id %q", ErrInvalid, consumer, msgID)
 	}

@@ -13,7 +13,13 @@ import (
 // account with the same id and the same currency, flags and metadata is
 // returned with Existing set; one that differs is refused with
 // account_exists_with_different_<field>.
-func (l *Ledger) CreateAccount(ctx context.Context, tx driver.Tx, tenant string, a NewAccount) (Account, error) {
+func (l *Ledger) CreateAccount(ctx context.Context, tx driver.Tx, tenant string, a NewAccount) (acc Account, err error) {
+	ctx, span := l.tracer.Start(ctx, "ledger.CreateAccount")
+	defer func() { endSpan(span, err) }()
+	return l.createAccount(ctx, tx, tenant, a)
+}
+
+func (l *Ledger) createAccount(ctx context.Context, tx driver.Tx, tenant string, a NewAccount) (Account, error) {
 	if err := l.checkTx(tx); err != nil {
 		return Account{}, err
 	}

@@ -45,8 +45,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/tracing"
 )
 
 // Config configures New.
@@ -63,6 +67,10 @@ type Config struct {
 	NewID func() string
 	// MaxBatch bounds the transfers of one Post. Default 100; bound 1..1000.
 	MaxBatch int
+	// TracerProvider receives a span per write (ledger.Post,
+	// ledger.Reverse, ledger.CreateAccount). Default
+	// otel.GetTracerProvider(), the API's no-op until the program sets one.
+	TracerProvider trace.TracerProvider
 }
 
 const (
@@ -79,6 +87,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = defaultMaxBatch
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	return c
 }
@@ -98,8 +109,9 @@ func newUUIDv7() string {
 
 // Ledger posts and reads transfers through a driver.
 type Ledger struct {
-	d   driver.Driver
-	cfg Config
+	d      driver.Driver
+	cfg    Config
+	tracer trace.Tracer
 }
 
 // New returns a Ledger over d.
@@ -111,7 +123,16 @@ func New(d driver.Driver, cfg Config) (*Ledger, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Ledger{d: d, cfg: cfg}, nil
+	return &Ledger{d: d, cfg: cfg, tracer: cfg.TracerProvider.Tracer(tracing.Module + "/ledger")}, nil
+}
+
+// endSpan ends a write's span, with an error status when it failed (a
+// refusal included: the write did not happen).
+func endSpan(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 func (l *Ledger) now() time.Time { return l.cfg.Clock().UTC() }

@@ -19,7 +19,13 @@ import (
 // transfer in memory, and only then write. A refusal is decided before the
 // first write, so it leaves nothing behind and never aborts the caller's
 // transaction.
-func (l *Ledger) Post(ctx context.Context, tx driver.Tx, tenant string, ts ...NewTransfer) ([]Transfer, error) {
+func (l *Ledger) Post(ctx context.Context, tx driver.Tx, tenant string, ts ...NewTransfer) (out []Transfer, err error) {
+	ctx, span := l.tracer.Start(ctx, "ledger.Post")
+	defer func() { endSpan(span, err) }()
+	return l.post(ctx, tx, tenant, ts)
+}
+
+func (l *Ledger) post(ctx context.Context, tx driver.Tx, tenant string, ts []NewTransfer) ([]Transfer, error) {
 	if err := l.checkTx(tx); err != nil {
 		return nil, err
 	}
@@ -272,7 +278,13 @@ func (l *Ledger) write(ctx context.Context, tx driver.Tx, st *state, p *plan) er
 // it, which the locks on its accounts and the database's reversed-total
 // constraint both enforce. A reversal cannot itself be reversed. With an
 // ID, Reverse is idempotent like Post.
-func (l *Ledger) Reverse(ctx context.Context, tx driver.Tx, tenant string, r NewReversal) (Transfer, error) {
+func (l *Ledger) Reverse(ctx context.Context, tx driver.Tx, tenant string, r NewReversal) (t Transfer, err error) {
+	ctx, span := l.tracer.Start(ctx, "ledger.Reverse")
+	defer func() { endSpan(span, err) }()
+	return l.reverse(ctx, tx, tenant, r)
+}
+
+func (l *Ledger) reverse(ctx context.Context, tx driver.Tx, tenant string, r NewReversal) (Transfer, error) {
 	if err := l.checkTx(tx); err != nil {
 		return Transfer{}, err
 	}

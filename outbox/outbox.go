@@ -27,12 +27,27 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/tracing"
 )
 
 // DefaultTenant is the tenant of a message that names none.
 const DefaultTenant = "default"
+
+// Trace context headers (W3C Trace Context). Enqueue stores the context
+// of its span with the row, and the relay sends its publish span's context
+// in these headers of every message it publishes from a traced row, so
+// that the consumer continues the producer's trace (inbox.ContinueTrace).
+// They replace headers of the same names set on the Message.
+const (
+	HeaderTraceParent = tracing.HeaderParent
+	HeaderTraceState  = tracing.HeaderState
+)
 
 // Limits on one message and one Enqueue call.
 const (
@@ -131,6 +146,11 @@ type Config struct {
 	RedriveDelay time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// TracerProvider receives the outbox.Enqueue span, whose context each
+	// enqueued row stores. Default otel.GetTracerProvider(), the API's
+	// no-op until the program sets one; then a row stores the context of
+	// the caller's span, if any.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -142,6 +162,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	return c
 }
@@ -158,8 +181,9 @@ func (c Config) validate() error {
 
 // Outbox writes and reads outgoing messages on one database.
 type Outbox struct {
-	d   driver.Driver
-	cfg Config
+	d      driver.Driver
+	cfg    Config
+	tracer trace.Tracer
 }
 
 // New returns the outbox of d.
@@ -168,7 +192,7 @@ func New(d driver.Driver, cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Outbox{d: d, cfg: cfg}, nil
+	return &Outbox{d: d, cfg: cfg, tracer: cfg.TracerProvider.Tracer(tracing.Module + "/outbox")}, nil
 }
 
 // NewID returns a fresh time-ordered message id (UUIDv7).
@@ -178,23 +202,38 @@ func NewID() string { return uuid.Must(uuid.NewV7()).String() }
 // caller commits tx, and never if it rolls back. After the commit, call the
 // relay's Notify to publish them without waiting for its poll. A nil tx,
 // or one of another database than the outbox's, is refused (driver.CheckTx).
-func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) error {
+//
+// Each row stores the W3C trace context of the outbox.Enqueue span (a
+// child of ctx's span), or none when tracing is off and ctx holds no span.
+func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (err error) {
 	if err := driver.CheckTx(o.d, tx); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	if len(msgs) == 0 {
 		return nil
 	}
+	ctx, span := o.tracer.Start(ctx, "outbox.Enqueue")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)))
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End()
+	}()
 	if len(msgs) > MaxBatch {
 		return fmt.Errorf("%w: %d messages in one Enqueue, limit %d", ErrInvalidMessage, len(msgs), MaxBatch)
 	}
 	now := o.cfg.Now().UTC()
+	parent, state := tracing.Format(ctx)
 	rows := make([]driver.OutboxRow, len(msgs))
 	for i, m := range msgs {
 		row, err := o.row(i, m, now)
 		if err != nil {
 			return err
 		}
+		row.TraceParent, row.TraceState = parent, state
 		rows[i] = row
 	}
 	return o.d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows})

@@ -14,9 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/failpoint"
+	"github.com/idemhq/idem/internal/tracing"
 )
 
 // Failpoints of the relay, for crash tests (package internal/failpoint).
@@ -70,6 +75,12 @@ type RelayConfig struct {
 	Owner string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// TracerProvider receives a publish span per message (kind producer),
+	// a child of the trace context stored with its row; the message's
+	// traceparent header carries the span's context. Default
+	// otel.GetTracerProvider(), the API's no-op until the program sets
+	// one; then a traced row's stored context is sent as it is.
+	TracerProvider trace.TracerProvider
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {
@@ -112,6 +123,9 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -151,6 +165,7 @@ type Relay struct {
 	wake    chan struct{}
 	metrics *metrics
 	log     *slog.Logger
+	tracer  trace.Tracer
 
 	// Owned only by the Run goroutine.
 	shards     []int
@@ -171,7 +186,7 @@ func NewRelay(d driver.Driver, cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m,
-		log: cfg.Logger.With("relay", cfg.Owner)}, nil
+		log: cfg.Logger.With("relay", cfg.Owner), tracer: cfg.TracerProvider.Tracer(tracing.Module + "/outbox")}, nil
 }
 
 // Notify wakes the relay after a commit that enqueued messages, so they go
@@ -449,18 +464,23 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 	res.sent = make([]string, 0, len(rows))
 	heads := make([]driver.OutboxRow, 0, len(keys))
 	msgs := make([]Message, 0, len(keys))
+	spans := make([]trace.Span, 0, len(keys))
 	for len(keys) > 0 && res.outage == nil && pctx.Err() == nil {
-		heads, msgs = heads[:0], msgs[:0]
+		heads, msgs, spans = heads[:0], msgs[:0], spans[:0]
 		for _, k := range keys {
+			m, span := r.traced(ctx, queues[k][0])
 			heads = append(heads, queues[k][0])
-			msgs = append(msgs, messageOf(queues[k][0]))
+			msgs = append(msgs, m)
+			spans = append(spans, span)
 		}
 		start := time.Now()
 		errs := r.cfg.Publisher.Publish(pctx, msgs)
 		r.metrics.publishSeconds.Observe(time.Since(start).Seconds())
 		if len(errs) != len(msgs) {
+			endSpans(spans, nil)
 			return published{}, fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs))
 		}
+		endSpans(spans, errs)
 		next := keys[:0]
 		for i, k := range keys {
 			switch err := errs[i]; {
@@ -491,6 +511,72 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 type failure struct {
 	row driver.OutboxRow
 	err error
+}
+
+// traced returns the message of row with its publish span started: a
+// child of the trace context stored with the row (a new trace when it has
+// none and tracing is on), its context in the message's trace headers.
+// With tracing off the span is the API's no-op carrying the stored
+// context, so a traced row's context is sent unchanged, and an untraced
+// row's message gets no trace headers.
+func (r *Relay) traced(ctx context.Context, row driver.OutboxRow) (Message, trace.Span) {
+	m := messageOf(row)
+	ctx = tracing.Parse(ctx, row.TraceParent, row.TraceState)
+	name := "publish " + m.Type
+	d, named := r.cfg.Publisher.(describer)
+	if named {
+		name = "publish " + d.Destination(m)
+	}
+	ctx, span := r.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.message.id", m.ID),
+			attribute.String("idem.tenant", m.Tenant),
+			attribute.String("idem.type", m.Type),
+		}
+		if named {
+			attrs = append(attrs, attribute.String("messaging.system", d.MessagingSystem()),
+				attribute.String("messaging.destination.name", d.Destination(m)))
+		}
+		span.SetAttributes(attrs...)
+	}
+	if parent, state := tracing.Format(ctx); parent != "" {
+		if m.Headers == nil {
+			m.Headers = make(map[string]string, 2)
+		}
+		m.Headers[HeaderTraceParent] = parent
+		if state != "" {
+			m.Headers[HeaderTraceState] = state
+		} else {
+			delete(m.Headers, HeaderTraceState)
+		}
+	}
+	return m, span
+}
+
+// describer is what a Publisher may say of where a message goes, for the
+// publish spans' names and attributes (OpenTelemetry's messaging.system
+// and messaging.destination.name). natspub, kafka and webhookpub do.
+type describer interface {
+	MessagingSystem() string
+	Destination(Message) string
+}
+
+// endSpans ends a round's publish spans, each with its message's outcome
+// (errs nil: the round failed as a whole).
+func endSpans(spans []trace.Span, errs []error) {
+	for i, span := range spans {
+		if span.IsRecording() {
+			switch {
+			case errs == nil:
+				span.SetStatus(codes.Error, "publisher returned no result for the message")
+			case errs[i] != nil:
+				span.SetStatus(codes.Error, errs[i].Error())
+			}
+		}
+		span.End()
+	}
 }
 
 // record marks published rows sent and failed ones retried later (or dead)

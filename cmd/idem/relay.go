@@ -30,6 +30,11 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	stopTracing, err := setupTracing(ctx, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the relay stopped
 	d, err := storage.Open(ctx, cfg.DB)
 	if err != nil {
 		return err

@@ -21,6 +21,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	stopTracing, err := setupTracing(ctx, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server and its relay stopped
 
 	d, err := storage.Open(ctx, cfg.DB)
 	if err != nil {

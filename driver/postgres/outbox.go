@@ -11,14 +11,17 @@ import (
 // Rows arrive in one statement whatever their number: one round trip per
 // Enqueue.
 const sqlOutboxInsert = `
-INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
-                     $6::bytea[], $7::bytea[], $8::timestamptz[])`
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate)
+SELECT id, tenant, type, okey, shard, payload, headers, created_at, nullif(tp, ''), nullif(ts, '')
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
+              $6::bytea[], $7::bytea[], $8::timestamptz[], $9::text[], $10::text[])
+    AS t(id, tenant, type, okey, shard, payload, headers, created_at, tp, ts)`
 
 // txid is an xid8, read as text into an int64 (xid8 values are far below
 // 2^63: an epoch count times 2^32 plus a 32-bit id).
 const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
-       txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
+       txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at,
+       coalesce(traceparent, ''), coalesce(tracestate, '')`
 
 // The relay's reads: live unsent rows of the shards in $1 whose key is not
 // held (dead, or backing off past $2), each read narrowing them further.
@@ -153,11 +156,14 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	shards := make([]int32, n)
 	payloads, headers := make([][]byte, n), make([][]byte, n)
 	created := make([]time.Time, n)
+	parents, states := make([]string, n), make([]string, n)
 	for i, r := range p.Rows {
 		ids[i], tenants[i], types[i], keys[i] = r.ID, r.Tenant, r.Type, r.Key
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
+		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created)
+	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+		parents, states)
 	return err
 }
 
@@ -321,7 +327,8 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any)
 		var r driver.OutboxRow
 		var sent, dead *time.Time
 		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
+			&r.TraceParent, &r.TraceState); err != nil {
 			return nil, err
 		}
 		if sent != nil {

@@ -12,11 +12,12 @@ import (
 // already the commit order: there is nothing to sequence. Lists of ids and
 // shards travel as JSON arrays read with json_each.
 const sqlOutboxInsert = `
-INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, nullif(?9, ''), nullif(?10, ''))`
 
 const outboxColumns = `id, tenant, type, okey, shard, payload, headers, created_at,
-       0, pos, attempts, coalesce(last_error, ''), sent_at, dead_at`
+       0, pos, attempts, coalesce(last_error, ''), sent_at, dead_at,
+       coalesce(traceparent, ''), coalesce(tracestate, '')`
 
 const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
@@ -109,7 +110,7 @@ const sqlOutboxForgetRelay = `DELETE FROM idem_outbox_relays WHERE owner = ?1`
 func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.OutboxInsertParams) error {
 	for _, r := range p.Rows {
 		if _, err := tx.Exec(ctx, sqlOutboxInsert, r.ID, r.Tenant, r.Type, r.Key, r.Shard,
-			r.Payload, r.Headers, toMicros(r.CreatedAt)); err != nil {
+			r.Payload, r.Headers, toMicros(r.CreatedAt), r.TraceParent, r.TraceState); err != nil {
 			return err
 		}
 	}
@@ -258,7 +259,8 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...an
 		var created int64
 		var sent, dead sql.NullInt64
 		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead); err != nil {
+			&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
+			&r.TraceParent, &r.TraceState); err != nil {
 			return nil, err
 		}
 		r.CreatedAt = fromMicros(created)

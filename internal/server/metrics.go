@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"time"
@@ -75,7 +76,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		r, span := startSpan(r)
 		next.ServeHTTP(sw, r)
+		endSpan(span, cmp.Or(sw.status, http.StatusOK))
 		route := r.Pattern
 		if route == "" || route == "/" {
 			route = "unmatched"

@@ -99,6 +99,12 @@ func (w *saslWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ ti
 	}
 }
 
+// MessagingSystem names Kafka in the relay's publish spans.
+func (p *Publisher) MessagingSystem() string { return "kafka" }
+
+// Destination is the topic, for the relay's publish spans.
+func (p *Publisher) Destination(outbox.Message) string { return p.topic }
+
 // Publish produces the records and waits for every ack.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	recs := make([]*kgo.Record, len(msgs))

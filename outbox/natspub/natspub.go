@@ -126,6 +126,12 @@ func (p *Publisher) Subject(m outbox.Message) string {
 	return p.cfg.SubjectPrefix + "." + m.Tenant + "." + m.Type
 }
 
+// MessagingSystem names NATS in the relay's publish spans.
+func (p *Publisher) MessagingSystem() string { return "nats" }
+
+// Destination is the message's subject, for the relay's publish spans.
+func (p *Publisher) Destination(m outbox.Message) string { return p.Subject(m) }
+
 // Publish sends the messages asynchronously (pipelined on the connection)
 // and waits for every ack.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {

@@ -1,8 +1,9 @@
 // Package webhookpub delivers outbox messages as Standard Webhooks
 // (standardwebhooks.com): a POST of {"type","timestamp","data"} with the
 // headers webhook-id (the message id, the receiver's dedupe key),
-// webhook-timestamp and webhook-signature (v1, HMAC-SHA256). A 2xx answer
-// means delivered.
+// webhook-timestamp and webhook-signature (v1, HMAC-SHA256), and the
+// message's W3C trace context (traceparent, tracestate) when it has one. A
+// 2xx answer means delivered.
 package webhookpub
 
 import (
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,8 +46,9 @@ type Config struct {
 
 // Publisher posts to one URL.
 type Publisher struct {
-	cfg Config
-	key []byte
+	cfg  Config
+	key  []byte
+	dest string // the URL without its query or credentials, for spans
 }
 
 // New checks cfg and returns a publisher.
@@ -75,7 +78,11 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Publisher{cfg: cfg, key: key}, nil
+	dest := cfg.URL
+	if u, err := url.Parse(cfg.URL); err == nil {
+		dest = u.Scheme + "://" + u.Host + u.Path
+	}
+	return &Publisher{cfg: cfg, key: key, dest: dest}, nil
 }
 
 // DecodeSecret returns the HMAC key of a whsec_ secret.
@@ -103,6 +110,13 @@ type envelope struct {
 	Timestamp time.Time       `json:"timestamp"`
 	Data      json.RawMessage `json:"data"`
 }
+
+// MessagingSystem names webhooks in the relay's publish spans.
+func (p *Publisher) MessagingSystem() string { return "webhook" }
+
+// Destination is the receiving URL without its query or credentials, for
+// the relay's publish spans.
+func (p *Publisher) Destination(outbox.Message) string { return p.dest }
 
 // Publish delivers the messages concurrently (they have distinct ordering
 // keys) and reports each one's outcome.
@@ -136,6 +150,14 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	req.Header.Set("webhook-id", m.ID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", Sign(p.key, m.ID, ts, body))
+	// The receiver continues the relay's trace from these (inbox.ContinueTrace
+	// with r.Header.Get); they are not signed, like any header but the three
+	// above.
+	for _, h := range [...]string{outbox.HeaderTraceParent, outbox.HeaderTraceState} {
+		if v := m.Headers[h]; v != "" {
+			req.Header.Set(h, v)
+		}
+	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
 		return outbox.Unavailable(err) // unreachable or timed out
