@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,6 +121,17 @@ func TestRollingUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
+	// The schema is now newer than the old binary knows: otherwise this
+	// test would prove nothing (move previousRelease back, or the release
+	// adds no migration).
+	out, err = exec.Command(old, "migrate", "--db", db, "--dry-run").CombinedOutput()
+	m := regexp.MustCompile(`at version (\d+) of (\d+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("old binary's dry run: %v\n%s", err, out)
+	}
+	if applied, _ := strconv.Atoi(string(m[1])); applied <= must(strconv.Atoi(string(m[2]))) {
+		t.Fatalf("the migrated schema is not newer than the previous release's: %s", out)
+	}
 	if r := call(t, "GET", a.URL+"/readyz", "", nil); r.Status != http.StatusOK {
 		t.Fatalf("the old binary is not ready on the migrated schema: %d %s", r.Status, r.Body)
 	}
@@ -164,4 +177,11 @@ func TestRollingUpgrade(t *testing.T) {
 	if out, err := verify.CombinedOutput(); err != nil {
 		t.Fatalf("ledger verify: %v\n%s", err, out)
 	}
+}
+
+func must(n int, err error) int {
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
