@@ -182,6 +182,9 @@ func TestImage(t *testing.T) {
 		if !strings.Contains(help, "idem makes retried work happen once") || !strings.Contains(help, "idem serve") {
 			t.Errorf("/idem --help:\n%s", help)
 		}
+		if v := command(t, nil, t.TempDir(), path, "version"); !strings.HasPrefix(v, "idem "+version+" ") || !strings.Contains(v, runtime.Version()) {
+			t.Errorf("/idem version: %q", v)
+		}
 		// CGO is off: the SQLite driver must be the pure Go one.
 		dir := t.TempDir()
 		migrated := command(t, nil, dir, path, "migrate", "--db", "sqlite:"+filepath.Join(dir, "idem.db"))

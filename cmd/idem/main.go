@@ -113,6 +113,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// releaseVersion and releaseRevision name a release build: scripts/image
+// sets them (-ldflags -X) from its --version and the git commit, since a
+// build outside the module proxy has no version of its own ("(devel)").
+var releaseVersion, releaseRevision string
+
 // versionLine is what idem version prints: the module version, the commit
 // and the Go that built the binary, from its build information.
 func versionLine() string {
@@ -131,6 +136,12 @@ func versionLine() string {
 				modified = s.Value == "true"
 			}
 		}
+	}
+	if releaseVersion != "" {
+		version = releaseVersion
+	}
+	if releaseRevision != "" && commit == "" {
+		commit = releaseRevision
 	}
 	line := "idem " + version
 	if commit != "" {
