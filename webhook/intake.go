@@ -413,18 +413,8 @@ func EventType(provider, typ string) string {
 	return out
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, CodeInternal, "encode response")
-		return
-	}
-	body = append(body, '\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
+// writeJSON answers v as JSON (problem.JSON).
+func writeJSON(w http.ResponseWriter, status int, v any) { problem.JSON(w, status, v) }
 
 // seconds renders d as whole seconds for Retry-After, rounded up, at
 // least 1.

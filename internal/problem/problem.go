@@ -53,3 +53,19 @@ func (p Details) Write(w http.ResponseWriter) {
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
 }
+
+// JSON answers v as application/json with status: the success answers of
+// the same HTTP surface. A value that cannot be encoded (a bug) is
+// answered 500 internal_error instead.
+func JSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		Write(w, http.StatusInternalServerError, "internal_error", "encode response")
+		return
+	}
+	body = append(body, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -36,18 +36,8 @@ const (
 	codeUnsupportedMediaType = "unsupported_media_type"
 )
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, codeInternal, "encode response")
-		return
-	}
-	body = append(body, '\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
+// writeJSON answers v as JSON (problem.JSON).
+func writeJSON(w http.ResponseWriter, status int, v any) { problem.JSON(w, status, v) }
 
 // maxBodyDepth bounds how deeply a request body's objects and arrays nest
 // (the body's own object is level 1; metadata is the one member that
