@@ -30,9 +30,10 @@ func Main(m interface{ Run() int }) int { return testpg.Main(m) }
 // idem's migrations applied, dropped when t ends. Connections made with the
 // URL use the schema (search_path travels in it), so child processes can be
 // handed the URL too. The server is the one IDEM_TEST_DATABASE_URL names, or
-// a throwaway cluster started on first use (installing PostgreSQL when
-// missing) and stopped by Main. There is no skip: without PostgreSQL, t
-// fails.
+// a throwaway cluster started on first use in a temporary directory (this
+// works from the read-only module cache) and stopped by Main. There is no
+// skip: without PostgreSQL installed or IDEM_TEST_DATABASE_URL set, t fails
+// saying so; nothing is installed for you.
 func Postgres(t testing.TB) string {
 	t.Helper()
 	u, err := url.Parse(testpg.URL(t))

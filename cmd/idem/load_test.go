@@ -149,6 +149,9 @@ func TestLoad(t *testing.T) {
 // servers read the endpoint from --serve-config). Nothing acknowledged is
 // lost or doubled.
 func TestLoadChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite is long: -short skips it")
+	}
 	t.Parallel()
 	db := dbURL(t, "postgres")
 	r, err := loadRun(t, "--chaos", "--db", db, "--serve-bin", binary(t), "--kill-every", "2s",
@@ -174,6 +177,9 @@ func TestLoadChaos(t *testing.T) {
 // across node restarts and leader changes. The faults happened, and the
 // stream was checked.
 func TestLoadChaosFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite is long: -short skips it")
+	}
 	t.Parallel()
 	pg := testpg.NewCluster(t)
 	// A SIGKILLed server's relay shards wait for their lease to expire

@@ -3,12 +3,9 @@ package console_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,45 +21,18 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// chromiumPath is Debian's Chromium, installed when missing and the tests
-// run as root (as in CI); the browser tests never skip.
+// chromiumPath is Debian's Chromium, which scripts/test installs when
+// missing (as root, as in CI). The browser test never skips outside -short:
+// without Chromium it fails, saying what to install.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	const path = "/usr/bin/chromium"
-	installOnce.Do(func() {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if os.Geteuid() != 0 {
-			installErr = fmt.Errorf("%s is missing and the tests are not root: run apt-get install -y chromium", path)
-			return
-		}
-		install := func() ([]byte, error) {
-			cmd := exec.Command("apt-get", "install", "-y", "--no-install-recommends", "chromium")
-			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-			return cmd.CombinedOutput()
-		}
-		if _, err := install(); err == nil {
-			return
-		}
-		if out, err := exec.Command("apt-get", "update").CombinedOutput(); err != nil {
-			installErr = fmt.Errorf("apt-get update: %v\n%s", err, out)
-			return
-		}
-		if out, err := install(); err != nil {
-			installErr = fmt.Errorf("apt-get install chromium: %v\n%s", err, out)
-		}
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: scripts/test installs it when run as root; "+
+			"otherwise install Chromium (Debian: apt-get install chromium chromium-driver)", path)
 	}
 	return path
 }
-
-var (
-	installOnce sync.Once
-	installErr  error
-)
 
 // browser starts a headless Chromium with a fresh profile; it is closed when
 // t ends. The context bounds the whole browser session.
@@ -208,6 +178,9 @@ func makeDeadLetter(t *testing.T, d driver.Driver, ob *outbox.Outbox) string {
 // double charge, travel back before its reversal with the keyboard, and
 // redrive a dead letter.
 func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the browser suite is long: -short skips it")
+	}
 	t.Parallel()
 	d := drivertest.Open(t, "sqlite")
 	ob, err := outbox.New(d, outbox.Config{})

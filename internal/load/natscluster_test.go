@@ -23,6 +23,9 @@ import (
 // reader that stopped at that replica's first empty answer counted the
 // messages published while it was down as missing).
 func TestNATSClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the NATS cluster suite is long: -short skips it")
+	}
 	t.Parallel()
 	ctx := context.Background()
 	c, err := startNATSCluster(ctx, t.TempDir(), 30*time.Second)

@@ -1,14 +1,20 @@
 // Package testpg gives tests a real PostgreSQL: the server named by
 // IDEM_TEST_DATABASE_URL, or a throwaway cluster started by the project's
-// scripts/pg (installing PostgreSQL when missing) and stopped by Main. Each
-// test gets a schema of its own, dropped when it ends. There is no skip: a
-// test that needs Postgres and cannot have it fails.
+// scripts/pg in a temporary directory and stopped by Main. Each test gets a
+// schema of its own, dropped when it ends. There is no skip: a test that
+// needs Postgres and cannot have it fails, saying what to install.
+//
+// It works from a read-only copy of the module (a user's module cache):
+// scripts/pg is run with bash, so it needs no exec bit, and everything it
+// writes goes under the temporary directory. Test code never installs
+// anything; scripts/test does, before go test.
 package testpg
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,7 +48,7 @@ func URL(tb testing.TB) string {
 		url, startErr = start()
 	})
 	if startErr != nil {
-		tb.Fatalf("testpg: no PostgreSQL (set %s or install postgresql): %v", EnvURL, startErr)
+		tb.Fatalf("testpg: %v", startErr)
 	}
 	return url
 }
@@ -52,12 +58,19 @@ func URL(tb testing.TB) string {
 func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	if dir != "" {
-		_ = exec.Command(script(), "stop", dir).Run()
+		_ = pg("stop", dir).Run()
 	}
 	return code
 }
 
+// errNotInstalled is the one instruction a test without PostgreSQL gets.
+var errNotInstalled = errors.New("no PostgreSQL: set " + EnvURL + " to a PostgreSQL URL, " +
+	"or install PostgreSQL (Debian: apt-get install postgresql)")
+
 func start() (string, error) {
+	if !installed() {
+		return "", errNotInstalled
+	}
 	parent, err := os.MkdirTemp("", "idem-testpg-")
 	if err != nil {
 		return "", err
@@ -67,17 +80,47 @@ func start() (string, error) {
 		return "", err
 	}
 	dir = filepath.Join(parent, "pg")
-	out, err := exec.Command(script(), "start", dir).Output()
+	out, err := pg("start", dir).Output()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return "", fmt.Errorf("%w: %s", err, ee.Stderr)
-		}
-		return "", err
+		return "", fmt.Errorf("start PostgreSQL with %s: %w %s", script(), err, stderrOf(err))
 	}
 	return strings.TrimSpace(string(out)), nil
 }
 
-// script is the path of scripts/pg in this module.
+// installed reports whether scripts/pg can find PostgreSQL's initdb, where
+// it looks: pg_config's bindir, Debian's /usr/lib/postgresql/*/bin, PATH.
+func installed() bool {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		if isExecutable(filepath.Join(strings.TrimSpace(string(out)), "initdb")) {
+			return true
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	for _, d := range dirs {
+		if isExecutable(filepath.Join(d, "initdb")) {
+			return true
+		}
+	}
+	_, err := exec.LookPath("initdb")
+	return err == nil
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// pg runs scripts/pg with bash: in a module cache the script is read-only
+// and has no exec bit. IDEM_PG_NO_INSTALL keeps the script from installing
+// PostgreSQL, which is scripts/test's job, never a test's.
+func pg(args ...string) *exec.Cmd {
+	cmd := exec.Command("bash", append([]string{script()}, args...)...)
+	cmd.Env = append(os.Environ(), "IDEM_PG_NO_INSTALL=1")
+	return cmd
+}
+
+// script is the path of scripts/pg in this module: in the source tree, or
+// in the module cache when the module is a dependency.
 func script() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pg")
@@ -127,6 +170,9 @@ type Cluster struct {
 // that the service was told had committed.
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
+	if !installed() {
+		tb.Fatalf("testpg: %v", errNotInstalled)
+	}
 	// Not tb.TempDir: its parents are private to us, and the cluster runs
 	// as the postgres user when we are root.
 	parent, err := os.MkdirTemp("", "idem-testpg-")
@@ -138,12 +184,12 @@ func NewCluster(tb testing.TB) *Cluster {
 		tb.Fatal(err)
 	}
 	c := &Cluster{dir: filepath.Join(parent, "pg")}
-	out, err := exec.Command(script(), "start", c.dir, "--crash-safe").Output()
+	out, err := pg("start", c.dir, "--crash-safe").Output()
 	if err != nil {
 		tb.Fatalf("testpg: start cluster: %v %s", err, stderrOf(err))
 	}
 	c.URL = strings.TrimSpace(string(out))
-	tb.Cleanup(func() { _ = exec.Command(script(), "stop", c.dir).Run() })
+	tb.Cleanup(func() { _ = pg("stop", c.dir).Run() })
 	return c
 }
 
@@ -161,7 +207,7 @@ func (c *Cluster) Restart(tb testing.TB) { c.run(tb, "restart") }
 // a process that restarts the cluster itself (idem load
 // --chaos-db-restart).
 func (c *Cluster) RestartCommand() string {
-	return shellQuote(script()) + " restart " + shellQuote(c.dir)
+	return "bash " + shellQuote(script()) + " restart " + shellQuote(c.dir)
 }
 
 // shellQuote quotes s for sh.
@@ -171,7 +217,7 @@ func shellQuote(s string) string {
 
 func (c *Cluster) run(tb testing.TB, cmd string) {
 	tb.Helper()
-	if _, err := exec.Command(script(), cmd, c.dir).Output(); err != nil {
+	if _, err := pg(cmd, c.dir).Output(); err != nil {
 		tb.Fatalf("testpg: %s: %v %s", cmd, err, stderrOf(err))
 	}
 }
