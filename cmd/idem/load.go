@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/load"
+	"github.com/idemhq/idem/internal/load/chaos"
 )
 
 const loadUsage = `Usage:
@@ -133,7 +134,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
 		whShare    = l.float("webhook-share", 0.2, "share of the main phase's operations that are webhook deliveries (0..1)")
 
-		chaos     = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
+		chaosRun  = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
 		serveBin  = l.str("serve-bin", "", "idem executable the chaos servers run (default: this one)")
 		db        = l.str("db", "", "database of the chaos servers (postgres://…)")
 		servers   = l.int("servers", 2, "chaos servers running at once")
@@ -195,20 +196,20 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		report, err = load.Verify(ctx, cfg, j)
 	default:
-		var sup *load.Supervisor
-		if *serveCfg != "" && !*chaos {
+		var sup *chaos.Supervisor
+		if *serveCfg != "" && !*chaosRun {
 			return errors.New("load: --serve-config configures the servers --chaos runs; a --target service reads its own --config")
 		}
-		if *dbRestart != "" && !*chaos {
+		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
-		if *chaosNATS && !*chaos {
+		if *chaosNATS && !*chaosRun {
 			return errors.New("load: --chaos-nats runs the NATS cluster of the servers --chaos runs: add --chaos")
 		}
 		if *chaosNATS && cfg.NATS != "" {
 			return errors.New("load: --chaos-nats checks the stream of its own cluster: drop --nats")
 		}
-		if *chaos {
+		if *chaosRun {
 			if len(cfg.Targets) > 0 {
 				return errors.New("load: --chaos runs its own servers; drop --target")
 			}
@@ -221,7 +222,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				}
 				args = []string{"--config", p}
 			}
-			sup, err = load.StartChaos(ctx, load.ChaosConfig{Bin: *serveBin, DB: *db, Servers: *servers,
+			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
@@ -262,7 +263,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runLoad runs the load (with the chaos supervisor killing servers while
 // it sends, and calm during verification) and writes the journal.
-func runLoad(ctx context.Context, cfg load.Config, sup *load.Supervisor, journal string) (*load.Report, error) {
+func runLoad(ctx context.Context, cfg load.Config, sup *chaos.Supervisor, journal string) (*load.Report, error) {
 	if sup != nil {
 		sup.Run(ctx)
 		cfg.BeforeVerify = sup.Calm
