@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/load"
+	"github.com/idemhq/idem/internal/load/chaos"
 )
 
 const loadUsage = `Usage:
@@ -105,6 +106,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		args = args[1:]
 	}
 	l := &loadFlags{fs: cli.NewFlagSetUsage("load", loadUsage), getenv: os.Getenv}
+	def := load.Defaults()
 	var (
 		target      = l.str("target", "", "base URL(s) of the service, comma-separated")
 		apiKey      = l.str("api-key", "", "API key sent as Authorization: Bearer")
@@ -112,28 +114,28 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		jsonOut     = l.bool("json", false, "print one JSON object on stdout instead of the table")
 		checkEvents = l.bool("check-events", true, "check GET /v1/events: one event per applied operation (false for a service that runs no relay)")
 		natsURL     = l.str("nats", "", "check stream IDEM at this NATS URL: one message per event")
-		eventsWait  = l.dur("events-wait", 30*time.Second, "how long to wait for events to be published")
-		probes      = l.int("probes", 200, "acknowledged operations re-sent after the run to check their replay")
-		concurrency = l.int("concurrency", 16, "clients sending at once")
-		timeout     = l.dur("timeout", 10*time.Second, "bound on one HTTP exchange")
-		retries     = l.int("retries", 8, "retries of one copy after a timeout, 409 or 5xx (0: the default)")
+		eventsWait  = l.dur("events-wait", def.EventsWait, "how long to wait for events to be published (0: look once)")
+		probes      = l.int("probes", def.Probes, "acknowledged operations re-sent after the run to check their replay (0: none)")
+		concurrency = l.int("concurrency", def.Concurrency, "clients sending at once")
+		timeout     = l.dur("timeout", def.Timeout, "bound on one HTTP exchange")
+		retries     = l.int("retries", def.Retries, "retries of one copy after a timeout, 409 or 5xx (0: none)")
 
-		accounts   = l.int("accounts", 16, "accounts the run creates")
-		operations = l.int("operations", 1000, "unique transfers, reversals and webhook deliveries")
-		duration   = l.dur("duration", 30*time.Second, "stop sending new operations after this long")
-		duplicates = l.float("duplicates", 0.2, "share of requests that are extra copies (0..0.9)")
-		burst      = l.int("burst", 4, "most copies of one operation sent at the same instant")
-		rate       = l.float("rate", 0, "requests per second (0: as fast as the clients go)")
-		settle     = l.dur("settle", 30*time.Second, "how long to retry unanswered operations after the run")
-		refused    = l.float("refused", 0.02, "share of transfers built to be refused (currency mismatch)")
+		accounts   = l.int("accounts", def.Accounts, "accounts the run creates")
+		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries")
+		duration   = l.dur("duration", def.Duration, "stop sending new operations after this long")
+		duplicates = l.float("duplicates", def.Duplicates, "share of requests that are extra copies (0..0.9)")
+		burst      = l.int("burst", def.Burst, "most copies of one operation sent at the same instant")
+		rate       = l.float("rate", def.Rate, "requests per second (0: as fast as the clients go)")
+		settle     = l.dur("settle", def.Settle, "how long to retry unanswered operations after the run (0: not at all)")
+		refused    = l.float("refused", def.RefusedShare, "share of transfers built to be refused (currency mismatch; 0: none)")
 		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
 		progress   = l.bool("progress", true, "report progress on stderr")
 
 		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")
 		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
-		whShare    = l.float("webhook-share", 0.2, "share of the main phase's operations that are webhook deliveries (0..1)")
+		whShare    = l.float("webhook-share", def.WebhookShare, "share of the main phase's operations that are webhook deliveries (0..1)")
 
-		chaos     = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
+		chaosRun  = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
 		serveBin  = l.str("serve-bin", "", "idem executable the chaos servers run (default: this one)")
 		db        = l.str("db", "", "database of the chaos servers (postgres://…)")
 		servers   = l.int("servers", 2, "chaos servers running at once")
@@ -155,16 +157,14 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if l.fs.NArg() > 0 {
 		return cli.Usagef("load", "load: unexpected argument %q", l.fs.Arg(0))
 	}
-	cfg := load.Config{
-		APIKey: *apiKey, Accounts: *accounts, Operations: *operations, Duration: *duration,
-		Duplicates: *duplicates, DuplicatesSet: true, Burst: *burst, Concurrency: *concurrency,
-		Rate: *rate, Retries: *retries, Timeout: *timeout, Settle: *settle, RefusedShare: *refused,
-		Seed: int64(*seed), Probes: *probes, CheckEvents: *checkEvents, NATS: *natsURL, EventsWait: *eventsWait,
-		WebhookEndpoint: *whEndpoint, WebhookSecret: *whSecret, WebhookShare: *whShare,
-	}
-	if *probes == 0 {
-		cfg.Probes = -1 // none
-	}
+	// The flags carry the defaults (def, which is Explicit): a flag given
+	// as 0 means 0.
+	cfg := def
+	cfg.APIKey, cfg.Accounts, cfg.Operations, cfg.Duration = *apiKey, *accounts, *operations, *duration
+	cfg.Duplicates, cfg.Burst, cfg.Concurrency = *duplicates, *burst, *concurrency
+	cfg.Rate, cfg.Retries, cfg.Timeout, cfg.Settle, cfg.RefusedShare = *rate, *retries, *timeout, *settle, *refused
+	cfg.Seed, cfg.Probes, cfg.CheckEvents, cfg.NATS, cfg.EventsWait = int64(*seed), *probes, *checkEvents, *natsURL, *eventsWait
+	cfg.WebhookEndpoint, cfg.WebhookSecret, cfg.WebhookShare = *whEndpoint, *whSecret, *whShare
 	for _, t := range strings.Split(*target, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(t, "/"))
@@ -195,20 +195,20 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		report, err = load.Verify(ctx, cfg, j)
 	default:
-		var sup *load.Supervisor
-		if *serveCfg != "" && !*chaos {
+		var sup *chaos.Supervisor
+		if *serveCfg != "" && !*chaosRun {
 			return errors.New("load: --serve-config configures the servers --chaos runs; a --target service reads its own --config")
 		}
-		if *dbRestart != "" && !*chaos {
+		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
-		if *chaosNATS && !*chaos {
+		if *chaosNATS && !*chaosRun {
 			return errors.New("load: --chaos-nats runs the NATS cluster of the servers --chaos runs: add --chaos")
 		}
 		if *chaosNATS && cfg.NATS != "" {
 			return errors.New("load: --chaos-nats checks the stream of its own cluster: drop --nats")
 		}
-		if *chaos {
+		if *chaosRun {
 			if len(cfg.Targets) > 0 {
 				return errors.New("load: --chaos runs its own servers; drop --target")
 			}
@@ -221,7 +221,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				}
 				args = []string{"--config", p}
 			}
-			sup, err = load.StartChaos(ctx, load.ChaosConfig{Bin: *serveBin, DB: *db, Servers: *servers,
+			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
@@ -262,7 +262,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runLoad runs the load (with the chaos supervisor killing servers while
 // it sends, and calm during verification) and writes the journal.
-func runLoad(ctx context.Context, cfg load.Config, sup *load.Supervisor, journal string) (*load.Report, error) {
+func runLoad(ctx context.Context, cfg load.Config, sup *chaos.Supervisor, journal string) (*load.Report, error) {
 	if sup != nil {
 		sup.Run(ctx)
 		cfg.BeforeVerify = sup.Calm

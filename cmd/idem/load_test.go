@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemhq/idem/internal/load"
@@ -241,5 +244,40 @@ func TestLoadFlags(t *testing.T) {
 	if code := exitCode(run(t.Context(), []string{"load", "-h"}, &out, &out), &out, &out); code != 0 || !strings.Contains(out.String(), "--kill-every") ||
 		!strings.Contains(out.String(), "IDEM_LOAD_CHAOS_DB_RESTART") || !strings.Contains(out.String(), "IDEM_LOAD_CHAOS_NATS_EVERY") {
 		t.Errorf("help: exit %d\n%s", code, out.String())
+	}
+}
+
+// A flag given as 0 means 0; the defaults are for flags not given. Against
+// a service that answers every request 503, a run with no duplicates, no
+// retries and no settle phase sends each account exactly once and gives up
+// (with the defaults it retried each 8 times, then for 30 s more).
+func TestLoadExplicitZero(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"load", "--target", srv.URL, "--accounts", "4", "--concurrency", "1",
+		"--duplicates", "0", "--retries", "0", "--settle", "0", "--progress=false"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "too few accounts") {
+		t.Fatalf("load against a failing service: %v", err)
+	}
+	if n := requests.Load(); n != 4 {
+		t.Errorf("%d requests for 4 accounts with --retries 0 --settle 0 --duplicates 0, want 4", n)
+	}
+
+	// --refused 0: no transfer is built to be refused, so the service
+	// refuses none (one dialect is enough: the flag is the subject). With
+	// the default share, some of these transfers would be.
+	p, _ := serveDB(t, "sqlite", nil)
+	r, err := loadRun(t, "--target", p.URL, "--refused", "0", "--operations", "400", "--probes", "0",
+		"--duration", "10m", "--timeout", "2m", "--check-events=false", "--progress=false")
+	if err != nil || r.Violations != 0 {
+		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
+	}
+	if r.Refused != 0 || r.Applied != r.Acknowledged || r.Operations[load.KindTransfer] == 0 || r.Probes != 0 {
+		t.Errorf("--refused 0 --probes 0: report %+v", r)
 	}
 }

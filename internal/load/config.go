@@ -47,9 +47,6 @@ type Config struct {
 	// operation already sent (retries are not counted). Default 0.2;
 	// bound 0..0.9.
 	Duplicates float64
-	// DuplicatesSet records that Duplicates was given, so an explicit 0
-	// (no duplicates) is not replaced by the default.
-	DuplicatesSet bool
 	// Burst is the most copies of one operation sent at the same instant.
 	// Default 4; bound 1..64.
 	Burst int
@@ -60,24 +57,25 @@ type Config struct {
 	// Default 0; bound 0..100000.
 	Rate float64
 	// Retries bounds the retries of one copy after a timeout, 409, 429 or
-	// 5xx. Default 8; bound 0..100.
+	// 5xx. Default 8; bound 0..100 (0, with Explicit: none).
 	Retries int
 	// Timeout bounds one HTTP exchange. Default 10s; bound 10ms..5m.
 	Timeout time.Duration
 	// BackoffMax caps the wait between retries and the Retry-After honoured.
 	// Default 2s; bound 1ms..1m. Backoff starts at BackoffMax/40.
 	BackoffMax time.Duration
-	// Settle bounds the settle phase. Default 30s; bound 0..10m.
+	// Settle bounds the settle phase. Default 30s; bound 0..10m (0, with
+	// Explicit: no settle phase).
 	Settle time.Duration
 	// RefusedShare is the share of transfers built to be refused (a currency
 	// mismatch): their 422 must be stored, replayed and never applied.
-	// Default 0.02; bound 0..0.5.
+	// Default 0.02; bound 0..0.5 (0, with Explicit: none).
 	RefusedShare float64
 	// Seed seeds the run's choices; 0 draws one from the clock.
 	Seed int64
 	// Probes bounds the acknowledged operations Verify re-sends with their
 	// key to check the stored answer is still byte-identical. Default 200;
-	// negative: none; bound 1,000,000.
+	// negative (or 0, with Explicit): none; bound 1,000,000.
 	Probes int
 	// CheckEvents checks GET /v1/events: one event per applied resource.
 	// Default false (the route is not served yet).
@@ -86,7 +84,7 @@ type Config struct {
 	// message per event id (implies CheckEvents).
 	NATS string
 	// EventsWait bounds the wait for events to be published. Default 30s;
-	// bound 0..10m.
+	// bound 0..10m (0, with Explicit: one look, no wait).
 	EventsWait time.Duration
 	// WebhookEndpoint, with WebhookSecret, adds webhook deliveries to the
 	// main phase: Standard Webhooks deliveries to POST
@@ -101,8 +99,8 @@ type Config struct {
 	// deliveries (the probes re-sign them).
 	WebhookSecret string
 	// WebhookShare is the share of the main phase's operations that are
-	// webhook deliveries when an endpoint is set. Default 0.2 (0 means the
-	// default: a run with an endpoint sends deliveries); bound 0..1.
+	// webhook deliveries when an endpoint is set. Default 0.2; bound 0..1
+	// (0, with Explicit: none).
 	WebhookShare float64
 	// Progress receives progress output (nil: none). It is written from
 	// a goroutine of its own: share it only behind a lock.
@@ -116,6 +114,13 @@ type Config struct {
 	// Pool, when set, supplies the live targets instead of Targets (the
 	// chaos supervisor's pool, which tracks restarts).
 	Pool *Pool
+	// Explicit takes every field as given: a zero is meant (no duplicates,
+	// no retries, no settle phase, no refused transfers) and no default
+	// replaces it, and a zero outside a field's bound (Accounts) is
+	// refused. The command line sets it: its flags carry the defaults, so
+	// `--settle 0` means no settle phase. Default false: a zero field
+	// takes its default.
+	Explicit bool
 }
 
 // Defaults and bounds.
@@ -144,7 +149,22 @@ const (
 	maxBodyBytes = 4 << 20
 )
 
+// Defaults is a run's configuration with every default filled in, no
+// target and Explicit set: where a command line starts, its flags carrying
+// these values as their defaults.
+func Defaults() Config {
+	c := Config{}.withDefaults()
+	c.Explicit = true
+	return c
+}
+
 func (c Config) withDefaults() Config {
+	if c.NATS != "" {
+		c.CheckEvents = true
+	}
+	if c.Explicit {
+		return c
+	}
 	if c.Accounts == 0 {
 		c.Accounts = defaultAccounts
 	}
@@ -154,7 +174,7 @@ func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = defaultDuration
 	}
-	if !c.DuplicatesSet && c.Duplicates == 0 {
+	if c.Duplicates == 0 {
 		c.Duplicates = defaultDuplicates
 	}
 	if c.Burst == 0 {
@@ -184,10 +204,7 @@ func (c Config) withDefaults() Config {
 	if c.EventsWait == 0 {
 		c.EventsWait = defaultEventsWait
 	}
-	if c.NATS != "" {
-		c.CheckEvents = true
-	}
-	if c.WebhookEndpoint != "" && c.WebhookShare == 0 {
+	if c.WebhookShare == 0 {
 		c.WebhookShare = defaultWebhookShare
 	}
 	return c

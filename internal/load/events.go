@@ -23,12 +23,13 @@ type event struct {
 	PublishedAt *time.Time      `json:"published_at"`
 }
 
+// NATSStream is the stream the relay publishes to (docs/outbox.md).
+const NATSStream = "IDEM"
+
 // Limits of the events check.
 const (
 	maxEventPages = 100_000
 	eventsPage    = 1000
-	// natsStream is the stream the relay publishes to (docs/outbox.md).
-	natsStream = "IDEM"
 )
 
 // eventType is the event an applied operation of each kind emits.
@@ -233,29 +234,29 @@ func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
 // natsCheck reads stream IDEM whole and checks it holds exactly one message
 // per event, identified by the Nats-Msg-Id header.
 func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
-	counts, err := readStream(ctx, v.cfg.NATS)
+	counts, err := ReadStream(ctx, v.cfg.NATS)
 	if err != nil {
 		return err
 	}
 	for _, ev := range evs {
 		switch n := counts[ev.ID]; {
 		case n == 0:
-			v.violate("nats_missing", nil, "event %s (%s %s) has no message in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), natsStream)
+			v.violate("nats_missing", nil, "event %s (%s %s) has no message in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), NATSStream)
 		case n > 1:
-			v.violate("nats_doubled", nil, "event %s (%s %s) has %d messages in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), n, natsStream)
+			v.violate("nats_doubled", nil, "event %s (%s %s) has %d messages in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), n, NATSStream)
 		}
 	}
 	return nil
 }
 
-// natsReadAttempts bounds the reads of the stream readStream tries.
+// natsReadAttempts bounds the reads of the stream ReadStream tries.
 const natsReadAttempts = 5
 
-// readStream counts the messages of stream IDEM by Nats-Msg-Id, reading
+// ReadStream counts the messages of stream IDEM by Nats-Msg-Id, reading
 // it again with a new consumer when a read fails: a cluster that has just
 // had a node restart may have no stream leader for a moment (requests time
 // out) or not know a new consumer everywhere at once (no responders).
-func readStream(ctx context.Context, natsURL string) (map[string]int, error) {
+func ReadStream(ctx context.Context, natsURL string) (map[string]int, error) {
 	for attempt := 1; ; attempt++ {
 		counts, err := streamMsgIDs(ctx, natsURL)
 		if err == nil || attempt == natsReadAttempts || ctx.Err() != nil {
@@ -291,9 +292,9 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: JetStream: %w", err)
 	}
-	s, err := js.Stream(ctx, natsStream)
+	s, err := js.Stream(ctx, NATSStream)
 	if err != nil {
-		return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
+		return nil, fmt.Errorf("load: stream %s: %w", NATSStream, err)
 	}
 	counts := map[string]int{}
 	st := s.CachedInfo().State
@@ -302,7 +303,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, fmt.Errorf("load: stream %s: consumer: %w", natsStream, err)
+		return nil, fmt.Errorf("load: stream %s: consumer: %w", NATSStream, err)
 	}
 	var pos uint64 // the highest stream sequence read
 	progress := time.Now()
@@ -311,7 +312,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 		// to its end, so no fetch is left running behind the return.
 		batch, err := cons.FetchNoWait(500)
 		if err != nil {
-			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
+			return nil, fmt.Errorf("load: stream %s: fetch: %w", NATSStream, err)
 		}
 		got := 0
 		for msg := range batch.Messages() {
@@ -330,7 +331,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}
-			return nil, fmt.Errorf("load: stream %s: fetch: %w", natsStream, err)
+			return nil, fmt.Errorf("load: stream %s: fetch: %w", NATSStream, err)
 		}
 		if got > 0 {
 			progress = time.Now()
@@ -343,7 +344,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 		// by limits or a purge): ask the leader where the stream ends.
 		info, err := s.Info(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("load: stream %s: %w", natsStream, err)
+			return nil, fmt.Errorf("load: stream %s: %w", NATSStream, err)
 		}
 		if st = info.State; pos >= st.LastSeq || st.Msgs == 0 || st.FirstSeq > st.LastSeq {
 			return counts, nil
@@ -352,7 +353,7 @@ func streamMsgIDs(ctx context.Context, natsURL string) (map[string]int, error) {
 			continue
 		}
 		if time.Since(progress) > streamReadStall {
-			return nil, fmt.Errorf("load: stream %s: read stopped at sequence %d of %d for %s", natsStream, pos, st.LastSeq, streamReadStall)
+			return nil, fmt.Errorf("load: stream %s: read stopped at sequence %d of %d for %s", NATSStream, pos, st.LastSeq, streamReadStall)
 		}
 		select {
 		case <-ctx.Done():

@@ -359,9 +359,22 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
-	// An explicit zero share of duplicates is kept.
-	if c := (Config{Duplicates: 0, DuplicatesSet: true}).withDefaults(); c.Duplicates != 0 {
-		t.Errorf("explicit zero duplicates became %g", c.Duplicates)
+	// With Explicit, a zero is kept where it is a value, and refused where
+	// it is not; without, it takes the default.
+	zero := Config{Targets: ok.Targets, Accounts: 2, Operations: 1, Duration: time.Second, Burst: 1, Concurrency: 1,
+		Timeout: time.Second, BackoffMax: time.Second, Explicit: true}
+	if err := zero.withDefaults().validate(); err != nil {
+		t.Errorf("explicit zeros: %v", err)
+	}
+	if c := zero.withDefaults(); c.Duplicates != 0 || c.Retries != 0 || c.Settle != 0 || c.RefusedShare != 0 ||
+		c.Probes != 0 || c.EventsWait != 0 || c.WebhookShare != 0 {
+		t.Errorf("explicit zeros replaced: %+v", c)
+	}
+	if c := (Config{}).withDefaults(); c.Settle != defaultSettle || c.RefusedShare != defaultRefusedShare {
+		t.Errorf("zero config: settle %s, refused share %g, want the defaults", c.Settle, c.RefusedShare)
+	}
+	if err := (Config{Targets: ok.Targets, Explicit: true}).withDefaults().validate(); err == nil || !strings.Contains(err.Error(), "accounts 0") {
+		t.Errorf("explicit zero accounts: %v", err)
 	}
 }
 
@@ -388,5 +401,17 @@ func TestReportJSON(t *testing.T) {
 	r.WriteTable(&sb)
 	if !strings.Contains(sb.String(), "violations: 1") || !strings.Contains(sb.String(), "first") {
 		t.Fatalf("table:\n%s", sb.String())
+	}
+}
+
+// Defaults holds every default (the command line's flags show them) and
+// takes zeros as given.
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	d := Defaults()
+	if !d.Explicit || d.Accounts != defaultAccounts || d.Duplicates != defaultDuplicates || d.Settle != defaultSettle ||
+		d.RefusedShare != defaultRefusedShare || d.Retries != defaultRetries || d.WebhookShare != defaultWebhookShare ||
+		d.BackoffMax != defaultBackoffMax || d.Probes != defaultProbes {
+		t.Errorf("Defaults: %+v", d)
 	}
 }

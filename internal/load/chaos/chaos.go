@@ -1,4 +1,9 @@
-package load
+// Package chaos runs the faults of a chaos load run: idem serve processes
+// it SIGKILLs and starts again (the Supervisor, whose Pool the load's
+// clients send to), restarts of the database they share, and a three-node
+// NATS cluster they publish to whose nodes it shuts down in turn. The load
+// itself and its verification are package load's.
+package chaos
 
 import (
 	"bufio"
@@ -16,11 +21,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemhq/idem/internal/load"
 )
 
-// ChaosConfig configures a Supervisor. Each field's comment states its
+// Config configures a Supervisor. Each field's comment states its
 // default and bound.
-type ChaosConfig struct {
+type Config struct {
 	// Bin is the idem executable to run as `Bin serve`. Default: this
 	// process's own executable.
 	Bin string
@@ -74,7 +81,7 @@ type ChaosConfig struct {
 	NATSDown time.Duration
 }
 
-func (c ChaosConfig) withDefaults() (ChaosConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.Bin == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -109,7 +116,7 @@ func (c ChaosConfig) withDefaults() (ChaosConfig, error) {
 	return c, nil
 }
 
-func (c ChaosConfig) validate() error {
+func (c Config) validate() error {
 	switch {
 	case c.DB == "":
 		return errors.New("load: chaos needs --db, the database the servers share (postgres://…)")
@@ -139,12 +146,12 @@ func (c ChaosConfig) validate() error {
 
 // Supervisor runs idem serve processes for a chaos run, SIGKILLs one at
 // random intervals and starts it again, keeping Pool to the servers that
-// are up. With ChaosConfig.DBRestart it also restarts the database, and
-// with ChaosConfig.NATS it runs the servers' NATS cluster and shuts its
+// are up. With Config.DBRestart it also restarts the database, and
+// with Config.NATS it runs the servers' NATS cluster and shuts its
 // nodes down, each fault on a schedule of its own.
 type Supervisor struct {
-	cfg  ChaosConfig
-	pool *Pool
+	cfg  Config
+	pool *load.Pool
 	rnd  *rand.Rand // the SIGKILL schedule's, used by its goroutine only
 
 	// nats is the cluster the servers publish to (nil without cfg.NATS).
@@ -177,9 +184,9 @@ type server struct {
 // servingRE finds the listen address in serve's start-up log line.
 var servingRE = regexp.MustCompile(`msg="idem serving" addr=(\S+)`)
 
-// StartChaos starts the servers (one after another, so migrations do not
+// Start starts the servers (one after another, so migrations do not
 // race) and returns once all serve.
-func StartChaos(ctx context.Context, cfg ChaosConfig) (*Supervisor, error) {
+func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -191,7 +198,7 @@ func StartChaos(ctx context.Context, cfg ChaosConfig) (*Supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: chaos: %w", err)
 	}
-	s := &Supervisor{cfg: cfg, pool: NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13)), dir: dir}
+	s := &Supervisor{cfg: cfg, pool: load.NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13)), dir: dir}
 	if cfg.NATS {
 		s.nats, err = startNATSCluster(ctx, dir, cfg.StartTimeout)
 		if err != nil {
@@ -217,7 +224,7 @@ func StartChaos(ctx context.Context, cfg ChaosConfig) (*Supervisor, error) {
 }
 
 // Pool is the live servers.
-func (s *Supervisor) Pool() *Pool { return s.pool }
+func (s *Supervisor) Pool() *load.Pool { return s.pool }
 
 // Kills is how many SIGKILLs were sent.
 func (s *Supervisor) Kills() int {
@@ -241,7 +248,7 @@ func (s *Supervisor) NATSKills() int {
 }
 
 // NATSURL is the NATS cluster's client URLs, comma-separated (the form
-// Config.NATS takes); "" without ChaosConfig.NATS.
+// Config.NATS takes); "" without Config.NATS.
 func (s *Supervisor) NATSURL() string {
 	if s.nats == nil {
 		return ""

@@ -1,4 +1,4 @@
-package load
+package chaos
 
 import (
 	"os/exec"

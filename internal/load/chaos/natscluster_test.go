@@ -1,4 +1,4 @@
-package load
+package chaos
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemhq/idem/internal/load"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/broker"
 )
@@ -77,7 +78,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		counts, err := readStream(ctx, c.URL())
+		counts, err := load.ReadStream(ctx, c.URL())
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
@@ -122,7 +123,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	st, err := js.Stream(ctx, natsStream)
+	st, err := js.Stream(ctx, load.NATSStream)
 	if err != nil {
 		t.Fatal(err)
 	}
