@@ -75,6 +75,12 @@ type SchemaStatus struct {
 	Required int
 }
 
+// PendingOf is the part of ms (a driver's migrations, in order) that a
+// database at st lacks: none on a schema as new as ms or newer.
+func PendingOf(ms []Migration, st SchemaStatus) []Migration {
+	return ms[min(st.Applied, len(ms)):]
+}
+
 // Pending reports whether the binary has migrations the database lacks.
 func (s SchemaStatus) Pending() bool { return s.Applied < s.Latest }
 

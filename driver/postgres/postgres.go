@@ -192,7 +192,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if st.TooNew() {
 		return fmt.Errorf("postgres: %w", st.Err())
 	}
-	for _, m := range d.migrations[min(st.Applied, len(d.migrations)):] {
+	for _, m := range driver.PendingOf(d.migrations, st) {
 		if err := applyMigration(ctx, conn, m); err != nil {
 			return fmt.Errorf("postgres: migration %d_%s: %w", m.Version, m.Name, mapErr(err))
 		}
@@ -230,7 +230,7 @@ func (d *Driver) PendingMigrations(ctx context.Context) ([]driver.Migration, err
 	if err != nil {
 		return nil, err
 	}
-	return d.migrations[min(st.Applied, len(d.migrations)):], nil
+	return driver.PendingOf(d.migrations, st), nil
 }
 
 // MigrationStatus compares the database's schema with the binary's.

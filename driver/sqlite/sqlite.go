@@ -189,7 +189,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if st.TooNew() {
 		return fmt.Errorf("sqlite: %w", st.Err())
 	}
-	for _, m := range d.migrations[min(st.Applied, len(d.migrations)):] {
+	for _, m := range driver.PendingOf(d.migrations, st) {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return fmt.Errorf("sqlite: migration %d_%s: %w", m.Version, m.Name, err)
 		}
@@ -206,7 +206,7 @@ func (d *Driver) PendingMigrations(ctx context.Context) ([]driver.Migration, err
 	if err != nil {
 		return nil, err
 	}
-	return d.migrations[min(st.Applied, len(d.migrations)):], nil
+	return driver.PendingOf(d.migrations, st), nil
 }
 
 // MigrationStatus compares the database's schema with the binary's.
