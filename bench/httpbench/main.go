@@ -6,8 +6,16 @@
 //	httpbench noop  -addr 127.0.0.1:0 -body-bytes 300
 //	httpbench first  -target URL [-c 16] [-d 10s] [-accounts 1000]
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
+//	httpbench seed   -target URL -keys 20000 -prefix cold
+//	httpbench cold   -target URL [-c 16] -keys 20000 -prefix cold
 //
-// first and replay print one line: "ops/s=… p50_ms=… p99_ms=… errors=…".
+// seed creates one transfer per key prefix-0…prefix-(keys-1); cold then
+// replays each of those keys exactly once, against a server that has not
+// seen them (a second process, or one restarted), so that every replay
+// misses the in-process cache: the redelivery hours later.
+//
+// first, replay and cold print one line: "ops/s=… p50_ms=… p99_ms=…
+// errors=… cpu_s=…", cpu_s being the CPU time httpbench itself used.
 package main
 
 import (
@@ -25,6 +33,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -42,6 +51,7 @@ func main() {
 	expectReplay := fs.Bool("expect-replay", true, "require Idempotent-Replayed: true (replay; false for the no-op ceiling)")
 	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop)")
 	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop)")
+	prefix := fs.String("prefix", "cold", "key prefix (seed, cold)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -52,6 +62,10 @@ func main() {
 		err = first(*target, *clients, *dur, *accounts)
 	case "replay":
 		err = replay(*target, *clients, *dur, *keys, *expectReplay)
+	case "seed":
+		err = seed(*target, *keys, *prefix)
+	case "cold":
+		err = cold(*target, *clients, *keys, *prefix)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -155,9 +169,53 @@ func replay(target string, clients int, dur time.Duration, keys int, expectRepla
 	})
 }
 
+// seed creates one transfer per key for cold: key prefix-i moves
+// coldAmount(i) from acc-1 to acc-2.
+func seed(target string, keys int, prefix string) error {
+	if err := setupAccounts(target, 2); err != nil {
+		return err
+	}
+	return parallel(16, keys, func(i int) error {
+		status, b, _, err := post(target+"/v1/transfers", fmt.Sprintf("%s-%d", prefix, i), coldBody(i))
+		if err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("transfer: %d %s", status, b)
+		}
+		return err
+	})
+}
+
+// coldBody differs per key, as a real client's requests do.
+func coldBody(i int) []byte {
+	return fmt.Appendf(nil, `{"debit_account_id":"acc-1","credit_account_id":"acc-2","amount":%d,"currency":"EUR"}`, 100+i%1000)
+}
+
+// cold replays every seeded key once and requires each answer to be a
+// replay.
+func cold(target string, clients, keys int, prefix string) error {
+	var next atomic.Int64
+	return measureUntil(clients, 10*time.Minute, func(*rand.Rand) (bool, error) {
+		i := int(next.Add(1) - 1)
+		if i >= keys {
+			return false, nil
+		}
+		status, b, h, err := post(target+"/v1/transfers", fmt.Sprintf("%s-%d", prefix, i), coldBody(i))
+		if err == nil && (status != http.StatusCreated || h.Get("Idempotent-Replayed") != "true") {
+			err = fmt.Errorf("replay: %d %v %s", status, h, b)
+		}
+		return true, err
+	})
+}
+
 // measure runs op from clients goroutines for dur and prints throughput and
 // latency percentiles.
 func measure(clients int, dur time.Duration, op func(r *rand.Rand) error) error {
+	return measureUntil(clients, dur, func(r *rand.Rand) (bool, error) { return true, op(r) })
+}
+
+// measureUntil is measure whose op may also say there is no more work
+// (false): its client stops, and the run ends when every client has, or
+// at dur.
+func measureUntil(clients int, dur time.Duration, op func(r *rand.Rand) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	defer cancel()
 	var (
@@ -176,7 +234,11 @@ func measure(clients int, dur time.Duration, op func(r *rand.Rand) error) error 
 			var local []time.Duration
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				if err := op(r); err != nil {
+				more, err := op(r)
+				if !more {
+					break
+				}
+				if err != nil {
 					errCount.Add(1)
 					firstErr.CompareAndSwap(nil, err)
 					continue
@@ -200,8 +262,11 @@ func measure(clients int, dur time.Duration, op func(r *rand.Rand) error) error 
 	pct := func(p float64) float64 {
 		return float64(latencies[int(p*float64(len(latencies)-1))].Microseconds()) / 1000
 	}
-	fmt.Printf("ops/s=%d p50_ms=%.2f p99_ms=%.2f errors=%d\n",
-		int(float64(len(latencies))/elapsed.Seconds()), pct(0.50), pct(0.99), errCount.Load())
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Printf("ops/s=%d p50_ms=%.2f p99_ms=%.2f errors=%d cpu_s=%.1f\n",
+		int(float64(len(latencies))/elapsed.Seconds()), pct(0.50), pct(0.99), errCount.Load(), cpu.Seconds())
 	if e, ok := firstErr.Load().(error); ok {
 		fmt.Fprintln(os.Stderr, "httpbench: first error:", e)
 	}
