@@ -29,7 +29,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,7 +103,7 @@ type Config struct {
 	Keeper *idem.Keeper
 	// Scope returns the tenant a request belongs to; keys of different
 	// scopes never meet. It must not return "". Default: ScopeFrom(ctx), or
-	// "default" when that is empty.
+	// idem.DefaultTenant when that is empty.
 	Scope func(*http.Request) string
 	// Operation names what a request does. Default: the method and the route
 	// pattern the request matched (r.Pattern without its method), or the
@@ -266,7 +265,7 @@ func defaultScope(r *http.Request) string {
 	if s := ScopeFrom(r.Context()); s != "" {
 		return s
 	}
-	return "default"
+	return idem.DefaultTenant
 }
 
 // defaultOperation is the method and the matched route pattern. ServeMux
@@ -558,14 +557,7 @@ func (m *Middleware) cacheFromStore(ctx context.Context, key idem.Key, fp []byte
 	if err != nil || !bytes.Equal(rec.Fingerprint, fp) {
 		return // not cached; the next replay asks the database again
 	}
-	out := idem.Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		var h http.Header
-		if err := json.Unmarshal(rec.Header, &h); err != nil {
-			return
-		}
-		out.Header = h
-	}
+	out := rec.Outcome
 	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: out.Status, header: m.filter(out.Header), body: out.Body, expires: rec.ExpiresAt})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/embeddednats"
 	"github.com/idemhq/idem/internal/testpg"
@@ -228,7 +229,7 @@ func waitDrained(t testing.TB, d driver.Driver) {
 func waitListed(t testing.TB, ob *outbox.Outbox, d driver.Driver, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d message(s) listed", n), func() bool {
-		events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+		events, _, err := ob.List(context.Background(), d.Reader(), idem.DefaultTenant, "", outbox.MaxListLimit)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,12 +32,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/tracing"
 )
-
-// DefaultTenant is the tenant of a message that names none.
-const DefaultTenant = "default"
 
 // Trace context headers (W3C Trace Context). Enqueue stores the context
 // of its span with the row, and the relay sends its publish span's context
@@ -68,7 +66,7 @@ type Message struct {
 	// ID is the stable message id the broker deduplicates by. Enqueue
 	// assigns a UUIDv7 when empty; set it (NewID) to know it beforehand.
 	ID string
-	// Tenant scopes the message; default DefaultTenant. Printable ASCII
+	// Tenant scopes the message; default idem.DefaultTenant. Printable ASCII
 	// without spaces, '.', '*' or '>' (it is a NATS subject token).
 	Tenant string
 	// Type names the event, e.g. "transfer.created". Required.
@@ -249,7 +247,7 @@ func (o *Outbox) row(i int, m Message, now time.Time) (driver.OutboxRow, error) 
 		return bad("id", "is not a UUID")
 	}
 	if m.Tenant == "" {
-		m.Tenant = DefaultTenant
+		m.Tenant = idem.DefaultTenant
 	}
 	if !validToken(m.Tenant, MaxTenantLen) {
 		return bad("tenant", fmt.Sprintf("must be 1..%d printable ASCII characters without spaces, '.', '*' or '>'", MaxTenantLen))

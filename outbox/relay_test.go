@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/outbox"
@@ -352,7 +353,7 @@ func gaugeIs(t *testing.T, reg *prometheus.Registry, name string, want float64) 
 // countRows counts the default tenant's rows and those of them published.
 func countRows(t *testing.T, ob *outbox.Outbox, d driver.Driver) (sent, total int) {
 	t.Helper()
-	events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+	events, _, err := ob.List(context.Background(), d.Reader(), idem.DefaultTenant, "", outbox.MaxListLimit)
 	if err != nil {
 		t.Fatal(err)
 	}

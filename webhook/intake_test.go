@@ -94,7 +94,7 @@ func TestRedeliveryRunsOnce(t *testing.T) {
 			t.Fatalf("handler ran %d times", runs.Load())
 		}
 		rec, err := k.Lookup(ctx, idem.Key{Scope: "acme", Operation: "webhook:stripe-main", Key: "evt_redelivered"})
-		if err != nil || rec.Status != 200 || !rec.ExpiresAt.After(time.Now().Add(29*24*time.Hour)) {
+		if err != nil || rec.Outcome.Status != 200 || !rec.ExpiresAt.After(time.Now().Add(29*24*time.Hour)) {
 			t.Fatalf("stored record: %+v, %v", rec, err)
 		}
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
@@ -110,7 +111,7 @@ func (c *Console) params(w http.ResponseWriter, r *http.Request, names ...string
 }
 
 func (c *Console) home(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "home", map[string]any{"Tenant": "default"})
+	c.render(w, r, http.StatusOK, "home", map[string]any{"Tenant": idem.DefaultTenant})
 }
 
 // keyRow is a key record with what its stored answer points at.
@@ -128,7 +129,7 @@ func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"Tenant": p["tenant"], "Key": p["key"], "Operation": p["operation"], "Now": c.cfg.Clock().UTC()}
 	if p["tenant"] == "" {
-		data["Tenant"] = "default"
+		data["Tenant"] = idem.DefaultTenant
 	}
 	if p["key"] != "" {
 		ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
@@ -185,7 +186,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := p["tenant"]
 	if tenant == "" {
-		tenant = "default"
+		tenant = idem.DefaultTenant
 	}
 	data := map[string]any{"Tenant": tenant, "ID": p["id"], "Now": c.cfg.Clock().UTC(), "AsOfText": p["as_of"]}
 	if p["id"] == "" {
@@ -355,7 +356,7 @@ func (c *Console) transfer(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := p["tenant"]
 	if tenant == "" {
-		tenant = "default"
+		tenant = idem.DefaultTenant
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()

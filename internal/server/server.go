@@ -29,9 +29,6 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// DefaultTenant is every request's tenant when no API keys are configured.
-const DefaultTenant = "default"
-
 // Server serves the HTTP API.
 type Server struct {
 	cfg    config.Config
@@ -153,10 +150,10 @@ func (s *Server) routes() http.Handler {
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
-// key it bears, or DefaultTenant when no keys are configured.
+// key it bears, or idem.DefaultTenant when no keys are configured.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := DefaultTenant
+		tenant := idem.DefaultTenant
 		if len(s.tenants) > 0 {
 			token, ok := bearer(r)
 			if !ok {
