@@ -142,8 +142,9 @@ type Config struct {
 	// covers clock skew between the host that redrives and the relays'
 	// hosts. Default 5s; bound 1ms..1h.
 	RedriveDelay time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock returns the current time: the messages' CreatedAt and the end
+	// of a redrive's delay. Default time.Now.
+	Clock func() time.Time
 	// TracerProvider receives the outbox.Enqueue span, whose context each
 	// enqueued row stores. Default otel.GetTracerProvider(), the API's
 	// no-op until the program sets one; then a row stores the context of
@@ -158,8 +159,8 @@ func (c Config) withDefaults() Config {
 	if c.RedriveDelay == 0 {
 		c.RedriveDelay = 5 * time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
@@ -223,7 +224,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (er
 	if len(msgs) > MaxBatch {
 		return fmt.Errorf("%w: %d messages in one Enqueue, limit %d", ErrInvalidMessage, len(msgs), MaxBatch)
 	}
-	now := o.cfg.Now().UTC()
+	now := o.cfg.Clock().UTC()
 	parent, state := tracing.Format(ctx)
 	rows := make([]driver.OutboxRow, len(msgs))
 	for i, m := range msgs {
@@ -383,7 +384,7 @@ func (o *Outbox) Redrive(ctx context.Context, id string) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	p := &driver.OutboxRedriveParams{ID: id, Until: o.cfg.Now().Add(o.cfg.RedriveDelay)}
+	p := &driver.OutboxRedriveParams{ID: id, Until: o.cfg.Clock().Add(o.cfg.RedriveDelay)}
 	if err := o.d.OutboxRedrive(ctx, tx, p); err != nil {
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: %s", ErrNotDead, id)

@@ -101,7 +101,7 @@ func TestRelayMetrics(t *testing.T) {
 		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
 		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
 			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-			Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			Clock: func() time.Time { return time.Now().Add(time.Hour) }})
 		waitFor(t, "backlog gauge", func() bool { return gaugeIs(t, reg, "idem_outbox_backlog", 11) })
 		waitFor(t, "attempts during the outage", func() bool { c, _, _ := down.snapshot(); return len(c) > 0 })
 		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age < 3590 || age > 3700 {
@@ -233,7 +233,7 @@ func TestRetention(t *testing.T) {
 			}
 			return nil
 		}
-		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Now: clock.now,
+		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Clock: clock.now,
 			Retention: time.Minute, RetentionBatch: 3, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 		stop := startStoppable(t, d, cfg)
 		waitDrained(t, d)
@@ -413,7 +413,7 @@ func TestRetentionKeepsRecentHolds(t *testing.T) {
 			}
 			return nil
 		}
-		cfg := outbox.RelayConfig{Publisher: refuse, MaxAttempts: 100, Now: clock.now, Retention: time.Minute,
+		cfg := outbox.RelayConfig{Publisher: refuse, MaxAttempts: 100, Clock: clock.now, Retention: time.Minute,
 			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond}
 		stop := startStoppable(t, d, cfg)
 		waitFor(t, "a refusal and a publish", func() bool { c, _, _ := refuse.snapshot(); return c[poison.ID] == 1 && c[ok.ID] == 1 })

@@ -100,9 +100,9 @@ type IntakeConfig struct {
 	// unavailable). Default 1s; bound 1s..1h. A 409 in flight carries the
 	// keeper's Wait instead.
 	RetryAfter time.Duration
-	// Now is the clock signed timestamps are checked against. Default
-	// time.Now.
-	Now func() time.Time
+	// Clock returns the current time, which signed timestamps are checked
+	// against. Default time.Now.
+	Clock func() time.Time
 }
 
 func (c IntakeConfig) withDefaults() IntakeConfig {
@@ -112,8 +112,8 @@ func (c IntakeConfig) withDefaults() IntakeConfig {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.Handler != nil && c.Handlers == nil {
 		all := c.Handler
@@ -230,7 +230,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		problem.Write(w, http.StatusBadRequest, CodeMalformedBody, "could not read the body")
 		return
 	}
-	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Now())
+	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Clock())
 	if err != nil {
 		status, code := HTTPStatus(err)
 		count(OutcomeRejected + code)

@@ -40,8 +40,9 @@ type Config struct {
 	Concurrency int
 	// Client sends the requests. Default a client with Timeout.
 	Client *http.Client
-	// Now is the clock of webhook-timestamp. Default time.Now.
-	Now func() time.Time
+	// Clock returns the current time, sent as webhook-timestamp. Default
+	// time.Now.
+	Clock func() time.Time
 }
 
 // Publisher posts to one URL.
@@ -75,8 +76,8 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	dest := cfg.URL
 	if u, err := url.Parse(cfg.URL); err == nil {
@@ -141,7 +142,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	if err != nil {
 		return err
 	}
-	ts := p.cfg.Now().Unix()
+	ts := p.cfg.Clock().Unix()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
