@@ -38,7 +38,10 @@ func TestCheckTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := inbox.New(d)
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ran := false
 		entries := map[string]func(tx driver.Tx) error{
 			"idem.Keeper.DoTx": func(tx driver.Tx) error {
@@ -74,7 +77,7 @@ func TestCheckTx(t *testing.T) {
 			},
 			"outbox.List": func(tx driver.Tx) error { _, _, err := o.List(ctx, tx, "t", "", 0); return err },
 			"inbox.Process": func(tx driver.Tx) error {
-				_, err := in.Process(ctx, tx, "c", "m", func(context.Context, driver.Tx) error { ran = true; return nil })
+				_, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "c", MessageID: "m"}, func(context.Context, driver.Tx) error { ran = true; return nil })
 				return err
 			},
 		}

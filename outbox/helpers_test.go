@@ -52,7 +52,7 @@ func newStream(t testing.TB, listen string) *stream {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	pub, err := natspub.New(context.Background(), nc, false, natspub.Config{})
+	pub, err := natspub.New(context.Background(), nc, natspub.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
