@@ -229,7 +229,7 @@ func waitDrained(t testing.TB, d driver.Driver) {
 func waitListed(t testing.TB, ob *outbox.Outbox, d driver.Driver, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d message(s) listed", n), func() bool {
-		events, _, err := ob.List(context.Background(), d.Reader(), idem.DefaultTenant, "", outbox.MaxListLimit)
+		events, _, err := ob.List(context.Background(), d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, Limit: outbox.MaxListLimit})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,6 +91,26 @@ type Event struct {
 	PublishedAt *time.Time      `json:"published_at"`
 }
 
+// ListQuery selects a page of a tenant's messages for List.
+type ListQuery struct {
+	// Tenant owns the messages. Default idem.DefaultTenant.
+	Tenant string
+	// After is the cursor a previous page returned; empty: the start.
+	After string
+	// Limit bounds the page. Default DefaultListLimit; bound
+	// 1..MaxListLimit.
+	Limit int
+}
+
+// DeadQuery selects a page of dead letters for Dead.
+type DeadQuery struct {
+	// After is the cursor a previous page returned; empty: the start.
+	After string
+	// Limit bounds the page. Default DefaultListLimit; bound
+	// 1..MaxListLimit.
+	Limit int
+}
+
 // DeadLetter is a message the relay gave up on after its attempts. It holds
 // its ordering key until it is redriven.
 type DeadLetter struct {
@@ -325,20 +345,23 @@ func validType(s string) bool {
 	return true
 }
 
-// List returns a tenant's messages in commit order, oldest first, after the
-// cursor ("" for the start), at most limit (0 means DefaultListLimit; at
-// most MaxListLimit). next is the cursor of the following page, "" when
-// this page is the last for now. On Postgres a message appears once every
+// List returns a page of q.Tenant's messages in commit order, oldest
+// first, after q.After, and the cursor of the following page: "" when this
+// page is the last for now. On Postgres a message appears once every
 // transaction that began writing before its own has ended, so that no
 // message can later be listed before one already listed: following
 // cursors never skips one (see docs/outbox.md).
-func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, limit int) ([]Event, string, error) {
+func (o *Outbox) List(ctx context.Context, tx driver.Tx, q ListQuery) ([]Event, string, error) {
 	if err := driver.CheckTx(o.d, tx); err != nil {
 		return nil, "", fmt.Errorf("outbox: %w", err)
 	}
-	c, limit, err := pageArgs(after, limit)
+	c, limit, err := pageArgs(q.After, q.Limit)
 	if err != nil {
 		return nil, "", err
+	}
+	tenant := q.Tenant
+	if tenant == "" {
+		tenant = idem.DefaultTenant
 	}
 	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterTx: c.tx, AfterPos: c.pos, Limit: limit + 1})
 	if err != nil {
@@ -356,10 +379,10 @@ func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, l
 	return events, next, nil
 }
 
-// Dead returns dead letters in commit order after the cursor, at most limit
-// (0 means DefaultListLimit; at most MaxListLimit), and the next cursor.
-func (o *Outbox) Dead(ctx context.Context, after string, limit int) ([]DeadLetter, string, error) {
-	c, limit, err := pageArgs(after, limit)
+// Dead returns a page of dead letters in commit order after q.After, and
+// the cursor of the following page ("" when this page is the last).
+func (o *Outbox) Dead(ctx context.Context, q DeadQuery) ([]DeadLetter, string, error) {
+	c, limit, err := pageArgs(q.After, q.Limit)
 	if err != nil {
 		return nil, "", err
 	}

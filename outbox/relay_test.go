@@ -134,7 +134,7 @@ func TestRelayMetrics(t *testing.T) {
 		}
 		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: rec, Registerer: reg, MaxAttempts: 2,
 			BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
-		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, "", 10); return len(dead) == 1 })
+		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, outbox.DeadQuery{Limit: 10}); return len(dead) == 1 })
 		waitDrained(t, d)
 		stop()
 		for name, want := range map[string]float64{
@@ -353,7 +353,7 @@ func gaugeIs(t *testing.T, reg *prometheus.Registry, name string, want float64) 
 // countRows counts the default tenant's rows and those of them published.
 func countRows(t *testing.T, ob *outbox.Outbox, d driver.Driver) (sent, total int) {
 	t.Helper()
-	events, _, err := ob.List(context.Background(), d.Reader(), idem.DefaultTenant, "", outbox.MaxListLimit)
+	events, _, err := ob.List(context.Background(), d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, Limit: outbox.MaxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

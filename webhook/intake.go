@@ -245,7 +245,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		return
 	}
 
-	handler, hasHandler := in.cfg.Handlers.Lookup(ev.Provider, ev.Type)
+	handler, hasHandler := in.cfg.Handlers.Lookup(ev)
 	var handlerErr error
 	res, err := in.cfg.Keeper.Do(r.Context(), DedupeRequest(ep.Endpoint, ev),
 		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
@@ -378,23 +378,24 @@ func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Eve
 	}
 	return in.cfg.Outbox.Enqueue(ctx, tx, outbox.Message{
 		Tenant:  ep.Tenant,
-		Type:    EventType(ev.Provider, ev.Type),
+		Type:    EventType(ev),
 		Key:     "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key,
 		Payload: bytes.TrimRight(buf.Bytes(), "\n"),
 	})
 }
 
 // EventType is the outbox event type of a delivery,
-// "webhook.<provider>.<type>", with the provider's type made a valid event
-// type (and NATS subject tail): a character outside printable ASCII, a
-// space, '*' or '>' becomes '_', and empty dot-separated tokens are
-// dropped. A delivery without a type is "webhook.<provider>". The event's
-// payload keeps the type exactly as the provider sent it.
-func EventType(provider, typ string) string {
+// "webhook.<provider>.<type>" of ev's Provider and Type, with the
+// provider's type made a valid event type (and NATS subject tail): a
+// character outside printable ASCII, a space, '*' or '>' becomes '_', and
+// empty dot-separated tokens are dropped. A delivery without a type is
+// "webhook.<provider>". The event's payload keeps the type exactly as the
+// provider sent it.
+func EventType(ev Event) string {
 	var b strings.Builder
 	b.WriteString("webhook.")
-	b.WriteString(provider)
-	for _, tok := range strings.Split(typ, ".") {
+	b.WriteString(ev.Provider)
+	for _, tok := range strings.Split(ev.Type, ".") {
 		if tok == "" {
 			continue
 		}

@@ -283,7 +283,7 @@ func TestEventType(t *testing.T) {
 		{"hmac", "é", "webhook.hmac.__"},
 		{"hmac", strings.Repeat("x.", 200), "webhook.hmac." + strings.TrimRight(strings.Repeat("x.", 200)[:255-len("webhook.hmac.")], ".")},
 	} {
-		if got := EventType(tc.provider, tc.typ); got != tc.want {
+		if got := EventType(Event{Provider: tc.provider, Type: tc.typ}); got != tc.want {
 			t.Errorf("EventType(%q, %q) = %q, want %q", tc.provider, tc.typ, got, tc.want)
 		}
 	}

@@ -67,7 +67,7 @@ func TestRedeliveryRunsOnce(t *testing.T) {
 			if err != nil {
 				return idem.Result{}, err
 			}
-			handler, ok := reg.Lookup(ev.Provider, ev.Type)
+			handler, ok := reg.Lookup(ev)
 			return k.Do(ctx, DedupeRequest(ep, ev), func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				if ok {
 					if err := handler(ctx, tx, ev); err != nil {

@@ -94,4 +94,6 @@ func (s *Server) countWebhook(endpoint, outcome string) {
 
 // webhookEventType is the outbox event type of a delivery
 // (webhook.EventType).
-func webhookEventType(provider, typ string) string { return webhook.EventType(provider, typ) }
+func webhookEventType(provider, typ string) string {
+	return webhook.EventType(webhook.Event{Provider: provider, Type: typ})
+}
