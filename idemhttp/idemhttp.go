@@ -63,23 +63,25 @@ const (
 	CodeInternal     = "internal_error"
 )
 
-// Outcome classifies how the middleware answered a guarded request, for
-// metrics (Config.OnOutcome).
-type Outcome string
+// Kind classifies how the middleware answered a guarded request, for
+// metrics (Config.OnAnswer). It is a label, not the answer: the stored
+// answer is an idem.Outcome. The values are stable (idem serve's
+// idem_http_idempotency_outcomes_total counts by them).
+type Kind string
 
 const (
-	OutcomeFirst        Outcome = "first"          // the handler ran and its outcome was stored
-	OutcomeReplayed     Outcome = "replayed"       // a stored outcome was replayed
-	OutcomeReused       Outcome = "reused"         // 422: same key, different request
-	OutcomeInFlight     Outcome = "in_flight"      // 409: a twin still runs
-	OutcomeMissingKey   Outcome = "missing_key"    // 400
-	OutcomeInvalidKey   Outcome = "invalid_key"    // 400
-	OutcomeInvalidBody  Outcome = "invalid_body"   // 400: the body is not JSON
-	OutcomeBodyTooLarge Outcome = "body_too_large" // 413
-	OutcomeUnavailable  Outcome = "unavailable"    // 503: database unreachable, nothing stored
-	OutcomeInvalid      Outcome = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
-	OutcomeHandlerError Outcome = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
-	OutcomeError        Outcome = "error"          // 500: an unexpected error or a handler's panic, nothing stored
+	KindFirst        Kind = "first"          // the handler ran and its outcome was stored
+	KindReplayed     Kind = "replayed"       // a stored outcome was replayed
+	KindReused       Kind = "reused"         // 422: same key, different request
+	KindInFlight     Kind = "in_flight"      // 409: a twin still runs
+	KindMissingKey   Kind = "missing_key"    // 400
+	KindInvalidKey   Kind = "invalid_key"    // 400
+	KindInvalidBody  Kind = "invalid_body"   // 400: the body is not JSON
+	KindBodyTooLarge Kind = "body_too_large" // 413
+	KindUnavailable  Kind = "unavailable"    // 503: database unreachable, nothing stored
+	KindInvalid      Kind = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
+	KindHandlerError Kind = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
+	KindError        Kind = "error"          // 500: an unexpected error or a handler's panic, nothing stored
 )
 
 // DefaultReplayHeaders are the response headers stored and replayed when
@@ -139,9 +141,10 @@ type Config struct {
 	// ReplayCacheBytes bounds the cache's approximate size. Default 64 MiB;
 	// bound 1 KiB..4 GiB.
 	ReplayCacheBytes int64
-	// OnOutcome, when set, is called once per guarded request with how it
-	// was answered (metrics). It must be fast and must not write to w.
-	OnOutcome func(r *http.Request, kind Outcome)
+	// OnAnswer, when set, is called once per guarded request with the
+	// kind of answer it got (metrics). It must be fast and must not write
+	// to w. Default none.
+	OnAnswer func(r *http.Request, kind Kind)
 	// Logger receives unexpected errors (answered 500). A handler's panic,
 	// also answered 500, is logged by the keeper, with its key and stack, on
 	// the keeper's Config.Logger. Default slog.Default().
@@ -293,9 +296,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) report(r *http.Request, kind Outcome) {
-	if m.cfg.OnOutcome != nil {
-		m.cfg.OnOutcome(r, kind)
+func (m *Middleware) report(r *http.Request, kind Kind) {
+	if m.cfg.OnAnswer != nil {
+		m.cfg.OnAnswer(r, kind)
 	}
 }
 
@@ -304,18 +307,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// rejected, never run (and its body never buffered).
 	vals := r.Header.Values(HeaderKey)
 	if len(vals) == 0 {
-		m.report(r, OutcomeMissingKey)
+		m.report(r, KindMissingKey)
 		problem.Write(w, http.StatusBadRequest, CodeKeyMissing, "this request needs an Idempotency-Key header")
 		return
 	}
 	if len(vals) > 1 {
-		m.report(r, OutcomeInvalidKey)
+		m.report(r, KindInvalidKey)
 		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key was sent more than once")
 		return
 	}
 	clientKey, err := idem.ParseKey(vals[0])
 	if err != nil {
-		m.report(r, OutcomeInvalidKey)
+		m.report(r, KindInvalidKey)
 		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
 		return
 	}
@@ -337,7 +340,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	raw := rawHash(r.Method, r.URL.Path, body)
 	cached := m.cache.get(key, kcfg.Clock())
 	if cached != nil && cached.raw == raw {
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, cached.status, cached.header, cached.body)
 		return
 	}
@@ -346,17 +349,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// key reused on another resource of the same route is caught as reuse.
 	fp, err := idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
 	if err != nil {
-		m.report(r, OutcomeInvalidBody)
+		m.report(r, KindInvalidBody)
 		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body is not valid JSON")
 		return
 	}
 	if e := cached; e != nil {
 		if !bytes.Equal(e.fp, fp) {
-			m.report(r, OutcomeReused)
+			m.report(r, KindReused)
 			problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
 			return
 		}
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, e.status, e.header, e.body)
 		return
 	}
@@ -392,10 +395,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// A bug in the handler: the keeper recovered it, rolled everything
 		// back, released the key and logged the panic with the key and the
 		// stack. The client gets a 500 and its retry runs the handler again.
-		m.report(r, OutcomeError)
+		m.report(r, KindError)
 		problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 	case err == nil && !res.Replayed:
-		m.report(r, OutcomeFirst)
+		m.report(r, KindFirst)
 		status, header := first.result()
 		m.writeFirst(w, status, header, first.body)
 		m.cache.put(&entry{key: key, fp: fp, raw: raw, status: status, header: m.filter(header), body: first.body,
@@ -403,29 +406,29 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// earlier than this.
 			expires: start.Add(kcfg.Retention)})
 	case err == nil:
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
 		m.cacheFromStore(r.Context(), key, fp, raw)
 	case errors.Is(err, errInvalid):
-		m.report(r, OutcomeInvalid)
+		m.report(r, KindInvalid)
 		status, header := failed.result()
 		m.writeFirst(w, status, header, failed.body)
 	case errors.Is(err, errHandlerFailed):
-		m.report(r, OutcomeHandlerError)
+		m.report(r, KindHandlerError)
 		status, header := failed.result()
 		if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
 			header.Set("Retry-After", m.retryAfter)
 		}
 		m.writeFirst(w, status, header, failed.body)
 	case errors.Is(err, idem.ErrKeyReused):
-		m.report(r, OutcomeReused)
+		m.report(r, KindReused)
 		problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
 	case errors.Is(err, idem.ErrInFlight):
-		m.report(r, OutcomeInFlight)
+		m.report(r, KindInFlight)
 		w.Header().Set("Retry-After", m.retryAfter)
 		problem.Write(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed; retry later")
 	case idem.IsRetryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		m.report(r, OutcomeUnavailable)
+		m.report(r, KindUnavailable)
 		w.Header().Set("Retry-After", m.retryAfter)
 		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service cannot reach its database; nothing was done, retry later")
 	default:
@@ -480,7 +483,7 @@ func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *gua
 // answered and returns false.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
-		m.report(r, OutcomeBodyTooLarge)
+		m.report(r, KindBodyTooLarge)
 		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
 			fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes))
 		return nil, false
@@ -496,7 +499,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge()
 		}
-		m.report(r, OutcomeInvalidBody)
+		m.report(r, KindInvalidBody)
 		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body could not be read")
 		return nil, false
 	}
@@ -578,7 +581,7 @@ func rawHash(method, path string, body []byte) [sha256.Size]byte {
 
 // fail answers an unexpected error: 500, nothing stored.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	m.report(r, OutcomeError)
+	m.report(r, KindError)
 	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 }

@@ -46,19 +46,24 @@ const (
 	CodeUnavailable = "unavailable"
 )
 
-// Outcomes of a delivery, as IntakeConfig.OnOutcome receives them. A
-// refused delivery is "rejected_" followed by its code
-// ("rejected_signature_invalid", "rejected_body_too_large", ...).
+// Kind classifies how the intake answered a delivery, for metrics
+// (IntakeConfig.OnAnswer). It is a label, not the answer: the stored answer
+// is an idem.Outcome. A refused delivery is KindRejected followed by its
+// code ("rejected_signature_invalid", "rejected_body_too_large", ...). The
+// values are stable (idem serve's idem_webhook_deliveries_total counts by
+// them).
+type Kind string
+
 const (
-	OutcomeFirst         = "first"           // stored and handled now
-	OutcomeReplayed      = "replayed"        // a copy of a stored event: its answer again
-	OutcomeInFlight      = "in_flight"       // a copy still running elsewhere: 409
-	OutcomeChallenge     = "challenge"       // Slack's url_verification, answered
-	OutcomeHandlerFailed = CodeHandlerFailed // the handler's error: 503, nothing stored
-	OutcomePanicked      = "panicked"        // the handler panicked: 500, nothing stored
-	OutcomeUnavailable   = CodeUnavailable   // the database failed: 503, nothing stored
-	OutcomeError         = "error"           // any other failure: 500, nothing stored
-	OutcomeRejected      = "rejected_"       // prefix of a refused delivery's outcome
+	KindFirst         Kind = "first"           // stored and handled now
+	KindReplayed      Kind = "replayed"        // a copy of a stored event: its answer again
+	KindInFlight      Kind = "in_flight"       // a copy still running elsewhere: 409
+	KindChallenge     Kind = "challenge"       // Slack's url_verification, answered
+	KindHandlerFailed Kind = CodeHandlerFailed // the handler's error: 503, nothing stored
+	KindPanicked      Kind = "panicked"        // the handler panicked: 500, nothing stored
+	KindUnavailable   Kind = CodeUnavailable   // the database failed: 503, nothing stored
+	KindError         Kind = "error"           // any other failure: 500, nothing stored
+	KindRejected      Kind = "rejected_"       // prefix of a refused delivery's kind
 )
 
 // IntakeConfig configures NewIntake.
@@ -89,13 +94,13 @@ type IntakeConfig struct {
 	// and unexpected errors (error). A handler's panic is logged by the
 	// keeper, through its Config.Logger. Default slog.Default().
 	Logger *slog.Logger
-	// OnOutcome, when set, is called once per delivery to a configured
-	// endpoint with the endpoint's name and one of the Outcome values (a
+	// OnAnswer, when set, is called once per delivery to a configured
+	// endpoint with the endpoint's name and the Kind of answer it got (a
 	// metrics counter). It runs on the request's goroutine after the
 	// transaction ended, before the answer is written: keep it short. A
 	// delivery to an unknown endpoint is not reported (its name is the
 	// sender's choice). Default none.
-	OnOutcome func(endpoint, outcome string)
+	OnAnswer func(endpoint string, kind Kind)
 	// RetryAfter is the Retry-After of a 503 (handler failed, database
 	// unavailable). Default 1s; bound 1s..1h. A 409 in flight carries the
 	// keeper's Wait instead.
@@ -212,35 +217,35 @@ func (in *Intake) Endpoint(name string) http.Handler {
 func (in *Intake) Handlers() *Registry { return in.cfg.Handlers }
 
 func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoint) {
-	count := func(outcome string) {
-		if in.cfg.OnOutcome != nil {
-			in.cfg.OnOutcome(ep.Name, outcome)
+	count := func(kind Kind) {
+		if in.cfg.OnAnswer != nil {
+			in.cfg.OnAnswer(ep.Name, kind)
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(ep.MaxBodyBytes)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			count(OutcomeRejected + CodeBodyTooLarge)
+			count(KindRejected + Kind(CodeBodyTooLarge))
 			problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
 				fmt.Sprintf("the body is over this endpoint's limit of %d bytes", ep.MaxBodyBytes))
 			return
 		}
-		count(OutcomeRejected + CodeMalformedBody)
+		count(KindRejected + Kind(CodeMalformedBody))
 		problem.Write(w, http.StatusBadRequest, CodeMalformedBody, "could not read the body")
 		return
 	}
 	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Clock())
 	if err != nil {
 		status, code := HTTPStatus(err)
-		count(OutcomeRejected + code)
+		count(KindRejected + Kind(code))
 		in.cfg.Logger.Info("idem: webhook refused", "endpoint", ep.Name, "code", code, "err", err)
 		problem.Write(w, status, code, err.Error())
 		return
 	}
 	if ev.Challenge != "" {
 		// Slack's url_verification proves we own the URL; it is no event.
-		count(OutcomeChallenge)
+		count(KindChallenge)
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": ev.Challenge})
 		return
 	}
@@ -277,7 +282,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
 	case errors.Is(err, idem.ErrInFlight):
-		count(OutcomeInFlight)
+		count(KindInFlight)
 		w.Header().Set("Retry-After", seconds(in.cfg.Keeper.Config().Wait))
 		problem.Write(w, http.StatusConflict, idemhttp.CodeInFlight,
 			"a copy of this delivery is still being processed; retry later")
@@ -287,12 +292,12 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// rolled back the event, the handler's rows and the key, and logged
 		// it with the key and the stack. A 500 makes the provider redeliver,
 		// and the redelivery runs the handler again.
-		count(OutcomePanicked)
+		count(KindPanicked)
 		problem.Write(w, http.StatusInternalServerError, CodeInternal,
 			"the event's handler failed unexpectedly; nothing was stored, retry later")
 		return
 	case handlerErr != nil:
-		count(OutcomeHandlerFailed)
+		count(KindHandlerFailed)
 		in.cfg.Logger.Warn("idem: webhook handler failed; nothing stored, the provider will retry",
 			"endpoint", ep.Name, "event_id", ev.ID, "type", ev.Type, "err", err)
 		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
@@ -302,7 +307,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 	case errors.Is(err, outbox.ErrInvalidMessage):
 		// Only the payload's size can make the event invalid: the type is
 		// sanitised and the tenant checked by NewIntake.
-		count(OutcomeRejected + CodeBodyTooLarge)
+		count(KindRejected + Kind(CodeBodyTooLarge))
 		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, err.Error())
 		return
 	default:
@@ -311,10 +316,10 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 	}
 
 	if res.Replayed {
-		count(OutcomeReplayed)
+		count(KindReplayed)
 		w.Header().Set(idemhttp.HeaderReplayed, "true")
 	} else {
-		count(OutcomeFirst)
+		count(KindFirst)
 	}
 	for k, v := range res.Header {
 		w.Header()[k] = v
@@ -327,22 +332,22 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 // answered before): a database fault is 503 with Retry-After, which the
 // provider retries; anything else is logged and 500. Nothing was stored
 // either way.
-func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count func(string)) {
+func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count func(Kind)) {
 	switch {
 	case driver.IsRetryable(err):
-		count(OutcomeUnavailable)
+		count(KindUnavailable)
 		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
 		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable,
 			"the database is unavailable; nothing was stored, retry later")
 	case errors.Is(err, context.Canceled):
 		// The sender went away; nobody reads this answer.
-		count(OutcomeError)
+		count(KindError)
 		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "request canceled")
 	case errors.Is(err, driver.ErrNotFound):
-		count(OutcomeError)
+		count(KindError)
 		problem.Write(w, http.StatusNotFound, CodeNotFound, "no such resource")
 	default:
-		count(OutcomeError)
+		count(KindError)
 		in.cfg.Logger.Error("idem: request failed", "method", r.Method, "route", r.Pattern, "err", err)
 		problem.Write(w, http.StatusInternalServerError, CodeInternal, "internal error; nothing was stored")
 	}

@@ -87,11 +87,11 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		Keeper:       keeper,
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Logger:       log,
-		OnOutcome: func(r *http.Request, kind idemhttp.Outcome) {
+		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
 			// A first arrival has just committed, maybe with events: wake
 			// the relay now rather than at its next poll.
-			if kind == idemhttp.OutcomeFirst && s.relay != nil {
+			if kind == idemhttp.KindFirst && s.relay != nil {
 				s.relay.Notify()
 			}
 		},
