@@ -297,7 +297,7 @@ func TestBrokerDown(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if down {
-				return outbox.Unavailable(errors.New("connection refused"))
+				return outbox.BrokerUnavailable(errors.New("connection refused"))
 			}
 			return nil
 		}

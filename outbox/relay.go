@@ -52,7 +52,7 @@ type RelayConfig struct {
 	// in time between cycles.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many times the broker may refuse a message before
-	// it becomes a dead letter. Broker outages (ErrUnavailable) do not
+	// it becomes a dead letter. Broker outages (ErrBrokerUnavailable) do not
 	// count. Default 10; bound 1..1000.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the wait before a failed message's
@@ -231,7 +231,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		n, err := r.cycle(ctx)
 		wait := r.cfg.PollInterval
 		switch {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrBrokerUnavailable):
 			r.outageWait = jitter(min(max(2*r.outageWait, r.cfg.BackoffMin), r.cfg.BackoffMax))
 			wait = r.outageWait
 			r.log.Warn("outbox relay: broker unavailable", "err", err, "retry_in", wait)
@@ -491,10 +491,10 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 					queues[k] = q
 					next = append(next, k)
 				}
-			case errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			case errors.Is(err, ErrBrokerUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 				// Not the message's fault: no attempt counted, the key
 				// stays unheld, and the relay backs off as a whole.
-				res.outage = Unavailable(err)
+				res.outage = BrokerUnavailable(err)
 			default:
 				res.failed = append(res.failed, failure{row: heads[i], err: err})
 			}
@@ -503,7 +503,7 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 	}
 	if len(keys) > 0 && res.outage == nil {
 		// The publish timeout ended the batch between rounds.
-		res.outage = Unavailable(pctx.Err())
+		res.outage = BrokerUnavailable(pctx.Err())
 	}
 	failpoint.Hit(FailpointAfterPublish)
 	return res, nil

@@ -98,7 +98,7 @@ func TestRelayMetrics(t *testing.T) {
 
 		// The broker is down, and the relay's clock is an hour ahead.
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
 			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 			Clock: func() time.Time { return time.Now().Add(time.Hour) }})
@@ -174,7 +174,7 @@ func TestRelayStatsReportedOnce(t *testing.T) {
 
 		// The broker is down, so the backlog stays at 7.
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 		stops := make([]func(), 2)
 		for i, reg := range regs {
@@ -249,7 +249,7 @@ func TestRetention(t *testing.T) {
 		enqueue(t, d, ob, late)
 		waitListed(t, ob, d, 42)
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		cfg.Publisher = down
 		clock.advance(2 * time.Minute)
 		stop = startStoppable(t, d, cfg)

@@ -137,7 +137,7 @@ func classify(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) || kerr.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrClientClosed) {
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	return err
 }

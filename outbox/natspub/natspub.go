@@ -166,7 +166,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		case err := <-f.Err():
 			errs[i] = classify(err)
 		case <-ctx.Done():
-			errs[i] = outbox.Unavailable(ctx.Err())
+			errs[i] = outbox.BrokerUnavailable(ctx.Err())
 		}
 	}
 	return errs
@@ -184,18 +184,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 func classify(err error) error {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode] || api.ErrorCode == duplicateInProcess) {
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	var netErr net.Error
 	switch {
 	case errors.As(err, &netErr):
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	return err
 }

@@ -53,7 +53,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	enc := json.NewEncoder(p.w)
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
-			errs[i] = outbox.Unavailable(err)
+			errs[i] = outbox.BrokerUnavailable(err)
 			continue
 		}
 		errs[i] = enc.Encode(Line{ID: m.ID, Tenant: m.Tenant, Type: m.Type, Key: m.Key,

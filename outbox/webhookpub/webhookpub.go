@@ -161,7 +161,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		return outbox.Unavailable(err) // unreachable or timed out
+		return outbox.BrokerUnavailable(err) // unreachable or timed out
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -170,7 +170,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 		return nil
 	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
 		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
-		return outbox.Unavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
+		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
 	}
 	return fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode)
 }

@@ -59,7 +59,7 @@ func TestNATSClusterFailover(t *testing.T) {
 				if err == nil {
 					continue
 				}
-				if !errors.Is(err, outbox.ErrUnavailable) {
+				if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 					// The relay would count it toward a dead letter.
 					t.Fatalf("a cluster fault reported as the message's: %v", err)
 				}
