@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,7 +41,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/internal/problem"
 )
 
 // Header names of the draft.
@@ -51,7 +49,7 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// Stable problem codes this package answers with.
+// Stable problem codes this package answers with (ProblemFor).
 const (
 	CodeKeyMissing   = "idempotency_key_missing"
 	CodeKeyInvalid   = "idempotency_key_invalid"
@@ -60,6 +58,7 @@ const (
 	CodeInvalidBody  = "invalid_request"
 	CodeBodyTooLarge = "body_too_large"
 	CodeUnavailable  = "unavailable"
+	CodeNotFound     = "not_found"
 	CodeInternal     = "internal_error"
 )
 
@@ -249,7 +248,7 @@ func New(cfg Config) (*Middleware, error) {
 	m := &Middleware{
 		cfg:        cfg,
 		keeper:     cfg.Keeper,
-		retryAfter: strconv.Itoa(int(math.Ceil(cfg.RetryAfter.Seconds()))),
+		retryAfter: retryAfterSeconds(cfg.RetryAfter),
 	}
 	for _, h := range cfg.ReplayHeaders {
 		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
@@ -307,24 +306,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// rejected, never run (and its body never buffered).
 	vals := r.Header.Values(HeaderKey)
 	if len(vals) == 0 {
-		m.report(r, KindMissingKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyMissing, "this request needs an Idempotency-Key header")
+		m.answer(w, r, idem.ErrKeyMissing)
 		return
 	}
 	if len(vals) > 1 {
 		m.report(r, KindInvalidKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key was sent more than once")
+		Problem{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Detail: "Idempotency-Key was sent more than once"}.Write(w)
 		return
 	}
 	clientKey, err := idem.ParseKey(vals[0])
 	if err != nil {
-		m.report(r, KindInvalidKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+		m.answer(w, r, err)
 		return
 	}
 	scope := m.cfg.Scope(r)
 	if scope == "" {
-		m.fail(w, r, errors.New("idemhttp: Config.Scope returned an empty scope"))
+		m.answer(w, r, errors.New("idemhttp: Config.Scope returned an empty scope"))
 		return
 	}
 	body, ok := m.readBody(w, r)
@@ -349,14 +346,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// key reused on another resource of the same route is caught as reuse.
 	fp, err := idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
 	if err != nil {
-		m.report(r, KindInvalidBody)
-		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body is not valid JSON")
+		m.answer(w, r, idem.ErrInvalidBody)
 		return
 	}
 	if e := cached; e != nil {
 		if !bytes.Equal(e.fp, fp) {
-			m.report(r, KindReused)
-			problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
+			m.answer(w, r, idem.ErrKeyReused)
 			return
 		}
 		m.report(r, KindReplayed)
@@ -391,12 +386,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// http.ErrAbortHandler): everything rolled back, and the abort goes
 		// on to the server, which drops the connection without logging.
 		panic(http.ErrAbortHandler)
-	case errors.Is(err, idem.ErrPanicked):
-		// A bug in the handler: the keeper recovered it, rolled everything
-		// back, released the key and logged the panic with the key and the
-		// stack. The client gets a 500 and its retry runs the handler again.
-		m.report(r, KindError)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 	case err == nil && !res.Replayed:
 		m.report(r, KindFirst)
 		status, header := first.result()
@@ -420,19 +409,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			header.Set("Retry-After", m.retryAfter)
 		}
 		m.writeFirst(w, status, header, failed.body)
-	case errors.Is(err, idem.ErrKeyReused):
-		m.report(r, KindReused)
-		problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
-	case errors.Is(err, idem.ErrInFlight):
-		m.report(r, KindInFlight)
-		w.Header().Set("Retry-After", m.retryAfter)
-		problem.Write(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed; retry later")
-	case idem.IsRetryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		m.report(r, KindUnavailable)
-		w.Header().Set("Retry-After", m.retryAfter)
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service cannot reach its database; nothing was done, retry later")
 	default:
-		m.fail(w, r, err)
+		// The keeper's refusals and faults, and a handler's panic: a bug the
+		// keeper recovered, rolled back (the key is free again) and logged
+		// with the key and the stack; the client gets a 500 and its retry
+		// runs the handler again.
+		m.answer(w, r, err)
 	}
 }
 
@@ -484,8 +466,8 @@ func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *gua
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
 		m.report(r, KindBodyTooLarge)
-		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-			fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes))
+		Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge,
+			Detail: fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes)}.Write(w)
 		return nil, false
 	}
 	if r.ContentLength > m.cfg.MaxBodyBytes {
@@ -500,7 +482,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 			return tooLarge()
 		}
 		m.report(r, KindInvalidBody)
-		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body could not be read")
+		Problem{Status: http.StatusBadRequest, Code: CodeInvalidBody, Detail: "the body could not be read"}.Write(w)
 		return nil, false
 	}
 	return body, true
@@ -579,9 +561,35 @@ func rawHash(method, path string, body []byte) [sha256.Size]byte {
 	return sum
 }
 
-// fail answers an unexpected error: 500, nothing stored.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	m.report(r, KindError)
-	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
+// answer answers err with ProblemFor's problem, reports its kind and logs
+// an unexpected one. A guarded request's client reads the middleware's own
+// words for the database and for a fault.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
+	p := ProblemFor(err, m.cfg.RetryAfter)
+	var kind Kind
+	switch p.Code {
+	case CodeKeyMissing:
+		kind = KindMissingKey
+	case CodeKeyInvalid:
+		kind = KindInvalidKey
+	case CodeInvalidBody:
+		kind = KindInvalidBody
+	case CodeKeyReused:
+		kind = KindReused
+	case CodeInFlight:
+		kind = KindInFlight
+	case CodeUnavailable:
+		kind = KindUnavailable
+		p.Detail = "the service cannot reach its database; nothing was done, retry later"
+	default:
+		// The keeper returns no not_found, so anything else is a fault:
+		// 500, nothing stored.
+		kind = KindError
+		if !errors.Is(err, idem.ErrPanicked) {
+			m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		p = Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "the request failed; nothing was stored"}
+	}
+	m.report(r, kind)
+	p.Write(w)
 }

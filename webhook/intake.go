@@ -37,13 +37,13 @@ const MaxEventPayloadBytes = 16 << 20
 // and idemhttp.CodeInFlight.
 const (
 	// CodeNotFound: no endpoint of that name is configured (404).
-	CodeNotFound = "not_found"
+	CodeNotFound = idemhttp.CodeNotFound
 	// CodeHandlerFailed: the event's handler returned an error; nothing was
 	// stored (503).
 	CodeHandlerFailed = "handler_failed"
 	// CodeUnavailable: the database is unavailable or the request was
 	// canceled; nothing was stored (503).
-	CodeUnavailable = "unavailable"
+	CodeUnavailable = idemhttp.CodeUnavailable
 )
 
 // Kind classifies how the intake answered a delivery, for metrics
@@ -196,7 +196,8 @@ func (in *Intake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("endpoint")
 	ep, ok := in.endpoints[name]
 	if !ok {
-		problem.Write(w, http.StatusNotFound, CodeNotFound, "no webhook endpoint "+clipName(name)+" is configured")
+		idemhttp.Problem{Status: http.StatusNotFound, Code: CodeNotFound,
+			Detail: "no webhook endpoint " + clipName(name) + " is configured"}.Write(w)
 		return
 	}
 	in.serve(w, r, ep)
@@ -227,12 +228,12 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			count(KindRejected + Kind(CodeBodyTooLarge))
-			problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-				fmt.Sprintf("the body is over this endpoint's limit of %d bytes", ep.MaxBodyBytes))
+			idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge,
+				Detail: fmt.Sprintf("the body is over this endpoint's limit of %d bytes", ep.MaxBodyBytes)}.Write(w)
 			return
 		}
 		count(KindRejected + Kind(CodeMalformedBody))
-		problem.Write(w, http.StatusBadRequest, CodeMalformedBody, "could not read the body")
+		idemhttp.Problem{Status: http.StatusBadRequest, Code: CodeMalformedBody, Detail: "could not read the body"}.Write(w)
 		return
 	}
 	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Clock())
@@ -240,7 +241,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		status, code := HTTPStatus(err)
 		count(KindRejected + Kind(code))
 		in.cfg.Logger.Info("idem: webhook refused", "endpoint", ep.Name, "code", code, "err", err)
-		problem.Write(w, status, code, err.Error())
+		idemhttp.Problem{Status: status, Code: code, Detail: err.Error()}.Write(w)
 		return
 	}
 	if ev.Challenge != "" {
@@ -282,10 +283,12 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
 	case errors.Is(err, idem.ErrInFlight):
+		// A delivery's words, and the keeper's Wait: how long the copy
+		// already waited for its twin.
 		count(KindInFlight)
-		w.Header().Set("Retry-After", seconds(in.cfg.Keeper.Config().Wait))
-		problem.Write(w, http.StatusConflict, idemhttp.CodeInFlight,
-			"a copy of this delivery is still being processed; retry later")
+		idemhttp.Problem{Status: http.StatusConflict, Code: idemhttp.CodeInFlight,
+			Detail:     "a copy of this delivery is still being processed; retry later",
+			RetryAfter: in.cfg.Keeper.Config().Wait}.Write(w)
 		return
 	case errors.Is(err, idem.ErrPanicked):
 		// A bug in a handler (or in the intake): the keeper recovered it,
@@ -293,22 +296,22 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// it with the key and the stack. A 500 makes the provider redeliver,
 		// and the redelivery runs the handler again.
 		count(KindPanicked)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal,
-			"the event's handler failed unexpectedly; nothing was stored, retry later")
+		idemhttp.Problem{Status: http.StatusInternalServerError, Code: CodeInternal,
+			Detail: "the event's handler failed unexpectedly; nothing was stored, retry later"}.Write(w)
 		return
 	case handlerErr != nil:
 		count(KindHandlerFailed)
 		in.cfg.Logger.Warn("idem: webhook handler failed; nothing stored, the provider will retry",
 			"endpoint", ep.Name, "event_id", ev.ID, "type", ev.Type, "err", err)
-		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
-		problem.Write(w, http.StatusServiceUnavailable, CodeHandlerFailed,
-			"the event's handler failed; nothing was stored, retry later")
+		idemhttp.Problem{Status: http.StatusServiceUnavailable, Code: CodeHandlerFailed,
+			Detail:     "the event's handler failed; nothing was stored, retry later",
+			RetryAfter: in.cfg.RetryAfter}.Write(w)
 		return
 	case errors.Is(err, outbox.ErrInvalidMessage):
 		// Only the payload's size can make the event invalid: the type is
 		// sanitised and the tenant checked by NewIntake.
 		count(KindRejected + Kind(CodeBodyTooLarge))
-		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, err.Error())
+		idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Detail: err.Error()}.Write(w)
 		return
 	default:
 		in.fail(w, r, err, count)
@@ -329,28 +332,22 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 }
 
 // fail answers an error of the keeper or the outbox (a handler's error is
-// answered before): a database fault is 503 with Retry-After, which the
-// provider retries; anything else is logged and 500. Nothing was stored
-// either way.
+// answered before) as idemhttp.ProblemFor maps it: a database fault is 503
+// with the configured Retry-After, which the provider retries; anything
+// unexpected is logged and 500. Nothing was stored either way.
 func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count func(Kind)) {
+	p := idemhttp.ProblemFor(err, in.cfg.RetryAfter)
 	switch {
-	case driver.IsRetryable(err):
-		count(KindUnavailable)
-		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable,
-			"the database is unavailable; nothing was stored, retry later")
-	case errors.Is(err, context.Canceled):
-		// The sender went away; nobody reads this answer.
-		count(KindError)
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "request canceled")
-	case errors.Is(err, driver.ErrNotFound):
-		count(KindError)
-		problem.Write(w, http.StatusNotFound, CodeNotFound, "no such resource")
-	default:
+	case p.Status == http.StatusInternalServerError:
 		count(KindError)
 		in.cfg.Logger.Error("idem: request failed", "method", r.Method, "route", r.Pattern, "err", err)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal, "internal error; nothing was stored")
+	case p.Code == CodeUnavailable && !errors.Is(err, context.Canceled):
+		count(KindUnavailable)
+	default:
+		// The sender went away (canceled), or a row vanished.
+		count(KindError)
 	}
+	p.Write(w)
 }
 
 // eventPayload is the payload of a webhook.* event: the provider, the
@@ -421,12 +418,6 @@ func EventType(ev Event) string {
 
 // writeJSON answers v as JSON (problem.JSON).
 func writeJSON(w http.ResponseWriter, status int, v any) { problem.JSON(w, status, v) }
-
-// seconds renders d as whole seconds for Retry-After, rounded up, at
-// least 1.
-func seconds(d time.Duration) string {
-	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
-}
 
 // clipName shortens a path segment before it is echoed in an answer.
 func clipName(s string) string {

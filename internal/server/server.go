@@ -29,6 +29,10 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
+// retryAfter is the Retry-After of the service's 409 and 503 answers: the
+// middleware's, the webhook intake's and its own (idemhttp.ProblemFor).
+const retryAfter = time.Second
+
 // Server serves the HTTP API.
 type Server struct {
 	cfg    config.Config
@@ -86,6 +90,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	s.guard, err = idemhttp.New(idemhttp.Config{
 		Keeper:       keeper,
 		MaxBodyBytes: cfg.MaxBodyBytes,
+		RetryAfter:   retryAfter,
 		Logger:       log,
 		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()

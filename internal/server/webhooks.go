@@ -56,12 +56,13 @@ func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, 
 		return nil, err
 	}
 	w.intake, err = webhook.NewIntake(webhook.IntakeConfig{
-		Keeper:    w.keeper,
-		Outbox:    ob,
-		Endpoints: endpoints,
-		Handlers:  w.registry,
-		Logger:    log,
-		OnAnswer:  onAnswer,
+		Keeper:     w.keeper,
+		Outbox:     ob,
+		Endpoints:  endpoints,
+		Handlers:   w.registry,
+		Logger:     log,
+		OnAnswer:   onAnswer,
+		RetryAfter: retryAfter,
 	})
 	if err != nil {
 		return nil, err
