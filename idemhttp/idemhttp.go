@@ -10,7 +10,8 @@
 // A copy with a different request gets 422, one that arrives while the first
 // still runs waits (bounded) and then replays or gets 409, and a database
 // that cannot be reached gets 503: the table in docs/idemhttp.md lists every
-// answer. Errors are RFC 9457 problem details with a stable code member.
+// answer. Errors are RFC 9457 problem details with a stable code member,
+// mapped by ProblemFor, which the webhook intake and idem serve share.
 //
 // Every answer below 500 is stored, business refusals included, except
 // that of a request the handler refused by validation and marked so with
@@ -96,7 +97,7 @@ var forbiddenReplayHeaders = []string{
 	"Keep-Alive", "Trailer", "Upgrade", "Proxy-Connection", HeaderReplayed,
 }
 
-// Config configures a Middleware.
+// Config configures New; Keeper is required.
 type Config struct {
 	// Keeper claims keys and stores outcomes. Required. Its Wait bounds how
 	// long a copy waits for a twin, its Retention how long an outcome is

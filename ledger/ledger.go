@@ -53,7 +53,7 @@ import (
 	"github.com/idemhq/idem/internal/tracing"
 )
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// Clock is the time source for answers "as of now" and for recorded
 	// times on SQLite, which has no shared clock of its own (Postgres

@@ -150,7 +150,7 @@ func (e *MessageError) Code() string { return "invalid_message" }
 
 func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// MaxPayloadBytes bounds one message's payload. Default 1 MiB; bound
 	// 1..16 MiB.

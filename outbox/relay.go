@@ -30,7 +30,7 @@ const (
 	FailpointAfterPublish  = "relay.after_publish" // published, not yet marked sent
 )
 
-// RelayConfig configures NewRelay.
+// RelayConfig configures NewRelay; Publisher is required.
 type RelayConfig struct {
 	// Publisher sends the messages. Required.
 	Publisher Publisher

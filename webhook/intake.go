@@ -66,7 +66,7 @@ const (
 	KindRejected      Kind = "rejected_"       // prefix of a refused delivery's kind
 )
 
-// IntakeConfig configures NewIntake.
+// IntakeConfig configures NewIntake; Keeper and Outbox are required.
 type IntakeConfig struct {
 	// Keeper deduplicates deliveries by their sender's event id. Required.
 	// Give it a Retention of at least Retention (30 days): its Wait is how
@@ -102,8 +102,8 @@ type IntakeConfig struct {
 	// sender's choice). Default none.
 	OnAnswer func(endpoint string, kind Kind)
 	// RetryAfter is the Retry-After of a 503 (handler failed, database
-	// unavailable). Default 1s; bound 1s..1h. A 409 in flight carries the
-	// keeper's Wait instead.
+	// unavailable, the request's deadline passed). Default 1s; bound
+	// 1s..1h. A 409 in flight carries the keeper's Wait instead.
 	RetryAfter time.Duration
 	// Clock returns the current time, which signed timestamps are checked
 	// against. Default time.Now.

@@ -17,7 +17,8 @@ import (
 	"github.com/idemhq/idem/outbox/webhookpub"
 )
 
-// Config is what a publish URL does not say.
+// Config configures Open with what a publish URL does not say. The zero
+// value is usable, except for http(s) URLs, which need WebhookSecret.
 type Config struct {
 	// DataDir is the embedded NATS server's directory. Default
 	// ./idem-data/nats.

@@ -27,7 +27,7 @@ const (
 	HeaderCreatedAt = "idem-created-at"
 )
 
-// Config configures New.
+// Config configures New; Brokers are required.
 type Config struct {
 	// Brokers are the seed brokers (host:port). Required; at most 100.
 	Brokers []string

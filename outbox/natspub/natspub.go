@@ -24,7 +24,7 @@ const (
 	HeaderCreatedAt = "Idem-Created-At"
 )
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// Stream is the JetStream stream, created when missing. Default "IDEM".
 	Stream string

@@ -28,7 +28,7 @@ import (
 // SecretPrefix starts a Standard Webhooks secret; the rest is base64.
 const SecretPrefix = "whsec_"
 
-// Config configures New.
+// Config configures New; URL and Secret are required.
 type Config struct {
 	// URL receives every message. Required.
 	URL string
