@@ -41,8 +41,8 @@ const (
 	// CodeHandlerFailed: the event's handler returned an error; nothing was
 	// stored (503).
 	CodeHandlerFailed = "handler_failed"
-	// CodeUnavailable: the database is unavailable or the request was
-	// canceled; nothing was stored (503).
+	// CodeUnavailable: the database is unavailable or the request ended
+	// (canceled, its deadline passed); nothing was stored (503).
 	CodeUnavailable = idemhttp.CodeUnavailable
 )
 
