@@ -26,8 +26,12 @@ var (
 	// stored, and the key is free for a retry. The error is a *PanicError.
 	ErrPanicked = errors.New("idem: work panicked")
 	// ErrUnavailable: the database is unreachable. Nothing was stored; retry
-	// later. It is driver.ErrUnavailable.
+	// later. It is driver.ErrUnavailable. (A broker that cannot be reached
+	// is outbox.ErrBrokerUnavailable.)
 	ErrUnavailable = driver.ErrUnavailable
+	// ErrNotFound: Lookup found no live record for the key. It is
+	// driver.ErrNotFound.
+	ErrNotFound = driver.ErrNotFound
 )
 
 // KeyError says why a key is invalid. errors.Is(err, ErrKeyInvalid) holds.

@@ -482,11 +482,9 @@ func endSpan(span trace.Span, res Result, err error) {
 // replay turns a stored record into a replayed result, or a *ReusedError
 // when the request differs from the one stored.
 func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
-	out := Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		if err := json.Unmarshal(rec.Header, &out.Header); err != nil {
-			return Result{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
-		}
+	out, err := storedOutcome(key, rec)
+	if err != nil {
+		return Result{}, err
 	}
 	if string(rec.Fingerprint) != string(fp) {
 		return Result{}, &ReusedError{Key: key, Stored: out}
@@ -494,15 +492,42 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 	return Result{Outcome: out, Replayed: true}, nil
 }
 
-// Lookup returns key's live record (fingerprint, stored outcome, times), or
-// driver.ErrNotFound when there is none or it expired.
-func (k *Keeper) Lookup(ctx context.Context, key Key) (*driver.KeyRecord, error) {
+// storedOutcome is a record's outcome with its header decoded.
+func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
+	out := Outcome{Status: rec.Status, Body: rec.Body}
+	if len(rec.Header) > 0 {
+		if err := json.Unmarshal(rec.Header, &out.Header); err != nil {
+			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
+		}
+	}
+	return out, nil
+}
+
+// Record is a key's stored record as Lookup reads it: the fingerprint of
+// the request that made it, the outcome replayed to its copies (Header
+// decoded as Do replays it) and when it was made and expires.
+type Record struct {
+	Key         Key
+	Fingerprint []byte
+	Outcome     Outcome
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// Lookup returns key's live record, or ErrNotFound when there is none or it
+// expired.
+func (k *Keeper) Lookup(ctx context.Context, key Key) (Record, error) {
 	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: key.id()})
 	if err != nil {
-		return nil, err
+		return Record{}, err
 	}
 	if !rec.ExpiresAt.After(k.cfg.Clock()) {
-		return nil, fmt.Errorf("%w: key expired at %s", driver.ErrNotFound, rec.ExpiresAt)
+		return Record{}, fmt.Errorf("%w: key expired at %s", ErrNotFound, rec.ExpiresAt)
 	}
-	return rec, nil
+	out, err := storedOutcome(key, rec)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Key: key, Fingerprint: rec.Fingerprint, Outcome: out,
+		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt}, nil
 }

@@ -8,6 +8,11 @@ import (
 // MaxKeyLength bounds a client key, in bytes after unquoting.
 const MaxKeyLength = 255
 
+// DefaultTenant is the tenant of whatever names none: a request idemhttp
+// finds no scope for (WithScope), an outbox message or a webhook endpoint
+// without a Tenant, and every request of idem serve without API keys.
+const DefaultTenant = "default"
+
 // ParseKey validates a client's idempotency key as sent in the
 // Idempotency-Key header: 1 to 255 visible ASCII characters (0x21-0x7E),
 // either bare (abc) or as an RFC 8941 sf-string ("abc", where \" and \\ are

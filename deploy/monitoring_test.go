@@ -126,10 +126,10 @@ func parseScrape(body []byte) scrape {
 // select on, from the constants that produce them.
 var labelValues = map[string]map[string][]string{
 	"idem_http_idempotency_outcomes_total": {"outcome": {
-		string(idemhttp.OutcomeFirst), string(idemhttp.OutcomeReplayed), string(idemhttp.OutcomeReused),
-		string(idemhttp.OutcomeInFlight), string(idemhttp.OutcomeMissingKey), string(idemhttp.OutcomeInvalidKey),
-		string(idemhttp.OutcomeInvalidBody), string(idemhttp.OutcomeBodyTooLarge), string(idemhttp.OutcomeUnavailable),
-		string(idemhttp.OutcomeHandlerError), string(idemhttp.OutcomeError)}},
+		string(idemhttp.KindFirst), string(idemhttp.KindReplayed), string(idemhttp.KindReused),
+		string(idemhttp.KindInFlight), string(idemhttp.KindMissingKey), string(idemhttp.KindInvalidKey),
+		string(idemhttp.KindInvalidBody), string(idemhttp.KindBodyTooLarge), string(idemhttp.KindUnavailable),
+		string(idemhttp.KindHandlerError), string(idemhttp.KindError)}},
 	"idem_webhook_deliveries_total": {"outcome": {"first", "replayed", "in_flight", "challenge", "handler_failed", "unavailable", "error",
 		"rejected_" + webhook.CodeSignatureMissing, "rejected_" + webhook.CodeSignatureInvalid, "rejected_" + webhook.CodeTimestampStale,
 		"rejected_" + webhook.CodeMalformedBody, "rejected_" + webhook.CodeEventIDMissing, "rejected_" + webhook.CodeBodyTooLarge}},

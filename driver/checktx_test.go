@@ -38,7 +38,10 @@ func TestCheckTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := inbox.New(d)
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ran := false
 		entries := map[string]func(tx driver.Tx) error{
 			"idem.Keeper.DoTx": func(tx driver.Tx) error {
@@ -53,7 +56,10 @@ func TestCheckTx(t *testing.T) {
 				_, err := l.CreateAccount(ctx, tx, "t", ledger.NewAccount{ID: "a", Currency: "EUR"})
 				return err
 			},
-			"ledger.GetAccount": func(tx driver.Tx) error { _, err := l.GetAccount(ctx, tx, "t", "a"); return err },
+			"ledger.GetAccount": func(tx driver.Tx) error {
+				_, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: "t", ID: "a"})
+				return err
+			},
 			"ledger.Post": func(tx driver.Tx) error {
 				_, err := l.Post(ctx, tx, "t", ledger.NewTransfer{DebitAccountID: "a", CreditAccountID: "b", Amount: 1, Currency: "EUR"})
 				return err
@@ -62,19 +68,25 @@ func TestCheckTx(t *testing.T) {
 				_, err := l.Reverse(ctx, tx, "t", ledger.NewReversal{TransferID: "x"})
 				return err
 			},
-			"ledger.GetTransfer": func(tx driver.Tx) error { _, err := l.GetTransfer(ctx, tx, "t", "x"); return err },
-			"ledger.Balance":     func(tx driver.Tx) error { _, err := l.Balance(ctx, tx, "t", "a", nil); return err },
+			"ledger.GetTransfer": func(tx driver.Tx) error {
+				_, err := l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: "t", ID: "x"})
+				return err
+			},
+			"ledger.Balance": func(tx driver.Tx) error {
+				_, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: "t", AccountID: "a"})
+				return err
+			},
 			"ledger.Entries": func(tx driver.Tx) error {
-				_, _, err := l.Entries(ctx, tx, "t", "a", ledger.EntriesQuery{})
+				_, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: "t", AccountID: "a"})
 				return err
 			},
 			"ledger.Verify": func(tx driver.Tx) error { return ledger.Verify(ctx, d, tx) },
 			"outbox.Enqueue": func(tx driver.Tx) error {
 				return o.Enqueue(ctx, tx, outbox.Message{Type: "t.created", Payload: []byte(`{}`)})
 			},
-			"outbox.List": func(tx driver.Tx) error { _, _, err := o.List(ctx, tx, "t", "", 0); return err },
+			"outbox.List": func(tx driver.Tx) error { _, _, err := o.List(ctx, tx, outbox.ListQuery{Tenant: "t"}); return err },
 			"inbox.Process": func(tx driver.Tx) error {
-				_, err := in.Process(ctx, tx, "c", "m", func(context.Context, driver.Tx) error { ran = true; return nil })
+				_, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "c", MessageID: "m"}, func(context.Context, driver.Tx) error { ran = true; return nil })
 				return err
 			},
 		}

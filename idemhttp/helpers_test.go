@@ -127,7 +127,7 @@ type env struct {
 
 type kindCounter struct {
 	n [16]atomic.Int64
-	m map[idemhttp.Outcome]int
+	m map[idemhttp.Kind]int
 }
 
 func newEnv(t testing.TB, d driver.Driver, kcfg idem.Config, mcfg idemhttp.Config) *env {
@@ -139,7 +139,7 @@ func newEnv(t testing.TB, d driver.Driver, kcfg idem.Config, mcfg idemhttp.Confi
 	}
 	e := &env{d: d, keeper: k, h: &orders{}, kinds: newKindCounter()}
 	mcfg.Keeper = k
-	mcfg.OnOutcome = func(_ *http.Request, kind idemhttp.Outcome) { e.kinds.add(kind) }
+	mcfg.OnAnswer = func(_ *http.Request, kind idemhttp.Kind) { e.kinds.add(kind) }
 	if e.mw, err = idemhttp.New(mcfg); err != nil {
 		t.Fatal(err)
 	}
@@ -218,15 +218,15 @@ func (s *syncBuffer) String() string {
 }
 
 func newKindCounter() *kindCounter {
-	return &kindCounter{m: map[idemhttp.Outcome]int{
-		idemhttp.OutcomeFirst: 0, idemhttp.OutcomeReplayed: 1, idemhttp.OutcomeReused: 2,
-		idemhttp.OutcomeInFlight: 3, idemhttp.OutcomeMissingKey: 4, idemhttp.OutcomeInvalidKey: 5,
-		idemhttp.OutcomeInvalidBody: 6, idemhttp.OutcomeBodyTooLarge: 7, idemhttp.OutcomeUnavailable: 8,
-		idemhttp.OutcomeHandlerError: 9, idemhttp.OutcomeError: 10, idemhttp.OutcomeInvalid: 11,
+	return &kindCounter{m: map[idemhttp.Kind]int{
+		idemhttp.KindFirst: 0, idemhttp.KindReplayed: 1, idemhttp.KindReused: 2,
+		idemhttp.KindInFlight: 3, idemhttp.KindMissingKey: 4, idemhttp.KindInvalidKey: 5,
+		idemhttp.KindInvalidBody: 6, idemhttp.KindBodyTooLarge: 7, idemhttp.KindUnavailable: 8,
+		idemhttp.KindHandlerError: 9, idemhttp.KindError: 10, idemhttp.KindInvalid: 11,
 	}}
 }
 
-func (c *kindCounter) add(k idemhttp.Outcome) {
+func (c *kindCounter) add(k idemhttp.Kind) {
 	i, ok := c.m[k]
 	if !ok {
 		panic("unknown outcome " + k)
@@ -234,7 +234,7 @@ func (c *kindCounter) add(k idemhttp.Outcome) {
 	c.n[i].Add(1)
 }
 
-func (c *kindCounter) get(k idemhttp.Outcome) int64 { return c.n[c.m[k]].Load() }
+func (c *kindCounter) get(k idemhttp.Kind) int64 { return c.n[c.m[k]].Load() }
 
 // response is one answer as the client saw it.
 type response struct {

@@ -10,7 +10,8 @@
 // A copy with a different request gets 422, one that arrives while the first
 // still runs waits (bounded) and then replays or gets 409, and a database
 // that cannot be reached gets 503: the table in docs/idemhttp.md lists every
-// answer. Errors are RFC 9457 problem details with a stable code member.
+// answer. Errors are RFC 9457 problem details with a stable code member,
+// mapped by ProblemFor, which the webhook intake and idem serve share.
 //
 // Every answer below 500 is stored, business refusals included, except
 // that of a request the handler refused by validation and marked so with
@@ -29,12 +30,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,7 +42,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/internal/problem"
 )
 
 // Header names of the draft.
@@ -52,7 +50,7 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// Stable problem codes this package answers with.
+// Stable problem codes this package answers with (ProblemFor).
 const (
 	CodeKeyMissing   = "idempotency_key_missing"
 	CodeKeyInvalid   = "idempotency_key_invalid"
@@ -61,26 +59,29 @@ const (
 	CodeInvalidBody  = "invalid_request"
 	CodeBodyTooLarge = "body_too_large"
 	CodeUnavailable  = "unavailable"
+	CodeNotFound     = "not_found"
 	CodeInternal     = "internal_error"
 )
 
-// Outcome classifies how the middleware answered a guarded request, for
-// metrics (Config.OnOutcome).
-type Outcome string
+// Kind classifies how the middleware answered a guarded request, for
+// metrics (Config.OnAnswer). It is a label, not the answer: the stored
+// answer is an idem.Outcome. The values are stable (idem serve's
+// idem_http_idempotency_outcomes_total counts by them).
+type Kind string
 
 const (
-	OutcomeFirst        Outcome = "first"          // the handler ran and its outcome was stored
-	OutcomeReplayed     Outcome = "replayed"       // a stored outcome was replayed
-	OutcomeReused       Outcome = "reused"         // 422: same key, different request
-	OutcomeInFlight     Outcome = "in_flight"      // 409: a twin still runs
-	OutcomeMissingKey   Outcome = "missing_key"    // 400
-	OutcomeInvalidKey   Outcome = "invalid_key"    // 400
-	OutcomeInvalidBody  Outcome = "invalid_body"   // 400: the body is not JSON
-	OutcomeBodyTooLarge Outcome = "body_too_large" // 413
-	OutcomeUnavailable  Outcome = "unavailable"    // 503: database unreachable, nothing stored
-	OutcomeInvalid      Outcome = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
-	OutcomeHandlerError Outcome = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
-	OutcomeError        Outcome = "error"          // 500: an unexpected error or a handler's panic, nothing stored
+	KindFirst        Kind = "first"          // the handler ran and its outcome was stored
+	KindReplayed     Kind = "replayed"       // a stored outcome was replayed
+	KindReused       Kind = "reused"         // 422: same key, different request
+	KindInFlight     Kind = "in_flight"      // 409: a twin still runs
+	KindMissingKey   Kind = "missing_key"    // 400
+	KindInvalidKey   Kind = "invalid_key"    // 400
+	KindInvalidBody  Kind = "invalid_body"   // 400: the body is not JSON
+	KindBodyTooLarge Kind = "body_too_large" // 413
+	KindUnavailable  Kind = "unavailable"    // 503: database unreachable, nothing stored
+	KindInvalid      Kind = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
+	KindHandlerError Kind = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
+	KindError        Kind = "error"          // 500: an unexpected error or a handler's panic, nothing stored
 )
 
 // DefaultReplayHeaders are the response headers stored and replayed when
@@ -96,7 +97,7 @@ var forbiddenReplayHeaders = []string{
 	"Keep-Alive", "Trailer", "Upgrade", "Proxy-Connection", HeaderReplayed,
 }
 
-// Config configures a Middleware.
+// Config configures New; Keeper is required.
 type Config struct {
 	// Keeper claims keys and stores outcomes. Required. Its Wait bounds how
 	// long a copy waits for a twin, its Retention how long an outcome is
@@ -104,7 +105,7 @@ type Config struct {
 	Keeper *idem.Keeper
 	// Scope returns the tenant a request belongs to; keys of different
 	// scopes never meet. It must not return "". Default: ScopeFrom(ctx), or
-	// "default" when that is empty.
+	// idem.DefaultTenant when that is empty.
 	Scope func(*http.Request) string
 	// Operation names what a request does. Default: the method and the route
 	// pattern the request matched (r.Pattern without its method), or the
@@ -140,9 +141,10 @@ type Config struct {
 	// ReplayCacheBytes bounds the cache's approximate size. Default 64 MiB;
 	// bound 1 KiB..4 GiB.
 	ReplayCacheBytes int64
-	// OnOutcome, when set, is called once per guarded request with how it
-	// was answered (metrics). It must be fast and must not write to w.
-	OnOutcome func(r *http.Request, kind Outcome)
+	// OnAnswer, when set, is called once per guarded request with the
+	// kind of answer it got (metrics). It must be fast and must not write
+	// to w. Default none.
+	OnAnswer func(r *http.Request, kind Kind)
 	// Logger receives unexpected errors (answered 500). A handler's panic,
 	// also answered 500, is logged by the keeper, with its key and stack, on
 	// the keeper's Config.Logger. Default slog.Default().
@@ -247,7 +249,7 @@ func New(cfg Config) (*Middleware, error) {
 	m := &Middleware{
 		cfg:        cfg,
 		keeper:     cfg.Keeper,
-		retryAfter: strconv.Itoa(int(math.Ceil(cfg.RetryAfter.Seconds()))),
+		retryAfter: retryAfterSeconds(cfg.RetryAfter),
 	}
 	for _, h := range cfg.ReplayHeaders {
 		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
@@ -266,7 +268,7 @@ func defaultScope(r *http.Request) string {
 	if s := ScopeFrom(r.Context()); s != "" {
 		return s
 	}
-	return "default"
+	return idem.DefaultTenant
 }
 
 // defaultOperation is the method and the matched route pattern. ServeMux
@@ -294,9 +296,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) report(r *http.Request, kind Outcome) {
-	if m.cfg.OnOutcome != nil {
-		m.cfg.OnOutcome(r, kind)
+func (m *Middleware) report(r *http.Request, kind Kind) {
+	if m.cfg.OnAnswer != nil {
+		m.cfg.OnAnswer(r, kind)
 	}
 }
 
@@ -305,24 +307,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// rejected, never run (and its body never buffered).
 	vals := r.Header.Values(HeaderKey)
 	if len(vals) == 0 {
-		m.report(r, OutcomeMissingKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyMissing, "this request needs an Idempotency-Key header")
+		m.answer(w, r, idem.ErrKeyMissing)
 		return
 	}
 	if len(vals) > 1 {
-		m.report(r, OutcomeInvalidKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, "Idempotency-Key was sent more than once")
+		m.report(r, KindInvalidKey)
+		Problem{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Detail: "Idempotency-Key was sent more than once"}.Write(w)
 		return
 	}
 	clientKey, err := idem.ParseKey(vals[0])
 	if err != nil {
-		m.report(r, OutcomeInvalidKey)
-		problem.Write(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+		m.answer(w, r, err)
 		return
 	}
 	scope := m.cfg.Scope(r)
 	if scope == "" {
-		m.fail(w, r, errors.New("idemhttp: Config.Scope returned an empty scope"))
+		m.answer(w, r, errors.New("idemhttp: Config.Scope returned an empty scope"))
 		return
 	}
 	body, ok := m.readBody(w, r)
@@ -338,7 +338,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	raw := rawHash(r.Method, r.URL.Path, body)
 	cached := m.cache.get(key, kcfg.Clock())
 	if cached != nil && cached.raw == raw {
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, cached.status, cached.header, cached.body)
 		return
 	}
@@ -347,17 +347,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// key reused on another resource of the same route is caught as reuse.
 	fp, err := idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
 	if err != nil {
-		m.report(r, OutcomeInvalidBody)
-		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body is not valid JSON")
+		m.answer(w, r, idem.ErrInvalidBody)
 		return
 	}
 	if e := cached; e != nil {
 		if !bytes.Equal(e.fp, fp) {
-			m.report(r, OutcomeReused)
-			problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
+			m.answer(w, r, idem.ErrKeyReused)
 			return
 		}
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, e.status, e.header, e.body)
 		return
 	}
@@ -389,14 +387,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// http.ErrAbortHandler): everything rolled back, and the abort goes
 		// on to the server, which drops the connection without logging.
 		panic(http.ErrAbortHandler)
-	case errors.Is(err, idem.ErrPanicked):
-		// A bug in the handler: the keeper recovered it, rolled everything
-		// back, released the key and logged the panic with the key and the
-		// stack. The client gets a 500 and its retry runs the handler again.
-		m.report(r, OutcomeError)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 	case err == nil && !res.Replayed:
-		m.report(r, OutcomeFirst)
+		m.report(r, KindFirst)
 		status, header := first.result()
 		m.writeFirst(w, status, header, first.body)
 		m.cache.put(&entry{key: key, fp: fp, raw: raw, status: status, header: m.filter(header), body: first.body,
@@ -404,33 +396,26 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// earlier than this.
 			expires: start.Add(kcfg.Retention)})
 	case err == nil:
-		m.report(r, OutcomeReplayed)
+		m.report(r, KindReplayed)
 		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
 		m.cacheFromStore(r.Context(), key, fp, raw)
 	case errors.Is(err, errInvalid):
-		m.report(r, OutcomeInvalid)
+		m.report(r, KindInvalid)
 		status, header := failed.result()
 		m.writeFirst(w, status, header, failed.body)
 	case errors.Is(err, errHandlerFailed):
-		m.report(r, OutcomeHandlerError)
+		m.report(r, KindHandlerError)
 		status, header := failed.result()
 		if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
 			header.Set("Retry-After", m.retryAfter)
 		}
 		m.writeFirst(w, status, header, failed.body)
-	case errors.Is(err, idem.ErrKeyReused):
-		m.report(r, OutcomeReused)
-		problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
-	case errors.Is(err, idem.ErrInFlight):
-		m.report(r, OutcomeInFlight)
-		w.Header().Set("Retry-After", m.retryAfter)
-		problem.Write(w, http.StatusConflict, CodeInFlight, "a request with this Idempotency-Key is still being processed; retry later")
-	case idem.IsRetryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		m.report(r, OutcomeUnavailable)
-		w.Header().Set("Retry-After", m.retryAfter)
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service cannot reach its database; nothing was done, retry later")
 	default:
-		m.fail(w, r, err)
+		// The keeper's refusals and faults, and a handler's panic: a bug the
+		// keeper recovered, rolled back (the key is free again) and logged
+		// with the key and the stack; the client gets a 500 and its retry
+		// runs the handler again.
+		m.answer(w, r, err)
 	}
 }
 
@@ -481,9 +466,9 @@ func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *gua
 // answered and returns false.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
-		m.report(r, OutcomeBodyTooLarge)
-		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-			fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes))
+		m.report(r, KindBodyTooLarge)
+		Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge,
+			Detail: fmt.Sprintf("the body is larger than %d bytes", m.cfg.MaxBodyBytes)}.Write(w)
 		return nil, false
 	}
 	if r.ContentLength > m.cfg.MaxBodyBytes {
@@ -497,8 +482,8 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge()
 		}
-		m.report(r, OutcomeInvalidBody)
-		problem.Write(w, http.StatusBadRequest, CodeInvalidBody, "the body could not be read")
+		m.report(r, KindInvalidBody)
+		Problem{Status: http.StatusBadRequest, Code: CodeInvalidBody, Detail: "the body could not be read"}.Write(w)
 		return nil, false
 	}
 	return body, true
@@ -558,14 +543,7 @@ func (m *Middleware) cacheFromStore(ctx context.Context, key idem.Key, fp []byte
 	if err != nil || !bytes.Equal(rec.Fingerprint, fp) {
 		return // not cached; the next replay asks the database again
 	}
-	out := idem.Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		var h http.Header
-		if err := json.Unmarshal(rec.Header, &h); err != nil {
-			return
-		}
-		out.Header = h
-	}
+	out := rec.Outcome
 	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: out.Status, header: m.filter(out.Header), body: out.Body, expires: rec.ExpiresAt})
 }
 
@@ -584,9 +562,35 @@ func rawHash(method, path string, body []byte) [sha256.Size]byte {
 	return sum
 }
 
-// fail answers an unexpected error: 500, nothing stored.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	m.report(r, OutcomeError)
-	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
+// answer answers err with ProblemFor's problem, reports its kind and logs
+// an unexpected one. A guarded request's client reads the middleware's own
+// words for the database and for a fault.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
+	p := ProblemFor(err, m.cfg.RetryAfter)
+	var kind Kind
+	switch p.Code {
+	case CodeKeyMissing:
+		kind = KindMissingKey
+	case CodeKeyInvalid:
+		kind = KindInvalidKey
+	case CodeInvalidBody:
+		kind = KindInvalidBody
+	case CodeKeyReused:
+		kind = KindReused
+	case CodeInFlight:
+		kind = KindInFlight
+	case CodeUnavailable:
+		kind = KindUnavailable
+		p.Detail = "the service cannot reach its database; nothing was done, retry later"
+	default:
+		// The keeper returns no not_found, so anything else is a fault:
+		// 500, nothing stored.
+		kind = KindError
+		if !errors.Is(err, idem.ErrPanicked) {
+			m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		p = Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "the request failed; nothing was stored"}
+	}
+	m.report(r, kind)
+	p.Write(w)
 }

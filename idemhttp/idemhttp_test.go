@@ -78,8 +78,8 @@ func TestReplay(t *testing.T) {
 				if tc.cache == 0 && (st.Hits != 3 || st.Entries != 1) {
 					t.Fatalf("cache stats %+v, want 3 hits and 1 entry", st)
 				}
-				if e.kinds.get(idemhttp.OutcomeFirst) != 1 || e.kinds.get(idemhttp.OutcomeReplayed) != 3 {
-					t.Fatalf("outcomes first=%d replayed=%d", e.kinds.get(idemhttp.OutcomeFirst), e.kinds.get(idemhttp.OutcomeReplayed))
+				if e.kinds.get(idemhttp.KindFirst) != 1 || e.kinds.get(idemhttp.KindReplayed) != 3 {
+					t.Fatalf("outcomes first=%d replayed=%d", e.kinds.get(idemhttp.KindFirst), e.kinds.get(idemhttp.KindReplayed))
 				}
 			})
 		})
@@ -332,7 +332,7 @@ func TestInvalidNotStored(t *testing.T) {
 		if c := e.h.calls.Load(); c != 3 {
 			t.Fatalf("handler ran %d times, want 3 (two invalid, one corrected)", c)
 		}
-		if k := e.kinds.get(idemhttp.OutcomeInvalid); k != 2 {
+		if k := e.kinds.get(idemhttp.KindInvalid); k != 2 {
 			t.Fatalf("%d invalid outcomes, want 2", k)
 		}
 
@@ -346,7 +346,7 @@ func TestInvalidNotStored(t *testing.T) {
 		if n := countOrders(t, d); n != 1 {
 			t.Fatalf("%d order rows after a contradictory answer, want 1", n)
 		}
-		if k := e.kinds.get(idemhttp.OutcomeError); k != 1 {
+		if k := e.kinds.get(idemhttp.KindError); k != 1 {
 			t.Fatalf("%d error outcomes, want 1", k)
 		}
 	})
@@ -389,7 +389,7 @@ func TestTransientNotStored(t *testing.T) {
 				if c := e.h.calls.Load(); c != 3 {
 					t.Fatalf("handler ran %d times, want 3 (two failures, one success)", c)
 				}
-				if k := e.kinds.get(idemhttp.OutcomeHandlerError); k != 2 {
+				if k := e.kinds.get(idemhttp.KindHandlerError); k != 2 {
 					t.Fatalf("%d handler_error outcomes, want 2", k)
 				}
 			})
@@ -414,8 +414,8 @@ func TestHandlerPanic(t *testing.T) {
 		if n, k := countOrders(t, d), countKeys(t, d); n != 0 || k != 0 {
 			t.Fatalf("%d rows and %d keys after a panic, want 0", n, k)
 		}
-		if e.kinds.get(idemhttp.OutcomeError) != 1 {
-			t.Fatalf("%d error outcomes, want 1", e.kinds.get(idemhttp.OutcomeError))
+		if e.kinds.get(idemhttp.KindError) != 1 {
+			t.Fatalf("%d error outcomes, want 1", e.kinds.get(idemhttp.KindError))
 		}
 		if got := logs.String(); !strings.Contains(got, "key=k") || !strings.Contains(got, "orders: boom") {
 			t.Fatalf("the panic was not logged with its key: %s", got)
@@ -587,7 +587,7 @@ func TestUnguardedMethod(t *testing.T) {
 		if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), "no transaction") {
 			t.Fatalf("PUT: %d %s", r.status, r.body)
 		}
-		if e.kinds.get(idemhttp.OutcomeMissingKey) != 0 {
+		if e.kinds.get(idemhttp.KindMissingKey) != 0 {
 			t.Fatal("an unguarded method was checked for a key")
 		}
 	})

@@ -44,5 +44,6 @@ func ExampleKillRelay() {
 		Messages:  messages,
 		Want:      eventIDs,
 	})
-	// With the idem binary instead: Command: idemtest.IdemRelay("idem", dbURL, natsURL).
+	// With the idem binary instead:
+	// Command: idemtest.IdemRelay(idemtest.IdemRelayParams{Bin: "idem", DB: dbURL, Publish: natsURL}).
 }

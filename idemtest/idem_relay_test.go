@@ -20,7 +20,7 @@ func TestKillIdemRelay(t *testing.T) {
 	dbURL := idemtest.Postgres(t)
 	natsURL, messages := idemtest.NATS(t)
 	idemtest.KillRelay(t, idemtest.RelayCrash{
-		Command:   idemtest.IdemRelay(bin, dbURL, natsURL),
+		Command:   idemtest.IdemRelay(idemtest.IdemRelayParams{Bin: bin, DB: dbURL, Publish: natsURL}),
 		Failpoint: idemtest.AfterPublish,
 		DB:        dbURL,
 		Messages:  messages,

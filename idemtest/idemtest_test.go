@@ -376,11 +376,11 @@ func runRelay(kind int) func(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cfg, lease := natspub.Config{}, time.Second
+		cfg, lease := natspub.Config{CloseConn: true}, time.Second
 		if kind == relayShortWindow {
 			cfg.Duplicates, lease = time.Second, 2*time.Second
 		}
-		pub, err := natspub.New(ctx, nc, true, cfg)
+		pub, err := natspub.New(ctx, nc, cfg)
 		if err != nil {
 			return err
 		}

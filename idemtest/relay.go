@@ -306,13 +306,26 @@ func RelayMain(name string, run func(ctx context.Context) error) {
 	os.Exit(0)
 }
 
-// IdemRelay returns a RelayCrash.Command that runs `idem relay` (the binary
-// at bin) on dbURL, publishing to natsURL, with a 1s lease and a 10ms poll
-// so that the restart takes over quickly. extra flags are appended.
-func IdemRelay(bin, dbURL, natsURL string, extra ...string) func() *exec.Cmd {
+// IdemRelayParams describe the `idem relay` process IdemRelay runs.
+type IdemRelayParams struct {
+	// Bin is the path of the idem binary. Required.
+	Bin string
+	// DB is the database URL (--db). Required.
+	DB string
+	// Publish is the broker URL (--publish), NATS's first result for one.
+	// Required.
+	Publish string
+	// Flags are appended to the command line.
+	Flags []string
+}
+
+// IdemRelay returns a RelayCrash.Command that runs `idem relay` as p
+// describes, with a 1s lease and a 10ms poll so that the restart takes over
+// quickly.
+func IdemRelay(p IdemRelayParams) func() *exec.Cmd {
 	return func() *exec.Cmd {
-		args := append([]string{"relay", "--db", dbURL, "--publish", natsURL, "--relay-lease", "1s", "--relay-poll", "10ms"}, extra...)
-		cmd := exec.Command(bin, args...)
+		args := append([]string{"relay", "--db", p.DB, "--publish", p.Publish, "--relay-lease", "1s", "--relay-poll", "10ms"}, p.Flags...)
+		cmd := exec.Command(p.Bin, args...)
 		// The binary's own files (an embedded NATS when --publish is empty)
 		// stay out of the caller's directory.
 		cmd.Dir = os.TempDir()

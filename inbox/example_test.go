@@ -26,7 +26,10 @@ func ExampleInbox_Process() {
 	if err := d.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	in := inbox.New(d)
+	in, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	emails := 0
 	for range 2 { // the delivery and its redelivery
@@ -34,7 +37,7 @@ func ExampleInbox_Process() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		dup, err := in.Process(ctx, tx, "mailer", "0193a5e0-7c1f-7000-8000-000000000001", func(ctx context.Context, tx driver.Tx) error {
+		dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "mailer", MessageID: "0193a5e0-7c1f-7000-8000-000000000001"}, func(ctx context.Context, tx driver.Tx) error {
 			emails++ // write the consumer's rows through tx
 			return nil
 		})

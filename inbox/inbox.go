@@ -8,8 +8,8 @@
 // The id is the producer's stable message id (for idem's outbox, the outbox
 // row's id), never a broker sequence number; see docs/keys.md.
 //
-// Process runs in a span (kind consumer) of the global TracerProvider; put
-// the message's trace headers in ctx first (ContinueTrace) and that span
+// Process runs in a span (kind consumer) of Config.TracerProvider; put the
+// message's trace headers in ctx first (ContinueTrace) and that span
 // continues the producer's trace.
 package inbox
 
@@ -37,17 +37,40 @@ const (
 // ErrInvalid: an empty or too long consumer name or message id.
 var ErrInvalid = errors.New("inbox: invalid consumer or message id")
 
+// Config configures New. The zero value is usable.
+type Config struct {
+	// Clock returns the current time, recorded as the time a message was
+	// processed (DeleteBefore's measure). Default time.Now.
+	Clock func() time.Time
+	// TracerProvider receives Process's spans. Default
+	// otel.GetTracerProvider(), the API's no-op until the program sets one.
+	TracerProvider trace.TracerProvider
+}
+
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	return c
+}
+
 // Inbox records processed messages on one database.
 type Inbox struct {
 	d      driver.Driver
-	now    func() time.Time
+	cfg    Config
 	tracer trace.Tracer
 }
 
-// New returns the inbox of d. Its spans go to otel.GetTracerProvider(),
-// the API's no-op until the program sets one.
-func New(d driver.Driver) *Inbox {
-	return &Inbox{d: d, now: time.Now, tracer: otel.GetTracerProvider().Tracer(tracing.Module + "/inbox")}
+// New returns the inbox of d.
+func New(d driver.Driver, cfg Config) (*Inbox, error) {
+	if d == nil {
+		return nil, errors.New("inbox: nil driver")
+	}
+	cfg = cfg.withDefaults()
+	return &Inbox{d: d, cfg: cfg, tracer: cfg.TracerProvider.Tracer(tracing.Module + "/inbox")}, nil
 }
 
 // ContinueTrace returns ctx with the producer's trace context read from a
@@ -61,18 +84,31 @@ func ContinueTrace(ctx context.Context, header func(name string) string) context
 	return tracing.Parse(ctx, header(tracing.HeaderParent), header(tracing.HeaderState))
 }
 
-// Process runs fn in tx once per (consumer, msgID): the first call records
-// the id and runs fn; later calls (after that transaction committed) return
-// duplicate true without running fn. A concurrent twin waits for the first
-// transaction's end. fn's error is returned as is; the caller then rolls tx
-// back, which also forgets the id, so a redelivery tries again. Ack the
-// message only after committing tx. A nil tx, or one of another database
-// than the inbox's, is refused (driver.CheckTx).
+// Delivery names one message delivered to one consumer: Process records it
+// under a unique constraint on the pair.
+type Delivery struct {
+	// Consumer names the consumer (a queue group, a projection); each
+	// consumer applies a message once. 1 to MaxConsumerLen bytes.
+	Consumer string
+	// MessageID is the producer's stable message id (for idem's outbox the
+	// row's id: Nats-Msg-Id, Kafka's idem-id header, webhook-id), never a
+	// broker sequence number. 1 to MaxIDLen bytes.
+	MessageID string
+}
+
+// Process runs fn in tx once per delivery (consumer and message id): the
+// first call records it and runs fn; later calls (after that transaction
+// committed) return duplicate true without running fn. A concurrent twin
+// waits for the first transaction's end. fn's error is returned as is; the
+// caller then rolls tx back, which also forgets the id, so a redelivery
+// tries again. Ack the message only after committing tx. A nil tx, or one
+// of another database than the inbox's, is refused (driver.CheckTx).
 //
 // Process runs in a span "process <consumer>" of kind consumer, a child of
 // ctx's span or of the remote context ContinueTrace put in ctx; fn gets
 // the span's context.
-func (in *Inbox) Process(ctx context.Context, tx driver.Tx, consumer, msgID string, fn func(ctx context.Context, tx driver.Tx) error) (duplicate bool, err error) {
+func (in *Inbox) Process(ctx context.Context, tx driver.Tx, dl Delivery, fn func(ctx context.Context, tx driver.Tx) error) (duplicate bool, err error) {
+	consumer, msgID := dl.Consumer, dl.MessageID
 	if err := driver.CheckTx(in.d, tx); err != nil {
 		return false, fmt.Errorf("inbox: %w", err)
 	}
@@ -92,7 +128,7 @@ func (in *Inbox) Process(ctx context.Context, tx driver.Tx, consumer, msgID stri
 	if consumer == "" || len(consumer) > MaxConsumerLen || msgID == "" || len(msgID) > MaxIDLen {
 		return false, fmt.Errorf("%w: consumer %q, id %q", ErrInvalid, consumer, msgID)
 	}
-	claimed, err := in.d.InboxClaim(ctx, tx, &driver.InboxClaimParams{Consumer: consumer, MessageID: msgID, Now: in.now()})
+	claimed, err := in.d.InboxClaim(ctx, tx, &driver.InboxClaimParams{Consumer: consumer, MessageID: msgID, Now: in.cfg.Clock()})
 	if err != nil {
 		return false, err
 	}

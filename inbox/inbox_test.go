@@ -48,7 +48,7 @@ func TestRedeliveryAppliedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		pub, err := natspub.New(ctx, nc, false, natspub.Config{})
+		pub, err := natspub.New(ctx, nc, natspub.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,10 @@ func TestRedeliveryAppliedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := inbox.New(d)
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		applied := 0
 		deliveries := 0
 		for deliveries < 2 {
@@ -76,7 +79,7 @@ func TestRedeliveryAppliedOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				dup, err := in.Process(ctx, tx, "ledger-projector", jm.Headers().Get("Nats-Msg-Id"), func(ctx context.Context, tx driver.Tx) error {
+				dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "ledger-projector", MessageID: jm.Headers().Get("Nats-Msg-Id")}, func(ctx context.Context, tx driver.Tx) error {
 					applied++
 					return nil
 				})
@@ -113,13 +116,16 @@ func TestRedeliveryAppliedOnce(t *testing.T) {
 func TestRollbackForgets(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
-		in := inbox.New(d)
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i, wantDup := range []bool{false, false, true} {
 			tx, err := d.Begin(ctx, driver.BeginOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			dup, err := in.Process(ctx, tx, "c", "m1", func(context.Context, driver.Tx) error { return nil })
+			dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "c", MessageID: "m1"}, func(context.Context, driver.Tx) error { return nil })
 			if err != nil || dup != wantDup {
 				t.Fatalf("call %d: dup=%v err=%v, want dup=%v", i, dup, err, wantDup)
 			}

@@ -76,8 +76,8 @@ func accountConflict(id, field string) *Error {
 
 // GetAccount reads an account with its current totals; ErrNotFound when the
 // tenant has no such account.
-func (l *Ledger) GetAccount(ctx context.Context, tx driver.Tx, tenant, id string) (Account, error) {
-	row, err := l.account(ctx, tx, tenant, id)
+func (l *Ledger) GetAccount(ctx context.Context, tx driver.Tx, q AccountQuery) (Account, error) {
+	row, err := l.account(ctx, tx, q.Tenant, q.ID)
 	if err != nil {
 		return Account{}, err
 	}

@@ -31,11 +31,11 @@ func readAsOf(ctx context.Context, d driver.Driver, l *ledger.Ledger, id string,
 	err := inspect.ReadAsOf(ctx, d, func(ctx context.Context) (driver.TxCloser, error) {
 		return d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 	}, func(tx driver.Tx) error {
-		b, err := l.Balance(ctx, tx, tenant, id, &asOf)
+		b, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: id, AsOf: &asOf})
 		if err != nil {
 			return err
 		}
-		es, next, err := l.Entries(ctx, tx, tenant, id, ledger.EntriesQuery{AsOf: &asOf, Limit: 1000})
+		es, next, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, AsOf: &asOf, Limit: 1000})
 		if err != nil {
 			return err
 		}
@@ -226,18 +226,18 @@ func TestAsOfReadOnlyTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		if b, err := l.Balance(ctx, tx, tenant, "b", &first.CreatedAt); err != nil || b.Balance != 10 {
+		if b, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: "b", AsOf: &first.CreatedAt}); err != nil || b.Balance != 10 {
 			t.Fatalf("history in a read-only transaction: %+v %v", b, err)
 		}
-		_, err = l.Balance(ctx, tx, tenant, "b", &last.CreatedAt)
+		_, err = l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: "b", AsOf: &last.CreatedAt})
 		if !errors.Is(err, ledger.ErrNeedsWriteTx) {
 			t.Fatalf("as of the newest entry in a read-only transaction: %v, want ErrNeedsWriteTx", err)
 		}
-		_, _, err = l.Entries(ctx, tx, tenant, "b", ledger.EntriesQuery{AsOf: &last.CreatedAt})
+		_, _, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "b", AsOf: &last.CreatedAt})
 		if !errors.Is(err, ledger.ErrNeedsWriteTx) {
 			t.Fatalf("entries as of the newest entry in a read-only transaction: %v, want ErrNeedsWriteTx", err)
 		}
-		if es, _, err := l.Entries(ctx, tx, tenant, "b", ledger.EntriesQuery{AsOf: &first.CreatedAt}); err != nil || len(es) != 1 {
+		if es, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "b", AsOf: &first.CreatedAt}); err != nil || len(es) != 1 {
 			t.Fatalf("the transaction is still usable: %+v %v", es, err)
 		}
 		if b := balance(t, d, l, tenant, "b", &last.CreatedAt); b.Balance != 15 {
@@ -283,7 +283,7 @@ func TestAsOfFuture(t *testing.T) {
 			t.Fatalf("field = %q, want as_of", le.Field)
 		}
 		err = inTx(t, d, func(tx driver.Tx) error {
-			_, _, err := l.Entries(ctx, tx, tenant, "b", ledger.EntriesQuery{AsOf: &far})
+			_, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "b", AsOf: &far})
 			return err
 		})
 		if le := wantCode(t, err, "invalid_request"); le.Field != "as_of" {

@@ -109,7 +109,7 @@ func BenchmarkBalanceAsOf(b *testing.B) {
 						// waits for no writer, in any transaction.
 						k := 1 + rng.IntN(n-1)
 						asOf := base.Add(time.Duration(k) * time.Millisecond)
-						bal, err := l.Balance(ctx, d.Reader(), tenant, "dst", &asOf)
+						bal, err := l.Balance(ctx, d.Reader(), ledger.BalanceQuery{Tenant: tenant, AccountID: "dst", AsOf: &asOf})
 						if err != nil {
 							b.Fatal(err)
 						}

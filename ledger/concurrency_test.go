@@ -150,7 +150,10 @@ func TestConcurrentPartialReversals(t *testing.T) {
 				t.Fatalf("round %d: %d succeeded, %d refused; want 1 and 1", round, ok, refused)
 			}
 			var got ledger.Transfer
-			must(t, d, func(tx driver.Tx) (err error) { got, err = l.GetTransfer(ctx, tx, tenant, id); return err })
+			must(t, d, func(tx driver.Tx) (err error) {
+				got, err = l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: id})
+				return err
+			})
 			if len(got.Reversals) != 1 || got.Amount != 100 {
 				t.Fatalf("round %d: %+v", round, got)
 			}

@@ -70,7 +70,7 @@ func ExampleLedger_Post() {
 		return err
 	})
 	in(func(tx driver.Tx) error {
-		a, err := l.GetAccount(ctx, tx, "acme", "alice")
+		a, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: "acme", ID: "alice"})
 		fmt.Println("alice:", a.CreditsPosted, a.DebitsPosted, a.Balance)
 		return err
 	})

@@ -101,7 +101,7 @@ func balance(t testing.TB, d driver.Driver, l *ledger.Ledger, tenant, id string,
 	t.Helper()
 	var b ledger.Balance
 	must(t, d, func(tx driver.Tx) (err error) {
-		b, err = l.Balance(context.Background(), tx, tenant, id, asOf)
+		b, err = l.Balance(context.Background(), tx, ledger.BalanceQuery{Tenant: tenant, AccountID: id, AsOf: asOf})
 		return err
 	})
 	return b

@@ -53,7 +53,7 @@ import (
 	"github.com/idemhq/idem/internal/tracing"
 )
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// Clock is the time source for answers "as of now" and for recorded
 	// times on SQLite, which has no shared clock of its own (Postgres
@@ -252,8 +252,39 @@ type Balance struct {
 	Balance       int64     `json:"balance"`
 }
 
+// AccountQuery names an account for GetAccount.
+type AccountQuery struct {
+	// Tenant owns the account. Required.
+	Tenant string
+	// ID is the account's id. Required.
+	ID string
+}
+
+// TransferQuery names a transfer for GetTransfer.
+type TransferQuery struct {
+	// Tenant owns the transfer. Required.
+	Tenant string
+	// ID is the transfer's id. Required.
+	ID string
+}
+
+// BalanceQuery asks for an account's totals as believed at a moment.
+type BalanceQuery struct {
+	// Tenant owns the account. Required.
+	Tenant string
+	// AccountID is the account's id. Required.
+	AccountID string
+	// AsOf is the moment; nil: now, the latest committed totals. The zero
+	// time is a moment like any other (before every entry).
+	AsOf *time.Time
+}
+
 // EntriesQuery selects a page of an account's entries, newest first.
 type EntriesQuery struct {
+	// Tenant owns the account. Required.
+	Tenant string
+	// AccountID is the account's id. Required.
+	AccountID string
 	// AsOf keeps only entries recorded at or before it; nil: every entry
 	// committed now. The zero time is a moment like any other (before
 	// every entry).

@@ -54,7 +54,10 @@ func TestCreateAccountIdempotent(t *testing.T) {
 			t.Fatal("no generated id")
 		}
 		got, err := func() (a ledger.Account, err error) {
-			err = inTx(t, d, func(tx driver.Tx) error { a, err = l.GetAccount(ctx, tx, tenant, "wallet"); return err })
+			err = inTx(t, d, func(tx driver.Tx) error {
+				a, err = l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: "wallet"})
+				return err
+			})
 			return
 		}()
 		if err != nil || got.ID != "wallet" || got.Currency != "EUR" || !got.Flags.DebitsMustNotExceedCredits {
@@ -284,7 +287,7 @@ func TestAtomicBatch(t *testing.T) {
 		}
 		var entries []ledger.Entry
 		must(t, d, func(tx driver.Tx) (err error) {
-			entries, _, err = l.Entries(ctx, tx, tenant, "w", ledger.EntriesQuery{})
+			entries, _, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "w"})
 			return err
 		})
 		if len(entries) != 3 || entries[0].Sequence != 3 || entries[0].Balance != 5 || entries[1].Balance != 0 || entries[2].Balance != 50 {
@@ -341,7 +344,10 @@ func TestReversals(t *testing.T) {
 
 		// The original is unchanged and lists its reversals.
 		var got ledger.Transfer
-		must(t, d, func(tx driver.Tx) (err error) { got, err = l.GetTransfer(ctx, tx, tenant, "bet"); return err })
+		must(t, d, func(tx driver.Tx) (err error) {
+			got, err = l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: "bet"})
+			return err
+		})
 		if got.Amount != 100 || !got.CreatedAt.Equal(orig.CreatedAt) || string(got.Metadata) != `{"round":7}` || got.ReversesID != "" {
 			t.Fatalf("original = %+v, want as posted %+v", got, orig)
 		}
@@ -417,7 +423,7 @@ func TestAsOfAcrossReversal(t *testing.T) {
 			}
 			var es []ledger.Entry
 			must(t, d, func(tx driver.Tx) (err error) {
-				es, _, err = l.Entries(ctx, tx, tenant, "player", ledger.EntriesQuery{AsOf: tc.asOf})
+				es, _, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "player", AsOf: tc.asOf})
 				return err
 			})
 			if len(es) != tc.entries || (len(es) > 0 && es[0].Balance != tc.balance) {
@@ -438,16 +444,16 @@ func TestTenantIsolation(t *testing.T) {
 		post(t, d, l, "a", ledger.NewTransfer{ID: "t", DebitAccountID: "x", CreditAccountID: "y", Amount: 5, Currency: "USD"})
 		before := counts(t, d)
 		err := inTx(t, d, func(tx driver.Tx) error {
-			if _, err := l.GetAccount(ctx, tx, "b", "x"); !errors.Is(err, ledger.ErrNotFound) {
+			if _, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: "b", ID: "x"}); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("GetAccount from b: %v, want ErrNotFound", err)
 			}
-			if _, err := l.GetTransfer(ctx, tx, "b", "t"); !errors.Is(err, ledger.ErrNotFound) {
+			if _, err := l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: "b", ID: "t"}); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("GetTransfer from b: %v, want ErrNotFound", err)
 			}
-			if _, err := l.Balance(ctx, tx, "b", "x", nil); !errors.Is(err, ledger.ErrNotFound) {
+			if _, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: "b", AccountID: "x"}); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("Balance from b: %v, want ErrNotFound", err)
 			}
-			if _, _, err := l.Entries(ctx, tx, "b", "x", ledger.EntriesQuery{}); !errors.Is(err, ledger.ErrNotFound) {
+			if _, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: "b", AccountID: "x"}); !errors.Is(err, ledger.ErrNotFound) {
 				t.Errorf("Entries from b: %v, want ErrNotFound", err)
 			}
 			_, err := l.Post(ctx, tx, "b", ledger.NewTransfer{ID: "t", DebitAccountID: "x", CreditAccountID: "y", Amount: 5, Currency: "USD"})
@@ -494,7 +500,7 @@ func TestEntriesPagination(t *testing.T) {
 			var es []ledger.Entry
 			var next string
 			must(t, d, func(tx driver.Tx) (err error) {
-				es, next, err = l.Entries(ctx, tx, tenant, "dst", ledger.EntriesQuery{Limit: 10, After: cursor})
+				es, next, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "dst", Limit: 10, After: cursor})
 				return err
 			})
 			pages++
@@ -520,14 +526,15 @@ func TestEntriesPagination(t *testing.T) {
 		}
 		// Limits and cursors are checked.
 		for _, q := range []ledger.EntriesQuery{{Limit: 1001}, {Limit: -1}, {After: "x"}, {After: "0"}} {
-			err := inTx(t, d, func(tx driver.Tx) error { _, _, err := l.Entries(ctx, tx, tenant, "dst", q); return err })
+			q.Tenant, q.AccountID = tenant, "dst"
+			err := inTx(t, d, func(tx driver.Tx) error { _, _, err := l.Entries(ctx, tx, q); return err })
 			wantCode(t, err, "invalid_request")
 		}
 		// As of the 5th transfer, pages stop at it.
 		var es []ledger.Entry
 		var next string
 		must(t, d, func(tx driver.Tx) (err error) {
-			es, next, err = l.Entries(ctx, tx, tenant, "dst", ledger.EntriesQuery{AsOf: at(posted[4].CreatedAt), Limit: 3})
+			es, next, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "dst", AsOf: at(posted[4].CreatedAt), Limit: 3})
 			return err
 		})
 		if len(es) != 3 || es[0].Sequence != 5 || next != "3" {

@@ -13,7 +13,8 @@ import (
 
 // GetTransfer reads a transfer with its reversals, oldest first;
 // ErrNotFound when the tenant has no such transfer.
-func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, tenant, id string) (Transfer, error) {
+func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery) (Transfer, error) {
+	tenant, id := q.Tenant, q.ID
 	if err := l.checkTx(tx); err != nil {
 		return Transfer{}, err
 	}
@@ -41,11 +42,11 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, tenant, id strin
 	return t, nil
 }
 
-// Balance is the account's totals as believed at *asOf: those of its newest
-// entry recorded at or before it (zero when none), found by one index
-// lookup. A nil asOf means now: the account's latest committed totals, with
-// the read time as AsOf. The zero time is a moment like any other (before
-// every entry).
+// Balance is the account's totals as believed at *q.AsOf: those of its
+// newest entry recorded at or before it (zero when none), found by one
+// index lookup. A nil AsOf means now: the account's latest committed
+// totals, with the read time as AsOf. The zero time is a moment like any
+// other (before every entry).
 //
 // An answer as of a moment is final: the same question asked later, in any
 // transaction, gets the same answer, however many writers were committing
@@ -64,7 +65,8 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, tenant, id strin
 // SQLite write transaction holds the write lock from its start: wait there,
 // in a read-only transaction, first), and refused with invalid_request
 // (field as_of) when further ahead.
-func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID string, asOf *time.Time) (Balance, error) {
+func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Balance, error) {
+	tenant, accountID, asOf := q.Tenant, q.AccountID, q.AsOf
 	acct, err := l.account(ctx, tx, tenant, accountID)
 	if err != nil {
 		return Balance{}, err
@@ -95,7 +97,8 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, tenant, accountID st
 // needs what Balance's does: ErrNeedsWriteTx (wrapped) in a read-only
 // transaction for a moment at or after the account's newest entry, a wait
 // for a moment at most MaxAsOfWait ahead, invalid_request beyond.
-func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, tenant, accountID string, q EntriesQuery) ([]Entry, string, error) {
+func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, q EntriesQuery) ([]Entry, string, error) {
+	tenant, accountID := q.Tenant, q.AccountID
 	limit := q.Limit
 	if limit == 0 {
 		limit = defaultEntriesLimit

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/embeddednats"
 	"github.com/idemhq/idem/internal/testpg"
@@ -51,7 +52,7 @@ func newStream(t testing.TB, listen string) *stream {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	pub, err := natspub.New(context.Background(), nc, false, natspub.Config{})
+	pub, err := natspub.New(context.Background(), nc, natspub.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func waitDrained(t testing.TB, d driver.Driver) {
 func waitListed(t testing.TB, ob *outbox.Outbox, d driver.Driver, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d message(s) listed", n), func() bool {
-		events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+		events, _, err := ob.List(context.Background(), d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, Limit: outbox.MaxListLimit})
 		if err != nil {
 			t.Fatal(err)
 		}

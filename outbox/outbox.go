@@ -32,12 +32,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/tracing"
 )
-
-// DefaultTenant is the tenant of a message that names none.
-const DefaultTenant = "default"
 
 // Trace context headers (W3C Trace Context). Enqueue stores the context
 // of its span with the row, and the relay sends its publish span's context
@@ -68,7 +66,7 @@ type Message struct {
 	// ID is the stable message id the broker deduplicates by. Enqueue
 	// assigns a UUIDv7 when empty; set it (NewID) to know it beforehand.
 	ID string
-	// Tenant scopes the message; default DefaultTenant. Printable ASCII
+	// Tenant scopes the message; default idem.DefaultTenant. Printable ASCII
 	// without spaces, '.', '*' or '>' (it is a NATS subject token).
 	Tenant string
 	// Type names the event, e.g. "transfer.created". Required.
@@ -91,6 +89,26 @@ type Event struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	Payload     json.RawMessage `json:"payload"`
 	PublishedAt *time.Time      `json:"published_at"`
+}
+
+// ListQuery selects a page of a tenant's messages for List.
+type ListQuery struct {
+	// Tenant owns the messages. Default idem.DefaultTenant.
+	Tenant string
+	// After is the cursor a previous page returned; empty: the start.
+	After string
+	// Limit bounds the page. Default DefaultListLimit; bound
+	// 1..MaxListLimit.
+	Limit int
+}
+
+// DeadQuery selects a page of dead letters for Dead.
+type DeadQuery struct {
+	// After is the cursor a previous page returned; empty: the start.
+	After string
+	// Limit bounds the page. Default DefaultListLimit; bound
+	// 1..MaxListLimit.
+	Limit int
 }
 
 // DeadLetter is a message the relay gave up on after its attempts. It holds
@@ -132,7 +150,7 @@ func (e *MessageError) Code() string { return "invalid_message" }
 
 func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// MaxPayloadBytes bounds one message's payload. Default 1 MiB; bound
 	// 1..16 MiB.
@@ -144,8 +162,9 @@ type Config struct {
 	// covers clock skew between the host that redrives and the relays'
 	// hosts. Default 5s; bound 1ms..1h.
 	RedriveDelay time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock returns the current time: the messages' CreatedAt and the end
+	// of a redrive's delay. Default time.Now.
+	Clock func() time.Time
 	// TracerProvider receives the outbox.Enqueue span, whose context each
 	// enqueued row stores. Default otel.GetTracerProvider(), the API's
 	// no-op until the program sets one; then a row stores the context of
@@ -160,8 +179,8 @@ func (c Config) withDefaults() Config {
 	if c.RedriveDelay == 0 {
 		c.RedriveDelay = 5 * time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
@@ -225,7 +244,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (er
 	if len(msgs) > MaxBatch {
 		return fmt.Errorf("%w: %d messages in one Enqueue, limit %d", ErrInvalidMessage, len(msgs), MaxBatch)
 	}
-	now := o.cfg.Now().UTC()
+	now := o.cfg.Clock().UTC()
 	parent, state := tracing.Format(ctx)
 	rows := make([]driver.OutboxRow, len(msgs))
 	for i, m := range msgs {
@@ -249,7 +268,7 @@ func (o *Outbox) row(i int, m Message, now time.Time) (driver.OutboxRow, error) 
 		return bad("id", "is not a UUID")
 	}
 	if m.Tenant == "" {
-		m.Tenant = DefaultTenant
+		m.Tenant = idem.DefaultTenant
 	}
 	if !validToken(m.Tenant, MaxTenantLen) {
 		return bad("tenant", fmt.Sprintf("must be 1..%d printable ASCII characters without spaces, '.', '*' or '>'", MaxTenantLen))
@@ -326,20 +345,23 @@ func validType(s string) bool {
 	return true
 }
 
-// List returns a tenant's messages in commit order, oldest first, after the
-// cursor ("" for the start), at most limit (0 means DefaultListLimit; at
-// most MaxListLimit). next is the cursor of the following page, "" when
-// this page is the last for now. On Postgres a message appears once every
+// List returns a page of q.Tenant's messages in commit order, oldest
+// first, after q.After, and the cursor of the following page: "" when this
+// page is the last for now. On Postgres a message appears once every
 // transaction that began writing before its own has ended, so that no
 // message can later be listed before one already listed: following
 // cursors never skips one (see docs/outbox.md).
-func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, limit int) ([]Event, string, error) {
+func (o *Outbox) List(ctx context.Context, tx driver.Tx, q ListQuery) ([]Event, string, error) {
 	if err := driver.CheckTx(o.d, tx); err != nil {
 		return nil, "", fmt.Errorf("outbox: %w", err)
 	}
-	c, limit, err := pageArgs(after, limit)
+	c, limit, err := pageArgs(q.After, q.Limit)
 	if err != nil {
 		return nil, "", err
+	}
+	tenant := q.Tenant
+	if tenant == "" {
+		tenant = idem.DefaultTenant
 	}
 	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterTx: c.tx, AfterPos: c.pos, Limit: limit + 1})
 	if err != nil {
@@ -357,10 +379,10 @@ func (o *Outbox) List(ctx context.Context, tx driver.Tx, tenant, after string, l
 	return events, next, nil
 }
 
-// Dead returns dead letters in commit order after the cursor, at most limit
-// (0 means DefaultListLimit; at most MaxListLimit), and the next cursor.
-func (o *Outbox) Dead(ctx context.Context, after string, limit int) ([]DeadLetter, string, error) {
-	c, limit, err := pageArgs(after, limit)
+// Dead returns a page of dead letters in commit order after q.After, and
+// the cursor of the following page ("" when this page is the last).
+func (o *Outbox) Dead(ctx context.Context, q DeadQuery) ([]DeadLetter, string, error) {
+	c, limit, err := pageArgs(q.After, q.Limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -385,7 +407,7 @@ func (o *Outbox) Redrive(ctx context.Context, id string) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	p := &driver.OutboxRedriveParams{ID: id, Until: o.cfg.Now().Add(o.cfg.RedriveDelay)}
+	p := &driver.OutboxRedriveParams{ID: id, Until: o.cfg.Clock().Add(o.cfg.RedriveDelay)}
 	if err := o.d.OutboxRedrive(ctx, tx, p); err != nil {
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: %s", ErrNotDead, id)

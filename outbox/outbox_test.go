@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/outbox"
@@ -47,7 +48,7 @@ func TestEnqueueRollbackCommitPublish(t *testing.T) {
 			t.Fatalf("stream holds %v, want one copy of %s only", got, committed.ID)
 		}
 		waitListed(t, ob, d, 1)
-		events, _, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 0)
+		events, _, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 		var ids []string
 		after := ""
 		for {
-			events, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, after, 1)
+			events, next, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, After: after, Limit: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,11 +114,11 @@ func TestOutOfOrderCommit(t *testing.T) {
 	if ids := listAll(); len(ids) != 2 || ids[0] != a.ID || ids[1] != b.ID {
 		t.Fatalf("listed %v, want [a b] = [%s %s]", ids, a.ID, b.ID)
 	}
-	first, next, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, "", 1)
+	first, next, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, Limit: 1})
 	if err != nil || len(first) != 1 || first[0].ID != a.ID {
 		t.Fatalf("first page: %+v, %v", first, err)
 	}
-	rest, _, err := ob.List(ctx, d.Reader(), outbox.DefaultTenant, next, 10)
+	rest, _, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, After: next, Limit: 10})
 	if err != nil || len(rest) != 1 || rest[0].ID != b.ID {
 		t.Fatalf("after cursor %s: %+v, %v", next, rest, err)
 	}
@@ -207,7 +208,7 @@ func TestDeadLetterBlocksOnlyItsKey(t *testing.T) {
 		var dead []outbox.DeadLetter
 		waitFor(t, "dead letter", func() bool {
 			var err error
-			dead, _, err = ob.Dead(ctx, "", 10)
+			dead, _, err = ob.Dead(ctx, outbox.DeadQuery{Limit: 10})
 			return err == nil && len(dead) == 1
 		})
 		waitFor(t, "other key published", func() bool { c, _, _ := rec.snapshot(); return c[other.ID] == 1 })
@@ -296,7 +297,7 @@ func TestBrokerDown(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if down {
-				return outbox.Unavailable(errors.New("connection refused"))
+				return outbox.BrokerUnavailable(errors.New("connection refused"))
 			}
 			return nil
 		}
@@ -310,7 +311,7 @@ func TestBrokerDown(t *testing.T) {
 		r.Notify()
 		waitFor(t, "attempts during the outage", func() bool { c, _, _ := rec.snapshot(); return len(c) >= 5 })
 		time.Sleep(50 * time.Millisecond)
-		if dead, _, _ := ob.Dead(ctx, "", 10); len(dead) != 0 {
+		if dead, _, _ := ob.Dead(ctx, outbox.DeadQuery{Limit: 10}); len(dead) != 0 {
 			t.Fatalf("an outage made %d dead letters", len(dead))
 		}
 		mu.Lock()

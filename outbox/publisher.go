@@ -20,18 +20,19 @@ type Publisher interface {
 	Close() error
 }
 
-// ErrUnavailable marks a publish error as the broker's, not the message's:
-// the broker could not be reached, timed out or is overloaded. The relay
-// does not count it as an attempt on the message (no dead letter comes of
-// an outage); it backs off as a whole and tries again.
-var ErrUnavailable = errors.New("outbox: broker unavailable")
+// ErrBrokerUnavailable marks a publish error as the broker's, not the
+// message's: the broker could not be reached, timed out or is overloaded.
+// The relay does not count it as an attempt on the message (no dead letter
+// comes of an outage); it backs off as a whole and tries again. (A database
+// that cannot be reached is idem.ErrUnavailable.)
+var ErrBrokerUnavailable = errors.New("outbox: broker unavailable")
 
-// Unavailable wraps err with ErrUnavailable.
-func Unavailable(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) {
+// BrokerUnavailable wraps err with ErrBrokerUnavailable.
+func BrokerUnavailable(err error) error {
+	if err == nil || errors.Is(err, ErrBrokerUnavailable) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrBrokerUnavailable, err)
 }
 
 // Errs returns n copies of err, for a publisher that fails a whole batch.

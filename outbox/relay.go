@@ -30,7 +30,7 @@ const (
 	FailpointAfterPublish  = "relay.after_publish" // published, not yet marked sent
 )
 
-// RelayConfig configures NewRelay.
+// RelayConfig configures NewRelay; Publisher is required.
 type RelayConfig struct {
 	// Publisher sends the messages. Required.
 	Publisher Publisher
@@ -52,7 +52,7 @@ type RelayConfig struct {
 	// in time between cycles.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many times the broker may refuse a message before
-	// it becomes a dead letter. Broker outages (ErrUnavailable) do not
+	// it becomes a dead letter. Broker outages (ErrBrokerUnavailable) do not
 	// count. Default 10; bound 1..1000.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the wait before a failed message's
@@ -73,8 +73,9 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Owner names this relay in shard leases. Default host-pid-random.
 	Owner string
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock returns the current time: backoffs, leases, retention and the
+	// backlog's age. Default time.Now.
+	Clock func() time.Time
 	// TracerProvider receives a publish span per message (kind producer),
 	// a child of the trace context stored with its row; the message's
 	// traceparent header carries the span's context. Default
@@ -120,8 +121,8 @@ func (c RelayConfig) withDefaults() RelayConfig {
 		_, _ = crand.Read(b)
 		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
@@ -212,7 +213,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		default:
 		}
-		now := r.cfg.Now()
+		now := r.cfg.Clock()
 		if !now.Before(r.leaseAt) {
 			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
 				r.log.Warn("outbox relay: leases", "err", err)
@@ -230,7 +231,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		n, err := r.cycle(ctx)
 		wait := r.cfg.PollInterval
 		switch {
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrBrokerUnavailable):
 			r.outageWait = jitter(min(max(2*r.outageWait, r.cfg.BackoffMin), r.cfg.BackoffMax))
 			wait = r.outageWait
 			r.log.Warn("outbox relay: broker unavailable", "err", err, "retry_in", wait)
@@ -292,7 +293,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	if len(r.shards) == 0 {
 		return 0, nil
 	}
-	c := &cycleReads{start: r.cfg.Now()}
+	c := &cycleReads{start: r.cfg.Clock()}
 	rows, err := r.fetch(ctx, c, nil)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -311,7 +312,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 			marking = nil
 		}
 		var next fetched
-		readAhead := markErr == nil && len(rows) == r.cfg.BatchSize && r.cfg.Now().Before(r.leaseAt)
+		readAhead := markErr == nil && len(rows) == r.cfg.BatchSize && r.cfg.Clock().Before(r.leaseAt)
 		if readAhead {
 			next.rows, next.err = r.fetch(ctx, c, rows)
 		}
@@ -490,10 +491,10 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 					queues[k] = q
 					next = append(next, k)
 				}
-			case errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			case errors.Is(err, ErrBrokerUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 				// Not the message's fault: no attempt counted, the key
 				// stays unheld, and the relay backs off as a whole.
-				res.outage = Unavailable(err)
+				res.outage = BrokerUnavailable(err)
 			default:
 				res.failed = append(res.failed, failure{row: heads[i], err: err})
 			}
@@ -502,7 +503,7 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 	}
 	if len(keys) > 0 && res.outage == nil {
 		// The publish timeout ended the batch between rounds.
-		res.outage = Unavailable(pctx.Err())
+		res.outage = BrokerUnavailable(pctx.Err())
 	}
 	failpoint.Hit(FailpointAfterPublish)
 	return res, nil
@@ -596,7 +597,7 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 		return err
 	}
 	defer tx.Rollback(ctx)
-	now := r.cfg.Now()
+	now := r.cfg.Clock()
 	if len(sent) > 0 {
 		p := &driver.OutboxMarkSentParams{IDs: sent, Now: now, Lazy: len(failed) == 0}
 		if err := r.d.OutboxMarkSent(ctx, tx, p); err != nil {
@@ -733,7 +734,7 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	}
 	age := 0.0
 	if !s.OldestUnsent.IsZero() {
-		age = max(r.cfg.Now().Sub(s.OldestUnsent).Seconds(), 0)
+		age = max(r.cfg.Clock().Sub(s.OldestUnsent).Seconds(), 0)
 	}
 	r.metrics.stats.set(r.cfg.Owner, float64(s.Unsent), age, float64(s.Dead))
 }

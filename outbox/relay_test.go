@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/outbox"
@@ -97,10 +98,10 @@ func TestRelayMetrics(t *testing.T) {
 
 		// The broker is down, and the relay's clock is an hour ahead.
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		stop := startStoppable(t, d, outbox.RelayConfig{Publisher: down, Registerer: reg,
 			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-			Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			Clock: func() time.Time { return time.Now().Add(time.Hour) }})
 		waitFor(t, "backlog gauge", func() bool { return gaugeIs(t, reg, "idem_outbox_backlog", 11) })
 		waitFor(t, "attempts during the outage", func() bool { c, _, _ := down.snapshot(); return len(c) > 0 })
 		if age := metric(t, reg, "idem_outbox_oldest_unsent_age_seconds"); age < 3590 || age > 3700 {
@@ -133,7 +134,7 @@ func TestRelayMetrics(t *testing.T) {
 		}
 		stop = startStoppable(t, d, outbox.RelayConfig{Publisher: rec, Registerer: reg, MaxAttempts: 2,
 			BackoffMin: time.Millisecond, BackoffMax: time.Millisecond})
-		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, "", 10); return len(dead) == 1 })
+		waitFor(t, "dead letter", func() bool { dead, _, _ := ob.Dead(ctx, outbox.DeadQuery{Limit: 10}); return len(dead) == 1 })
 		waitDrained(t, d)
 		stop()
 		for name, want := range map[string]float64{
@@ -173,7 +174,7 @@ func TestRelayStatsReportedOnce(t *testing.T) {
 
 		// The broker is down, so the backlog stays at 7.
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
 		stops := make([]func(), 2)
 		for i, reg := range regs {
@@ -232,7 +233,7 @@ func TestRetention(t *testing.T) {
 			}
 			return nil
 		}
-		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Now: clock.now,
+		cfg := outbox.RelayConfig{Publisher: rec, MaxAttempts: 1, Clock: clock.now,
 			Retention: time.Minute, RetentionBatch: 3, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
 		stop := startStoppable(t, d, cfg)
 		waitDrained(t, d)
@@ -248,7 +249,7 @@ func TestRetention(t *testing.T) {
 		enqueue(t, d, ob, late)
 		waitListed(t, ob, d, 42)
 		down := newRecorder(nil)
-		down.fail = func(outbox.Message, int) error { return outbox.Unavailable(errors.New("connection refused")) }
+		down.fail = func(outbox.Message, int) error { return outbox.BrokerUnavailable(errors.New("connection refused")) }
 		cfg.Publisher = down
 		clock.advance(2 * time.Minute)
 		stop = startStoppable(t, d, cfg)
@@ -352,7 +353,7 @@ func gaugeIs(t *testing.T, reg *prometheus.Registry, name string, want float64) 
 // countRows counts the default tenant's rows and those of them published.
 func countRows(t *testing.T, ob *outbox.Outbox, d driver.Driver) (sent, total int) {
 	t.Helper()
-	events, _, err := ob.List(context.Background(), d.Reader(), outbox.DefaultTenant, "", outbox.MaxListLimit)
+	events, _, err := ob.List(context.Background(), d.Reader(), outbox.ListQuery{Tenant: idem.DefaultTenant, Limit: outbox.MaxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestRetentionKeepsRecentHolds(t *testing.T) {
 			}
 			return nil
 		}
-		cfg := outbox.RelayConfig{Publisher: refuse, MaxAttempts: 100, Now: clock.now, Retention: time.Minute,
+		cfg := outbox.RelayConfig{Publisher: refuse, MaxAttempts: 100, Clock: clock.now, Retention: time.Minute,
 			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond}
 		stop := startStoppable(t, d, cfg)
 		waitFor(t, "a refusal and a publish", func() bool { c, _, _ := refuse.snapshot(); return c[poison.ID] == 1 && c[ok.ID] == 1 })

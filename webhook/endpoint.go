@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemhq/idem"
 )
 
 // Provider names, as written in the configuration's provider field.
@@ -86,7 +88,7 @@ type Endpoint struct {
 	// the provider shows it (Stripe's key includes its whsec_ prefix).
 	Secrets []string
 	// Tenant is the scope the deliveries' dedupe keys live in. Default
-	// "default"; 1 to 255 visible ASCII characters.
+	// idem.DefaultTenant; 1 to 255 visible ASCII characters.
 	Tenant string
 	// Tolerance bounds how far a signed timestamp may be from now, either
 	// way. Default per profile (stripe 300s, standard 5m, slack 5m, paddle
@@ -145,7 +147,7 @@ type HMACConfig struct {
 
 func (e Endpoint) withDefaults() Endpoint {
 	if e.Tenant == "" {
-		e.Tenant = "default"
+		e.Tenant = idem.DefaultTenant
 	}
 	if e.MaxBodyBytes == 0 {
 		e.MaxBodyBytes = defaultMaxBodyBytes

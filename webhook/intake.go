@@ -37,31 +37,36 @@ const MaxEventPayloadBytes = 16 << 20
 // and idemhttp.CodeInFlight.
 const (
 	// CodeNotFound: no endpoint of that name is configured (404).
-	CodeNotFound = "not_found"
+	CodeNotFound = idemhttp.CodeNotFound
 	// CodeHandlerFailed: the event's handler returned an error; nothing was
 	// stored (503).
 	CodeHandlerFailed = "handler_failed"
-	// CodeUnavailable: the database is unavailable or the request was
-	// canceled; nothing was stored (503).
-	CodeUnavailable = "unavailable"
+	// CodeUnavailable: the database is unavailable or the request ended
+	// (canceled, its deadline passed); nothing was stored (503).
+	CodeUnavailable = idemhttp.CodeUnavailable
 )
 
-// Outcomes of a delivery, as IntakeConfig.OnOutcome receives them. A
-// refused delivery is "rejected_" followed by its code
-// ("rejected_signature_invalid", "rejected_body_too_large", ...).
+// Kind classifies how the intake answered a delivery, for metrics
+// (IntakeConfig.OnAnswer). It is a label, not the answer: the stored answer
+// is an idem.Outcome. A refused delivery is KindRejected followed by its
+// code ("rejected_signature_invalid", "rejected_body_too_large", ...). The
+// values are stable (idem serve's idem_webhook_deliveries_total counts by
+// them).
+type Kind string
+
 const (
-	OutcomeFirst         = "first"           // stored and handled now
-	OutcomeReplayed      = "replayed"        // a copy of a stored event: its answer again
-	OutcomeInFlight      = "in_flight"       // a copy still running elsewhere: 409
-	OutcomeChallenge     = "challenge"       // Slack's url_verification, answered
-	OutcomeHandlerFailed = CodeHandlerFailed // the handler's error: 503, nothing stored
-	OutcomePanicked      = "panicked"        // the handler panicked: 500, nothing stored
-	OutcomeUnavailable   = CodeUnavailable   // the database failed: 503, nothing stored
-	OutcomeError         = "error"           // any other failure: 500, nothing stored
-	OutcomeRejected      = "rejected_"       // prefix of a refused delivery's outcome
+	KindFirst         Kind = "first"           // stored and handled now
+	KindReplayed      Kind = "replayed"        // a copy of a stored event: its answer again
+	KindInFlight      Kind = "in_flight"       // a copy still running elsewhere: 409
+	KindChallenge     Kind = "challenge"       // Slack's url_verification, answered
+	KindHandlerFailed Kind = CodeHandlerFailed // the handler's error: 503, nothing stored
+	KindPanicked      Kind = "panicked"        // the handler panicked: 500, nothing stored
+	KindUnavailable   Kind = CodeUnavailable   // the database failed: 503, nothing stored
+	KindError         Kind = "error"           // any other failure: 500, nothing stored
+	KindRejected      Kind = "rejected_"       // prefix of a refused delivery's kind
 )
 
-// IntakeConfig configures NewIntake.
+// IntakeConfig configures NewIntake; Keeper and Outbox are required.
 type IntakeConfig struct {
 	// Keeper deduplicates deliveries by their sender's event id. Required.
 	// Give it a Retention of at least Retention (30 days): its Wait is how
@@ -89,20 +94,20 @@ type IntakeConfig struct {
 	// and unexpected errors (error). A handler's panic is logged by the
 	// keeper, through its Config.Logger. Default slog.Default().
 	Logger *slog.Logger
-	// OnOutcome, when set, is called once per delivery to a configured
-	// endpoint with the endpoint's name and one of the Outcome values (a
+	// OnAnswer, when set, is called once per delivery to a configured
+	// endpoint with the endpoint's name and the Kind of answer it got (a
 	// metrics counter). It runs on the request's goroutine after the
 	// transaction ended, before the answer is written: keep it short. A
 	// delivery to an unknown endpoint is not reported (its name is the
 	// sender's choice). Default none.
-	OnOutcome func(endpoint, outcome string)
+	OnAnswer func(endpoint string, kind Kind)
 	// RetryAfter is the Retry-After of a 503 (handler failed, database
-	// unavailable). Default 1s; bound 1s..1h. A 409 in flight carries the
-	// keeper's Wait instead.
+	// unavailable, the request's deadline passed). Default 1s; bound
+	// 1s..1h. A 409 in flight carries the keeper's Wait instead.
 	RetryAfter time.Duration
-	// Now is the clock signed timestamps are checked against. Default
-	// time.Now.
-	Now func() time.Time
+	// Clock returns the current time, which signed timestamps are checked
+	// against. Default time.Now.
+	Clock func() time.Time
 }
 
 func (c IntakeConfig) withDefaults() IntakeConfig {
@@ -112,8 +117,8 @@ func (c IntakeConfig) withDefaults() IntakeConfig {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.Handler != nil && c.Handlers == nil {
 		all := c.Handler
@@ -191,7 +196,8 @@ func (in *Intake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("endpoint")
 	ep, ok := in.endpoints[name]
 	if !ok {
-		problem.Write(w, http.StatusNotFound, CodeNotFound, "no webhook endpoint "+clipName(name)+" is configured")
+		idemhttp.Problem{Status: http.StatusNotFound, Code: CodeNotFound,
+			Detail: "no webhook endpoint " + clipName(name) + " is configured"}.Write(w)
 		return
 	}
 	in.serve(w, r, ep)
@@ -212,40 +218,40 @@ func (in *Intake) Endpoint(name string) http.Handler {
 func (in *Intake) Handlers() *Registry { return in.cfg.Handlers }
 
 func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoint) {
-	count := func(outcome string) {
-		if in.cfg.OnOutcome != nil {
-			in.cfg.OnOutcome(ep.Name, outcome)
+	count := func(kind Kind) {
+		if in.cfg.OnAnswer != nil {
+			in.cfg.OnAnswer(ep.Name, kind)
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(ep.MaxBodyBytes)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			count(OutcomeRejected + CodeBodyTooLarge)
-			problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-				fmt.Sprintf("the body is over this endpoint's limit of %d bytes", ep.MaxBodyBytes))
+			count(KindRejected + Kind(CodeBodyTooLarge))
+			idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge,
+				Detail: fmt.Sprintf("the body is over this endpoint's limit of %d bytes", ep.MaxBodyBytes)}.Write(w)
 			return
 		}
-		count(OutcomeRejected + CodeMalformedBody)
-		problem.Write(w, http.StatusBadRequest, CodeMalformedBody, "could not read the body")
+		count(KindRejected + Kind(CodeMalformedBody))
+		idemhttp.Problem{Status: http.StatusBadRequest, Code: CodeMalformedBody, Detail: "could not read the body"}.Write(w)
 		return
 	}
-	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Now())
+	ev, err := ep.verifier.Verify(r.Header, body, in.cfg.Clock())
 	if err != nil {
 		status, code := HTTPStatus(err)
-		count(OutcomeRejected + code)
+		count(KindRejected + Kind(code))
 		in.cfg.Logger.Info("idem: webhook refused", "endpoint", ep.Name, "code", code, "err", err)
-		problem.Write(w, status, code, err.Error())
+		idemhttp.Problem{Status: status, Code: code, Detail: err.Error()}.Write(w)
 		return
 	}
 	if ev.Challenge != "" {
 		// Slack's url_verification proves we own the URL; it is no event.
-		count(OutcomeChallenge)
+		count(KindChallenge)
 		writeJSON(w, http.StatusOK, map[string]string{"challenge": ev.Challenge})
 		return
 	}
 
-	handler, hasHandler := in.cfg.Handlers.Lookup(ev.Provider, ev.Type)
+	handler, hasHandler := in.cfg.Handlers.Lookup(ev)
 	var handlerErr error
 	res, err := in.cfg.Keeper.Do(r.Context(), DedupeRequest(ep.Endpoint, ev),
 		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
@@ -277,33 +283,35 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
 	case errors.Is(err, idem.ErrInFlight):
-		count(OutcomeInFlight)
-		w.Header().Set("Retry-After", seconds(in.cfg.Keeper.Config().Wait))
-		problem.Write(w, http.StatusConflict, idemhttp.CodeInFlight,
-			"a copy of this delivery is still being processed; retry later")
+		// A delivery's words, and the keeper's Wait: how long the copy
+		// already waited for its twin.
+		count(KindInFlight)
+		idemhttp.Problem{Status: http.StatusConflict, Code: idemhttp.CodeInFlight,
+			Detail:     "a copy of this delivery is still being processed; retry later",
+			RetryAfter: in.cfg.Keeper.Config().Wait}.Write(w)
 		return
 	case errors.Is(err, idem.ErrPanicked):
 		// A bug in a handler (or in the intake): the keeper recovered it,
 		// rolled back the event, the handler's rows and the key, and logged
 		// it with the key and the stack. A 500 makes the provider redeliver,
 		// and the redelivery runs the handler again.
-		count(OutcomePanicked)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal,
-			"the event's handler failed unexpectedly; nothing was stored, retry later")
+		count(KindPanicked)
+		idemhttp.Problem{Status: http.StatusInternalServerError, Code: CodeInternal,
+			Detail: "the event's handler failed unexpectedly; nothing was stored, retry later"}.Write(w)
 		return
 	case handlerErr != nil:
-		count(OutcomeHandlerFailed)
+		count(KindHandlerFailed)
 		in.cfg.Logger.Warn("idem: webhook handler failed; nothing stored, the provider will retry",
 			"endpoint", ep.Name, "event_id", ev.ID, "type", ev.Type, "err", err)
-		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
-		problem.Write(w, http.StatusServiceUnavailable, CodeHandlerFailed,
-			"the event's handler failed; nothing was stored, retry later")
+		idemhttp.Problem{Status: http.StatusServiceUnavailable, Code: CodeHandlerFailed,
+			Detail:     "the event's handler failed; nothing was stored, retry later",
+			RetryAfter: in.cfg.RetryAfter}.Write(w)
 		return
 	case errors.Is(err, outbox.ErrInvalidMessage):
 		// Only the payload's size can make the event invalid: the type is
 		// sanitised and the tenant checked by NewIntake.
-		count(OutcomeRejected + CodeBodyTooLarge)
-		problem.Write(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, err.Error())
+		count(KindRejected + Kind(CodeBodyTooLarge))
+		idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Detail: err.Error()}.Write(w)
 		return
 	default:
 		in.fail(w, r, err, count)
@@ -311,10 +319,10 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 	}
 
 	if res.Replayed {
-		count(OutcomeReplayed)
+		count(KindReplayed)
 		w.Header().Set(idemhttp.HeaderReplayed, "true")
 	} else {
-		count(OutcomeFirst)
+		count(KindFirst)
 	}
 	for k, v := range res.Header {
 		w.Header()[k] = v
@@ -324,28 +332,22 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 }
 
 // fail answers an error of the keeper or the outbox (a handler's error is
-// answered before): a database fault is 503 with Retry-After, which the
-// provider retries; anything else is logged and 500. Nothing was stored
-// either way.
-func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count func(string)) {
+// answered before) as idemhttp.ProblemFor maps it: a database fault is 503
+// with the configured Retry-After, which the provider retries; anything
+// unexpected is logged and 500. Nothing was stored either way.
+func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count func(Kind)) {
+	p := idemhttp.ProblemFor(err, in.cfg.RetryAfter)
 	switch {
-	case driver.IsRetryable(err):
-		count(OutcomeUnavailable)
-		w.Header().Set("Retry-After", seconds(in.cfg.RetryAfter))
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable,
-			"the database is unavailable; nothing was stored, retry later")
-	case errors.Is(err, context.Canceled):
-		// The sender went away; nobody reads this answer.
-		count(OutcomeError)
-		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "request canceled")
-	case errors.Is(err, driver.ErrNotFound):
-		count(OutcomeError)
-		problem.Write(w, http.StatusNotFound, CodeNotFound, "no such resource")
-	default:
-		count(OutcomeError)
+	case p.Status == http.StatusInternalServerError:
+		count(KindError)
 		in.cfg.Logger.Error("idem: request failed", "method", r.Method, "route", r.Pattern, "err", err)
-		problem.Write(w, http.StatusInternalServerError, CodeInternal, "internal error; nothing was stored")
+	case p.Code == CodeUnavailable && !errors.Is(err, context.Canceled):
+		count(KindUnavailable)
+	default:
+		// The sender went away (canceled), or a row vanished.
+		count(KindError)
 	}
+	p.Write(w)
 }
 
 // eventPayload is the payload of a webhook.* event: the provider, the
@@ -378,23 +380,24 @@ func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Eve
 	}
 	return in.cfg.Outbox.Enqueue(ctx, tx, outbox.Message{
 		Tenant:  ep.Tenant,
-		Type:    EventType(ev.Provider, ev.Type),
+		Type:    EventType(ev),
 		Key:     "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key,
 		Payload: bytes.TrimRight(buf.Bytes(), "\n"),
 	})
 }
 
 // EventType is the outbox event type of a delivery,
-// "webhook.<provider>.<type>", with the provider's type made a valid event
-// type (and NATS subject tail): a character outside printable ASCII, a
-// space, '*' or '>' becomes '_', and empty dot-separated tokens are
-// dropped. A delivery without a type is "webhook.<provider>". The event's
-// payload keeps the type exactly as the provider sent it.
-func EventType(provider, typ string) string {
+// "webhook.<provider>.<type>" of ev's Provider and Type, with the
+// provider's type made a valid event type (and NATS subject tail): a
+// character outside printable ASCII, a space, '*' or '>' becomes '_', and
+// empty dot-separated tokens are dropped. A delivery without a type is
+// "webhook.<provider>". The event's payload keeps the type exactly as the
+// provider sent it.
+func EventType(ev Event) string {
 	var b strings.Builder
 	b.WriteString("webhook.")
-	b.WriteString(provider)
-	for _, tok := range strings.Split(typ, ".") {
+	b.WriteString(ev.Provider)
+	for _, tok := range strings.Split(ev.Type, ".") {
 		if tok == "" {
 			continue
 		}
@@ -415,12 +418,6 @@ func EventType(provider, typ string) string {
 
 // writeJSON answers v as JSON (problem.JSON).
 func writeJSON(w http.ResponseWriter, status int, v any) { problem.JSON(w, status, v) }
-
-// seconds renders d as whole seconds for Retry-After, rounded up, at
-// least 1.
-func seconds(d time.Duration) string {
-	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
-}
 
 // clipName shortens a path segment before it is echoed in an answer.
 func clipName(s string) string {

@@ -56,10 +56,10 @@ func newIntakeFixture(t *testing.T, d driver.Driver, cfg IntakeConfig) *intakeFi
 	}
 	cfg.Endpoints = []Endpoint{{Name: "stripe-main", Provider: "stripe", Secrets: []string{"whsec_old", "whsec_new"}, Tenant: "acme"}}
 	cfg.Logger = quiet
-	cfg.OnOutcome = func(endpoint, outcome string) {
+	cfg.OnAnswer = func(endpoint string, kind Kind) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		f.outcomes = append(f.outcomes, endpoint+" "+outcome)
+		f.outcomes = append(f.outcomes, endpoint+" "+string(kind))
 	}
 	if f.in, err = NewIntake(cfg); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func post(h http.Handler, path, secret, body string, ts time.Time) *httptest.Res
 // the handler once and writes one webhook.* event with it; Stripe's
 // redelivery (new timestamp, rotated secret) replays the stored answer and
 // writes nothing; a forged delivery is refused 401 and writes nothing; an
-// unknown endpoint is 404. OnOutcome hears each delivery to a configured
+// unknown endpoint is 404. OnAnswer hears each delivery to a configured
 // endpoint.
 func TestIntakeServesOnce(t *testing.T) {
 	t.Parallel()
@@ -283,7 +283,7 @@ func TestEventType(t *testing.T) {
 		{"hmac", "é", "webhook.hmac.__"},
 		{"hmac", strings.Repeat("x.", 200), "webhook.hmac." + strings.TrimRight(strings.Repeat("x.", 200)[:255-len("webhook.hmac.")], ".")},
 	} {
-		if got := EventType(tc.provider, tc.typ); got != tc.want {
+		if got := EventType(Event{Provider: tc.provider, Type: tc.typ}); got != tc.want {
 			t.Errorf("EventType(%q, %q) = %q, want %q", tc.provider, tc.typ, got, tc.want)
 		}
 	}

@@ -67,7 +67,7 @@ func TestRedeliveryRunsOnce(t *testing.T) {
 			if err != nil {
 				return idem.Result{}, err
 			}
-			handler, ok := reg.Lookup(ev.Provider, ev.Type)
+			handler, ok := reg.Lookup(ev)
 			return k.Do(ctx, DedupeRequest(ep, ev), func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				if ok {
 					if err := handler(ctx, tx, ev); err != nil {
@@ -94,7 +94,7 @@ func TestRedeliveryRunsOnce(t *testing.T) {
 			t.Fatalf("handler ran %d times", runs.Load())
 		}
 		rec, err := k.Lookup(ctx, idem.Key{Scope: "acme", Operation: "webhook:stripe-main", Key: "evt_redelivered"})
-		if err != nil || rec.Status != 200 || !rec.ExpiresAt.After(time.Now().Add(29*24*time.Hour)) {
+		if err != nil || rec.Outcome.Status != 200 || !rec.ExpiresAt.After(time.Now().Add(29*24*time.Hour)) {
 			t.Fatalf("stored record: %+v, %v", rec, err)
 		}
 

@@ -29,7 +29,7 @@ import (
 func DedupeKey(e Endpoint, ev Event) idem.Key {
 	tenant := e.Tenant
 	if tenant == "" {
-		tenant = "default"
+		tenant = idem.DefaultTenant
 	}
 	return idem.Key{Scope: tenant, Operation: "webhook:" + e.Name, Key: keyFor(ev.ID)}
 }

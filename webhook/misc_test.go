@@ -122,7 +122,7 @@ func TestRegistry(t *testing.T) {
 		{"stripe", "charge.refunded", "stripe-any"},
 		{"github", "push", "push"},
 	} {
-		h, ok := r.Lookup(tc.provider, tc.typ)
+		h, ok := r.Lookup(Event{Provider: tc.provider, Type: tc.typ})
 		if !ok {
 			t.Fatalf("%s %s: no handler", tc.provider, tc.typ)
 		}
@@ -131,7 +131,7 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("%s %s ran %s", tc.provider, tc.typ, got[len(got)-1])
 		}
 	}
-	if _, ok := r.Lookup("github", "issues"); ok {
+	if _, ok := r.Lookup(Event{Provider: "github", Type: "issues"}); ok {
 		t.Fatal("github issues has no handler")
 	}
 	for name, f := range map[string]func(){

@@ -57,15 +57,15 @@ func (r *Registry) Handle(provider, eventType string, h Handler) {
 	r.handlers[k] = h
 }
 
-// Lookup returns the handler for the provider's eventType, else the
+// Lookup returns the handler for ev's provider and type, else the
 // provider's AnyType handler. ok is false when neither exists: the intake
 // then only records the event (dedupe key and outbox message).
-func (r *Registry) Lookup(provider, eventType string) (h Handler, ok bool) {
+func (r *Registry) Lookup(ev Event) (h Handler, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if h, ok = r.handlers[[2]string{provider, eventType}]; ok {
+	if h, ok = r.handlers[[2]string{ev.Provider, ev.Type}]; ok {
 		return h, true
 	}
-	h, ok = r.handlers[[2]string{provider, AnyType}]
+	h, ok = r.handlers[[2]string{ev.Provider, AnyType}]
 	return h, ok
 }

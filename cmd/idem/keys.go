@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/config"
@@ -75,7 +76,7 @@ type inspectCommon struct {
 func inspectFlags(name string, stderr io.Writer) (*flag.FlagSet, *inspectCommon) {
 	c := &inspectCommon{}
 	fs := cli.NewFlagSet(name)
-	fs.StringVar(&c.tenant, "tenant", "default", "the tenant (the one an API key maps to; \"default\" without API keys)")
+	fs.StringVar(&c.tenant, "tenant", idem.DefaultTenant, "the tenant (the one an API key maps to; \"default\" without API keys)")
 	fs.BoolVar(&c.json, "json", false, "write JSON for scripts instead of a table")
 	fs.StringVar(&c.db, "db", "", "database: postgres://… or sqlite:PATH (env IDEM_DB; default SQLite in ./idem-data/)")
 	fs.StringVar(&c.configFile, "config", "", "YAML configuration file (env IDEM_CONFIG)")

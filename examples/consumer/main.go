@@ -99,7 +99,10 @@ func run(ctx context.Context, dbURL, natsURL string, cfg config) error {
 	if cfg.stats == nil {
 		cfg.stats = &stats{}
 	}
-	in := inbox.New(d)
+	in, err := inbox.New(d, inbox.Config{})
+	if err != nil {
+		return err
+	}
 	dropAcks := atomic.Int32{}
 	dropAcks.Store(cfg.dropAcks)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -150,7 +153,7 @@ func handle(ctx context.Context, d driver.Driver, in *inbox.Inbox, m jetstream.M
 		return false, err
 	}
 	defer tx.Rollback(ctx)
-	dup, err := in.Process(ctx, tx, consumerName, id, func(ctx context.Context, tx driver.Tx) error {
+	dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: consumerName, MessageID: id}, func(ctx context.Context, tx driver.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO receipts (order_id, amount) VALUES ($1, $2)`, order.OrderID, order.Amount)
 		return err
 	})

@@ -32,7 +32,7 @@ func TestRedeliveryWritesOneReceipt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := natspub.New(ctx, nc, true, natspub.Config{})
+	pub, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,7 +227,7 @@ func relayOn(ctx context.Context, d driver.Driver, natsURL string) error {
 	if err != nil {
 		return err
 	}
-	pub, err := natspub.New(ctx, nc, true, natspub.Config{})
+	pub, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
 	if err != nil {
 		nc.Close()
 		return err

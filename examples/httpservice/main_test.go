@@ -49,7 +49,7 @@ func (s *shop) orders(t *testing.T) func() int {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		es, _, err := s.ledger.Entries(ctx, tx, tenant, revenue, ledger.EntriesQuery{Limit: 1000})
+		es, _, err := s.ledger.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: revenue, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
@@ -110,7 +111,7 @@ func (c *Console) params(w http.ResponseWriter, r *http.Request, names ...string
 }
 
 func (c *Console) home(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "home", map[string]any{"Tenant": "default"})
+	c.render(w, r, http.StatusOK, "home", map[string]any{"Tenant": idem.DefaultTenant})
 }
 
 // keyRow is a key record with what its stored answer points at.
@@ -128,7 +129,7 @@ func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"Tenant": p["tenant"], "Key": p["key"], "Operation": p["operation"], "Now": c.cfg.Clock().UTC()}
 	if p["tenant"] == "" {
-		data["Tenant"] = "default"
+		data["Tenant"] = idem.DefaultTenant
 	}
 	if p["key"] != "" {
 		ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
@@ -185,7 +186,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := p["tenant"]
 	if tenant == "" {
-		tenant = "default"
+		tenant = idem.DefaultTenant
 	}
 	data := map[string]any{"Tenant": tenant, "ID": p["id"], "Now": c.cfg.Clock().UTC(), "AsOfText": p["as_of"]}
 	if p["id"] == "" {
@@ -230,12 +231,12 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 // "at" (an entry sequence), else the exact time *asOf, else now (nil).
 func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atText string, asOf *time.Time, data map[string]any) error {
 	l := c.cfg.Ledger
-	acct, err := l.GetAccount(ctx, tx, tenant, id)
+	acct, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: id})
 	if err != nil {
 		return err
 	}
 	data["Account"] = acct
-	history, _, err := l.Entries(ctx, tx, tenant, id, ledger.EntriesQuery{Limit: historyLimit})
+	history, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, Limit: historyLimit})
 	if err != nil {
 		return err
 	}
@@ -284,7 +285,7 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 	timesJSON, _ := json.Marshal(times) // strings always encode
 	data["Times"] = string(timesJSON)
 
-	believed, err := l.Balance(ctx, tx, tenant, id, asOf)
+	believed, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: id, AsOf: asOf})
 	if err != nil {
 		return err
 	}
@@ -293,7 +294,7 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 	if asOf != nil {
 		data["AsOf"] = *asOf
 	}
-	entries, next, err := l.Entries(ctx, tx, tenant, id, ledger.EntriesQuery{AsOf: asOf, Limit: pageEntries})
+	entries, next, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, AsOf: asOf, Limit: pageEntries})
 	if err != nil {
 		return err
 	}
@@ -321,7 +322,7 @@ func (c *Console) entryRows(ctx context.Context, tx driver.Tx, tenant string, en
 		if t, ok := cache[id]; ok {
 			return t, nil
 		}
-		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, tenant, id)
+		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: id})
 		if err != nil {
 			return nil, err
 		}
@@ -355,13 +356,13 @@ func (c *Console) transfer(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant := p["tenant"]
 	if tenant == "" {
-		tenant = "default"
+		tenant = idem.DefaultTenant
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
 	data := map[string]any{"Tenant": tenant, "ID": r.PathValue("id")}
 	err := inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) error {
-		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, tenant, r.PathValue("id"))
+		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: r.PathValue("id")})
 		if err != nil {
 			return err
 		}
@@ -372,7 +373,7 @@ func (c *Console) transfer(w http.ResponseWriter, r *http.Request) {
 		}
 		data["Reversed"] = reversed
 		if t.ReversesID != "" {
-			orig, err := c.cfg.Ledger.GetTransfer(ctx, tx, tenant, t.ReversesID)
+			orig, err := c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: t.ReversesID})
 			if err != nil {
 				return err
 			}

@@ -128,10 +128,10 @@ type Balance struct {
 func AccountBalance(ctx context.Context, d driver.Driver, l *ledger.Ledger, tenant, account string, asOf *time.Time) (Balance, error) {
 	out := Balance{Tenant: tenant}
 	err := ReadAsOf(ctx, d, d.BeginSnapshot, func(tx driver.Tx) (err error) {
-		if out.Account, err = l.GetAccount(ctx, tx, tenant, account); err != nil {
+		if out.Account, err = l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: account}); err != nil {
 			return err
 		}
-		out.Believed, err = l.Balance(ctx, tx, tenant, account, asOf)
+		out.Believed, err = l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: account, AsOf: asOf})
 		return err
 	})
 	return out, err

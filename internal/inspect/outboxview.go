@@ -22,7 +22,7 @@ func (v outboxView) Stats(ctx context.Context) (OutboxStats, error) {
 }
 
 func (v outboxView) ListDead(ctx context.Context, limit int) ([]DeadLetter, error) {
-	dead, _, err := v.o.Dead(ctx, "", limit)
+	dead, _, err := v.o.Dead(ctx, outbox.DeadQuery{Limit: limit})
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		next   string
 	)
 	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
-		events, next, err = s.outbox.List(r.Context(), tx, tenantFrom(r.Context()), r.URL.Query().Get("after"), limit)
+		events, next, err = s.outbox.List(r.Context(), tx, outbox.ListQuery{Tenant: tenantFrom(r.Context()),
+			After: r.URL.Query().Get("after"), Limit: limit})
 		return err
 	})
 	if errors.Is(err, outbox.ErrInvalidCursor) {

@@ -170,7 +170,7 @@ func (s *Server) asOfTx(ctx context.Context, fn func(tx driver.Tx) error) error 
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	var a ledger.Account
 	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
-		a, err = s.ledger.GetAccount(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"))
+		a, err = s.ledger.GetAccount(r.Context(), tx, ledger.AccountQuery{Tenant: tenantFrom(r.Context()), ID: r.PathValue("id")})
 		return err
 	})
 	if err != nil {
@@ -187,7 +187,7 @@ func (s *Server) getBalance(w http.ResponseWriter, r *http.Request) {
 	}
 	var b ledger.Balance
 	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
-		b, err = s.ledger.Balance(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"), asOf)
+		b, err = s.ledger.Balance(r.Context(), tx, ledger.BalanceQuery{Tenant: tenantFrom(r.Context()), AccountID: r.PathValue("id"), AsOf: asOf})
 		return err
 	})
 	if err != nil {
@@ -229,8 +229,8 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request) {
 		next    string
 	)
 	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
-		entries, next, err = s.ledger.Entries(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"),
-			ledger.EntriesQuery{AsOf: asOf, Limit: limit, After: r.URL.Query().Get("after")})
+		entries, next, err = s.ledger.Entries(r.Context(), tx, ledger.EntriesQuery{Tenant: tenantFrom(r.Context()),
+			AccountID: r.PathValue("id"), AsOf: asOf, Limit: limit, After: r.URL.Query().Get("after")})
 		return err
 	})
 	if err != nil {
@@ -243,7 +243,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getTransfer(w http.ResponseWriter, r *http.Request) {
 	var t ledger.Transfer
 	err := s.readTx(r.Context(), func(tx driver.Tx) (err error) {
-		t, err = s.ledger.GetTransfer(r.Context(), tx, tenantFrom(r.Context()), r.PathValue("id"))
+		t, err = s.ledger.GetTransfer(r.Context(), tx, ledger.TransferQuery{Tenant: tenantFrom(r.Context()), ID: r.PathValue("id")})
 		return err
 	})
 	if err != nil {

@@ -32,7 +32,7 @@ func natsDir(db string) string {
 // relay has stopped. stdout receives the stdout publisher's lines.
 func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logger,
 	reg prometheus.Registerer, stdout io.Writer) (*outbox.Relay, func(), error) {
-	pub, err := broker.Open(ctx, cfg.Publish, broker.Options{
+	pub, err := broker.Open(ctx, cfg.Publish, broker.Config{
 		DataDir:       natsDir(cfg.DB),
 		WebhookSecret: cfg.WebhookSecret,
 		Stdout:        stdout,

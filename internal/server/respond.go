@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/internal/strictjson"
@@ -24,10 +22,8 @@ import (
 // idemhttp's.
 const (
 	codeInvalidRequest = "invalid_request"
-	codeNotFound       = "not_found"
+	codeNotFound       = idemhttp.CodeNotFound
 	codeUnauthorized   = "unauthorized"
-	codeUnavailable    = "unavailable"
-	codeInternal       = "internal_error"
 	// codeMisdirected: without API keys, a request for a host name that
 	// is not this machine's (421).
 	codeMisdirected = "misdirected_request"
@@ -182,8 +178,9 @@ func parseInteger(lit string) (int64, error) {
 // fail answers err as a problem. A ledger refusal of an invalid request
 // is 400 invalid_request, not stored (invalid); other ledger refusals are
 // business answers (422, or 404 for the path's transfer), stored and
-// replayed by the middleware; database faults are 503 with Retry-After,
-// which the middleware rolls back and does not store.
+// replayed by the middleware. Everything else is idemhttp.ProblemFor's:
+// database faults are 503 with Retry-After, which the middleware rolls
+// back and does not store.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var le *ledger.Error
 	switch {
@@ -196,17 +193,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		default:
 			problem.Write(w, http.StatusUnprocessableEntity, le.Code, le.Message)
 		}
-	case errors.Is(err, ledger.ErrNotFound) || errors.Is(err, driver.ErrNotFound):
+	case errors.Is(err, ledger.ErrNotFound):
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such resource")
-	case driver.IsRetryable(err):
-		w.Header().Set("Retry-After", "1")
-		problem.Write(w, http.StatusServiceUnavailable, codeUnavailable, "the database is unavailable; nothing was stored, retry later")
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads this answer.
-		problem.Write(w, http.StatusServiceUnavailable, codeUnavailable, "request canceled")
 	default:
-		s.log.Error("idem: request failed", "method", r.Method, "route", r.Pattern, "err", err)
-		problem.Write(w, http.StatusInternalServerError, codeInternal, "internal error; nothing was stored")
+		p := idemhttp.ProblemFor(err, retryAfter)
+		if p.Status == http.StatusInternalServerError {
+			s.log.Error("idem: request failed", "method", r.Method, "route", r.Pattern, "err", err)
+		}
+		p.Write(w)
 	}
 }
 

@@ -29,8 +29,9 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// DefaultTenant is every request's tenant when no API keys are configured.
-const DefaultTenant = "default"
+// retryAfter is the Retry-After of the service's 409 and 503 answers: the
+// middleware's, the webhook intake's and its own (idemhttp.ProblemFor).
+const retryAfter = time.Second
 
 // Server serves the HTTP API.
 type Server struct {
@@ -89,12 +90,13 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	s.guard, err = idemhttp.New(idemhttp.Config{
 		Keeper:       keeper,
 		MaxBodyBytes: cfg.MaxBodyBytes,
+		RetryAfter:   retryAfter,
 		Logger:       log,
-		OnOutcome: func(r *http.Request, kind idemhttp.Outcome) {
+		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
 			// A first arrival has just committed, maybe with events: wake
 			// the relay now rather than at its next poll.
-			if kind == idemhttp.OutcomeFirst && s.relay != nil {
+			if kind == idemhttp.KindFirst && s.relay != nil {
 				s.relay.Notify()
 			}
 		},
@@ -153,10 +155,10 @@ func (s *Server) routes() http.Handler {
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
-// key it bears, or DefaultTenant when no keys are configured.
+// key it bears, or idem.DefaultTenant when no keys are configured.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := DefaultTenant
+		tenant := idem.DefaultTenant
 		if len(s.tenants) > 0 {
 			token, ok := bearer(r)
 			if !ok {

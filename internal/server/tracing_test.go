@@ -87,7 +87,7 @@ func TestTraceAcrossOutbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(nc.Close)
-		pub, err := natspub.New(ctx, nc, false, natspub.Config{})
+		pub, err := natspub.New(ctx, nc, natspub.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,11 @@ func TestTraceAcrossOutbox(t *testing.T) {
 		}
 		defer tx.Rollback(ctx)
 		cctx := inbox.ContinueTrace(ctx, jm.Headers().Get)
-		if _, err := inbox.New(d).Process(cctx, tx, "projector", jm.Headers().Get("Nats-Msg-Id"),
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.Process(cctx, tx, inbox.Delivery{Consumer: "projector", MessageID: jm.Headers().Get("Nats-Msg-Id")},
 			func(context.Context, driver.Tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}

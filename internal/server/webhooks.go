@@ -28,10 +28,10 @@ type webhooks struct {
 
 // newWebhooks parses the configuration file's webhooks block and builds
 // the intake, one verifier per endpoint. A configuration error stops the
-// service at start, not at the first delivery. onOutcome counts each
+// service at start, not at the first delivery. onAnswer counts each
 // delivery.
 func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, log *slog.Logger,
-	onOutcome func(endpoint, outcome string)) (*webhooks, error) {
+	onAnswer func(endpoint string, kind webhook.Kind)) (*webhooks, error) {
 	var endpoints []webhook.Endpoint
 	if len(raw) > 0 {
 		eps, err := webhook.ParseConfig(raw)
@@ -56,12 +56,13 @@ func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, 
 		return nil, err
 	}
 	w.intake, err = webhook.NewIntake(webhook.IntakeConfig{
-		Keeper:    w.keeper,
-		Outbox:    ob,
-		Endpoints: endpoints,
-		Handlers:  w.registry,
-		Logger:    log,
-		OnOutcome: onOutcome,
+		Keeper:     w.keeper,
+		Outbox:     ob,
+		Endpoints:  endpoints,
+		Handlers:   w.registry,
+		Logger:     log,
+		OnAnswer:   onAnswer,
+		RetryAfter: retryAfter,
 	})
 	if err != nil {
 		return nil, err
@@ -83,15 +84,17 @@ func (s *Server) HandleWebhook(provider, eventType string, h webhook.Handler) {
 	s.webhooks.registry.Handle(provider, eventType, h)
 }
 
-// countWebhook is the intake's OnOutcome: the deliveries metric, and a
+// countWebhook is the intake's OnAnswer: the deliveries metric, and a
 // wake-up of the relay when a first delivery has just committed its event.
-func (s *Server) countWebhook(endpoint, outcome string) {
-	s.metrics.webhooks.WithLabelValues(endpoint, outcome).Inc()
-	if outcome == webhook.OutcomeFirst && s.relay != nil {
+func (s *Server) countWebhook(endpoint string, kind webhook.Kind) {
+	s.metrics.webhooks.WithLabelValues(endpoint, string(kind)).Inc()
+	if kind == webhook.KindFirst && s.relay != nil {
 		s.relay.Notify()
 	}
 }
 
 // webhookEventType is the outbox event type of a delivery
 // (webhook.EventType).
-func webhookEventType(provider, typ string) string { return webhook.EventType(provider, typ) }
+func webhookEventType(provider, typ string) string {
+	return webhook.EventType(webhook.Event{Provider: provider, Type: typ})
+}

@@ -17,8 +17,9 @@ import (
 	"github.com/idemhq/idem/outbox/webhookpub"
 )
 
-// Options are what a publish URL does not say.
-type Options struct {
+// Config configures Open with what a publish URL does not say. The zero
+// value is usable, except for http(s) URLs, which need WebhookSecret.
+type Config struct {
 	// DataDir is the embedded NATS server's directory. Default
 	// ./idem-data/nats.
 	DataDir string
@@ -33,7 +34,7 @@ type Options struct {
 // a missing file is an error here, naming the broker and the cause, with
 // the URL's secrets hidden (see Redact).
 //
-//	""                          embedded NATS JetStream, data in Options.DataDir
+//	""                          embedded NATS JetStream, data in Config.DataDir
 //	nats://host:port[,host:port…][?stream=IDEM&duplicates=10m&replicas=1]
 //	                            an external NATS server or cluster (ParseNATS
 //	                            lists the credential and TLS options)
@@ -42,10 +43,10 @@ type Options struct {
 //	                            Kafka (ParseKafka lists the SASL and TLS options)
 //	http://…, https://…         Standard Webhooks to that URL
 //	stdout                      JSON lines, for development
-func Open(ctx context.Context, publishURL string, opts Options) (outbox.Publisher, error) {
+func Open(ctx context.Context, publishURL string, cfg Config) (outbox.Publisher, error) {
 	switch {
 	case publishURL == "":
-		dir := opts.DataDir
+		dir := cfg.DataDir
 		if dir == "" {
 			dir = filepath.Join("idem-data", "nats")
 		}
@@ -58,7 +59,7 @@ func Open(ctx context.Context, publishURL string, opts Options) (outbox.Publishe
 			srv.Shutdown()
 			return nil, err
 		}
-		p, err := natspub.New(ctx, nc, true, natspub.Config{})
+		p, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
 		if err != nil {
 			nc.Close()
 			srv.Shutdown()
@@ -66,7 +67,7 @@ func Open(ctx context.Context, publishURL string, opts Options) (outbox.Publishe
 		}
 		return &embedded{Publisher: p, srv: srv}, nil
 	case publishURL == "stdout":
-		return stdout.New(opts.Stdout), nil
+		return stdout.New(stdout.Config{Writer: cfg.Stdout})
 	}
 	scheme, _, _ := strings.Cut(publishURL, "://")
 	switch strings.ToLower(scheme) { // as url.Parse reads http(s) schemes
@@ -75,10 +76,10 @@ func Open(ctx context.Context, publishURL string, opts Options) (outbox.Publishe
 	case "kafka":
 		return openKafka(ctx, publishURL)
 	case "http", "https":
-		if opts.WebhookSecret == "" {
+		if cfg.WebhookSecret == "" {
 			return nil, errors.New("--publish: webhooks need a signing secret (--webhook-secret / IDEM_WEBHOOK_SECRET)")
 		}
-		return webhookpub.New(webhookpub.Config{URL: publishURL, Secret: opts.WebhookSecret})
+		return webhookpub.New(webhookpub.Config{URL: publishURL, Secret: cfg.WebhookSecret})
 	}
 	return nil, fmt.Errorf("--publish %q: want nats://…, tls://…, kafka://…, http(s)://…, stdout, or nothing for embedded NATS",
 		Redact(publishURL))

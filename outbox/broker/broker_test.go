@@ -80,7 +80,7 @@ func TestOpenNATSHostList(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	ctx := context.Background()
 	live := strings.TrimPrefix(srv.ClientURL(), "nats://")
-	p, err := Open(ctx, "nats://127.0.0.1:1,"+live+"?replicas=1&stream=LIST", Options{})
+	p, err := Open(ctx, "nats://127.0.0.1:1,"+live+"?replicas=1&stream=LIST", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestOpenNATSHostList(t *testing.T) {
 	}
 	// Three replicas on a single server cannot be placed: a clear error,
 	// not a stream that silently keeps one copy.
-	if _, err := Open(ctx, "nats://"+live+"?replicas=3&stream=THREE", Options{}); err == nil {
+	if _, err := Open(ctx, "nats://"+live+"?replicas=3&stream=THREE", Config{}); err == nil {
 		t.Fatal("replicas=3 on one server: no error")
 	}
 }

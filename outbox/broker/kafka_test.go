@@ -126,7 +126,7 @@ func TestOpenKafkaSASL(t *testing.T) {
 				"kafka://alice:pw-right@" + addr + "?sasl=" + c.sasl,
 				"kafka://alice@" + addr + "?sasl=" + c.sasl + "&password_file=" + writeFile(t, "pw", "pw-right\n"),
 			} {
-				p, err := Open(context.Background(), u, Options{})
+				p, err := Open(context.Background(), u, Config{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,7 +166,7 @@ func TestOpenKafkaTLS(t *testing.T) {
 	t.Cleanup(cluster.Close)
 	addr := cluster.ListenAddrs()[0]
 	auth := "kafka://alice:pw-right@" + addr + "?sasl=scram-sha-256&"
-	p, err := Open(context.Background(), auth+"tls_ca="+ca.CAFile+"&tls_cert="+certFile+"&tls_key="+keyFile, Options{})
+	p, err := Open(context.Background(), auth+"tls_ca="+ca.CAFile+"&tls_cert="+certFile+"&tls_key="+keyFile, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,9 @@ func openNATS(ctx context.Context, publishURL string) (outbox.Publisher, error) 
 	if err != nil {
 		return nil, fmt.Errorf("--publish: NATS %s: %w", hosts, err)
 	}
-	p, err := natspub.New(ctx, nc, true, n.Config)
+	cfg := n.Config
+	cfg.CloseConn = true
+	p, err := natspub.New(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("--publish: NATS %s: %w", hosts, err)

@@ -134,7 +134,7 @@ func natsIDs(t *testing.T, hostPort, stream string, opts ...nats.Option) []strin
 // server and the cause and showing none of the secrets.
 func openFails(t *testing.T, publishURL string, want []string, secrets ...string) {
 	t.Helper()
-	p, err := Open(context.Background(), publishURL, Options{})
+	p, err := Open(context.Background(), publishURL, Config{})
 	if err == nil {
 		_ = p.Close()
 		t.Fatalf("%s: opened", Redact(publishURL))
@@ -241,7 +241,7 @@ func TestOpenNATSAuth(t *testing.T) {
 			t.Parallel()
 			host := startNATS(t, c.configure)
 			good := c.good(host)
-			p, err := Open(context.Background(), good+sep(good)+"stream=AUTH", Options{})
+			p, err := Open(context.Background(), good+sep(good)+"stream=AUTH", Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,7 +365,7 @@ func TestOpenNATSTLS(t *testing.T) {
 	// The scheme or tls=true ask for TLS alike.
 	files := "tls_ca=" + ca.CAFile + "&tls_cert=" + certFile + "&tls_key=" + keyFile + "&stream=TLS"
 	for i, u := range []string{"tls://" + host + "?" + files, "nats://" + host + "?tls=true&" + files} {
-		p, err := Open(context.Background(), u, Options{})
+		p, err := Open(context.Background(), u, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

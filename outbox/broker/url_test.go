@@ -35,7 +35,7 @@ func TestRedact(t *testing.T) {
 // A URL of no known kind is refused with its secrets hidden.
 func TestOpenUnknownScheme(t *testing.T) {
 	t.Parallel()
-	_, err := Open(context.Background(), "amqp://alice:secret@mq:5672?token=secret", Options{})
+	_, err := Open(context.Background(), "amqp://alice:secret@mq:5672?token=secret", Config{})
 	if err == nil || !strings.Contains(err.Error(), "amqp://…@mq:5672?token=…") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("%v", err)
 	}

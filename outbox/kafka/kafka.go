@@ -27,7 +27,7 @@ const (
 	HeaderCreatedAt = "idem-created-at"
 )
 
-// Config configures New.
+// Config configures New; Brokers are required.
 type Config struct {
 	// Brokers are the seed brokers (host:port). Required; at most 100.
 	Brokers []string
@@ -137,7 +137,7 @@ func classify(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) || kerr.IsRetriable(err) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrClientClosed) {
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	return err
 }

@@ -40,7 +40,7 @@ func TestClassify(t *testing.T) {
 		{&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence"}, false},
 		{errors.New("refused"), false},
 	} {
-		if got := errors.Is(classify(c.err), outbox.ErrUnavailable); got != c.unavailable {
+		if got := errors.Is(classify(c.err), outbox.ErrBrokerUnavailable); got != c.unavailable {
 			t.Errorf("%v: unavailable %v, want %v", c.err, got, c.unavailable)
 		}
 	}

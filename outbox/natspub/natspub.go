@@ -24,7 +24,7 @@ const (
 	HeaderCreatedAt = "Idem-Created-At"
 )
 
-// Config configures New.
+// Config configures New. The zero value is usable.
 type Config struct {
 	// Stream is the JetStream stream, created when missing. Default "IDEM".
 	Stream string
@@ -47,6 +47,10 @@ type Config struct {
 	// an operator created with 3 is not scaled down), a new one gets 1;
 	// bound 1..5 (JetStream's own limit).
 	Replicas int
+	// CloseConn makes Close close the connection too: set it when the
+	// publisher owns the connection it was given. Default false: the
+	// caller closes it.
+	CloseConn bool
 }
 
 func (c Config) withDefaults() Config {
@@ -80,16 +84,15 @@ func (c Config) validate() error {
 
 // Publisher publishes to one stream over one connection.
 type Publisher struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	cfg     Config
-	closeNC bool
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg Config
 }
 
 // New ensures the stream exists (creating it, or setting its duplicate
-// window, and its replicas when cfg names them, to cfg's) and returns a publisher on nc. With ownConn the
-// publisher closes nc on Close.
-func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publisher, error) {
+// window, and its replicas when cfg names them, to cfg's) and returns a
+// publisher on nc.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -118,7 +121,7 @@ func New(ctx context.Context, nc *nats.Conn, ownConn bool, cfg Config) (*Publish
 	if err != nil {
 		return nil, fmt.Errorf("natspub: stream %s: %w", cfg.Stream, err)
 	}
-	return &Publisher{nc: nc, js: js, cfg: cfg, closeNC: ownConn}, nil
+	return &Publisher{nc: nc, js: js, cfg: cfg}, nil
 }
 
 // Subject is the subject a message is published on.
@@ -163,7 +166,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		case err := <-f.Err():
 			errs[i] = classify(err)
 		case <-ctx.Done():
-			errs[i] = outbox.Unavailable(ctx.Err())
+			errs[i] = outbox.BrokerUnavailable(ctx.Err())
 		}
 	}
 	return errs
@@ -181,18 +184,18 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 func classify(err error) error {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && (api.Code == 503 || offline[api.ErrorCode] || api.ErrorCode == duplicateInProcess) {
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	var netErr net.Error
 	switch {
 	case errors.As(err, &netErr):
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
-		return outbox.Unavailable(err)
+		return outbox.BrokerUnavailable(err)
 	}
 	return err
 }
@@ -221,7 +224,7 @@ func (p *Publisher) Close() error {
 	case <-p.js.PublishAsyncComplete():
 	case <-time.After(5 * time.Second):
 	}
-	if p.closeNC {
+	if p.cfg.CloseConn {
 		p.nc.Close()
 	}
 	return nil

@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := natspub.New(context.Background(), nc, true, natspub.Config{})
+		p, err := natspub.New(context.Background(), nc, natspub.Config{CloseConn: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,18 +25,25 @@ type Line struct {
 	Payload   json.RawMessage   `json:"payload"`
 }
 
+// Config configures New. The zero value is usable.
+type Config struct {
+	// Writer receives the lines. Default os.Stdout.
+	Writer io.Writer
+}
+
 // Publisher writes one line per message.
 type Publisher struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-// New returns a publisher writing to w (os.Stdout when nil).
-func New(w io.Writer) *Publisher {
-	if w == nil {
-		w = os.Stdout
+// New returns a publisher writing to cfg.Writer. It never fails; the error
+// is there so that every constructor reads alike.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.Writer == nil {
+		cfg.Writer = os.Stdout
 	}
-	return &Publisher{w: w}
+	return &Publisher{w: cfg.Writer}, nil
 }
 
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
@@ -46,7 +53,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	enc := json.NewEncoder(p.w)
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
-			errs[i] = outbox.Unavailable(err)
+			errs[i] = outbox.BrokerUnavailable(err)
 			continue
 		}
 		errs[i] = enc.Encode(Line{ID: m.ID, Tenant: m.Tenant, Type: m.Type, Key: m.Key,

@@ -26,7 +26,11 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestConformance(t *testing.T) {
 	outboxtest.Run(t, func(t *testing.T) outboxtest.Harness {
 		buf := &syncBuffer{}
-		return outboxtest.Harness{Publisher: stdout.New(buf), Received: func(t *testing.T) []outboxtest.Received {
+		pub, err := stdout.New(stdout.Config{Writer: buf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Harness{Publisher: pub, Received: func(t *testing.T) []outboxtest.Received {
 			var out []outboxtest.Received
 			sc := bufio.NewScanner(bytes.NewBufferString(buf.String()))
 			for sc.Scan() {

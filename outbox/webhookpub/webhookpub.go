@@ -28,7 +28,7 @@ import (
 // SecretPrefix starts a Standard Webhooks secret; the rest is base64.
 const SecretPrefix = "whsec_"
 
-// Config configures New.
+// Config configures New; URL and Secret are required.
 type Config struct {
 	// URL receives every message. Required.
 	URL string
@@ -40,8 +40,9 @@ type Config struct {
 	Concurrency int
 	// Client sends the requests. Default a client with Timeout.
 	Client *http.Client
-	// Now is the clock of webhook-timestamp. Default time.Now.
-	Now func() time.Time
+	// Clock returns the current time, sent as webhook-timestamp. Default
+	// time.Now.
+	Clock func() time.Time
 }
 
 // Publisher posts to one URL.
@@ -75,8 +76,8 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	dest := cfg.URL
 	if u, err := url.Parse(cfg.URL); err == nil {
@@ -141,7 +142,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	if err != nil {
 		return err
 	}
-	ts := p.cfg.Now().Unix()
+	ts := p.cfg.Clock().Unix()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -160,7 +161,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
-		return outbox.Unavailable(err) // unreachable or timed out
+		return outbox.BrokerUnavailable(err) // unreachable or timed out
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -169,7 +170,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 		return nil
 	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
 		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
-		return outbox.Unavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
+		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
 	}
 	return fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode)
 }

@@ -34,7 +34,7 @@ func TestNATSClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	p, err := broker.Open(ctx, c.URL()+"?replicas=3", broker.Options{})
+	p, err := broker.Open(ctx, c.URL()+"?replicas=3", broker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestNATSClusterFailover(t *testing.T) {
 				if err == nil {
 					continue
 				}
-				if !errors.Is(err, outbox.ErrUnavailable) {
+				if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 					// The relay would count it toward a dead letter.
 					t.Fatalf("a cluster fault reported as the message's: %v", err)
 				}
@@ -112,7 +112,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	check("after the republishing")
 
 	// A relay whose URL names no replicas leaves the stream's three alone.
-	p2, err := broker.Open(ctx, c.URL(), broker.Options{})
+	p2, err := broker.Open(ctx, c.URL(), broker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

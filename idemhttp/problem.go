@@ -1,0 +1,92 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/problem"
+)
+
+// Problem is an RFC 9457 problem details answer (application/problem+json)
+// of idem's HTTP surfaces: this middleware, the webhook intake (package
+// webhook) and idem serve. Status and Code are what a client acts on and
+// are stable; Detail is for people.
+type Problem struct {
+	Status int
+	Code   string
+	Detail string
+	// RetryAfter, when positive, is sent as Retry-After in whole seconds,
+	// rounded up (at least 1).
+	RetryAfter time.Duration
+}
+
+// ProblemFor is the one mapping from an error of idem (the keeper, the
+// database, the request's context) to its answer, used by this middleware,
+// the webhook intake and idem serve:
+//
+//	idem.ErrKeyMissing                  400 idempotency_key_missing
+//	idem.ErrKeyInvalid                  400 idempotency_key_invalid (the *KeyError says why)
+//	idem.ErrInvalidBody                 400 invalid_request
+//	idem.ErrKeyReused                   422 idempotency_key_reused
+//	idem.ErrInFlight                    409 request_in_flight, Retry-After
+//	database unavailable, lock or       503 unavailable, Retry-After: nothing was
+//	serialization timeout, deadline         stored, a retry may succeed
+//	context.Canceled                    503 unavailable, Retry-After (the client went away)
+//	idem.ErrNotFound                    404 not_found
+//	idem.ErrPanicked, anything else     500 internal_error
+//
+// A 500 is a fault nobody expected: the surface logs it (a panic was logged
+// by the keeper, with its stack). retryAfter is the Retry-After of the 409 and 503 answers (idemhttp's and
+// the intake's Config.RetryAfter). Errors a surface answers in its own
+// terms, such as a ledger refusal or a webhook signature, are mapped before
+// they reach ProblemFor.
+func ProblemFor(err error, retryAfter time.Duration) Problem {
+	switch {
+	case errors.Is(err, idem.ErrPanicked):
+		// First: a panic is a bug whatever its value, even one that is a
+		// sentinel below (errors.Is sees through a *PanicError).
+		return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
+	case errors.Is(err, idem.ErrKeyMissing):
+		return Problem{Status: http.StatusBadRequest, Code: CodeKeyMissing, Detail: "this request needs an Idempotency-Key header"}
+	case errors.Is(err, idem.ErrKeyInvalid):
+		return Problem{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Detail: err.Error()}
+	case errors.Is(err, idem.ErrInvalidBody):
+		return Problem{Status: http.StatusBadRequest, Code: CodeInvalidBody, Detail: "the body is not valid JSON"}
+	case errors.Is(err, idem.ErrKeyReused):
+		return Problem{Status: http.StatusUnprocessableEntity, Code: CodeKeyReused, Detail: reusedDetail}
+	case errors.Is(err, idem.ErrInFlight):
+		// Before the retryable faults: a lock wait that timed out on a
+		// twin's row is in flight, not unavailable.
+		return Problem{Status: http.StatusConflict, Code: CodeInFlight,
+			Detail: "a request with this Idempotency-Key is still being processed; retry later", RetryAfter: retryAfter}
+	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail: "the database is unavailable; nothing was stored, retry later", RetryAfter: retryAfter}
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "request canceled", RetryAfter: retryAfter}
+	case errors.Is(err, idem.ErrNotFound):
+		return Problem{Status: http.StatusNotFound, Code: CodeNotFound, Detail: "no such resource"}
+	}
+	return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
+}
+
+// Write answers p. Headers set on w before are kept; problems are never
+// cached.
+func (p Problem) Write(w http.ResponseWriter) {
+	if p.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds(p.RetryAfter))
+	}
+	problem.Write(w, p.Status, p.Code, p.Detail)
+}
+
+// retryAfterSeconds renders d as Retry-After: whole seconds, rounded up,
+// at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
+}
