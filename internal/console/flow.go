@@ -199,17 +199,17 @@ type chartValue struct {
 
 func newChart(id, title string, samples []flowSample, now time.Time, unit func(float64) string, values ...chartValue) chart {
 	ch := chart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 12, Bottom: 146}
+	from := now.Add(-flowHistory)
 	top := 0.0
 	for _, s := range samples {
 		for _, v := range values {
-			if s.OK {
+			if s.OK && !s.At.Before(from) {
 				top = max(top, v.value(s))
 			}
 		}
 	}
 	top = niceCeiling(top)
 	ch.MaxLabel = unit(top)
-	from := now.Add(-flowHistory)
 	w, h := float64(ch.Right-ch.Left), float64(ch.Bottom-ch.Top)
 	x := func(t time.Time) float64 {
 		return round1(float64(ch.Left) + w*float64(t.Sub(from))/float64(flowHistory))

@@ -172,7 +172,7 @@ func (s *service) relayOnce(t *testing.T, pub outbox.Publisher) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := outbox.NewRelay(s.D, outbox.RelayConfig{Publisher: pub, PollInterval: 10 * time.Millisecond,
-		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
