@@ -132,10 +132,19 @@ func humanDuration(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
 		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
 	case d < 48*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		unit := time.Second
+		if d >= time.Hour {
+			unit = time.Minute
+		}
+		s := d.Round(unit).String() // "5m2s", "30m0s", "3h4m0s", "2h0m0s"
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
 	default:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + " days"
 	}

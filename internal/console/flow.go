@@ -197,7 +197,18 @@ type chartValue struct {
 	format      func(float64) string
 }
 
-func newChart(id, title string, samples []flowSample, now time.Time, unit func(float64) string, values ...chartValue) chart {
+// chartScale rounds a chart's highest value up to its top, and writes it.
+type chartScale struct {
+	ceiling func(float64) float64
+	format  func(float64) string
+}
+
+var (
+	countScale   = chartScale{niceCeiling, countText}
+	secondsScale = chartScale{niceSeconds, secondsText}
+)
+
+func newChart(id, title string, samples []flowSample, now time.Time, scale chartScale, values ...chartValue) chart {
 	ch := chart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 12, Bottom: 146}
 	from := now.Add(-flowHistory)
 	top := 0.0
@@ -208,8 +219,8 @@ func newChart(id, title string, samples []flowSample, now time.Time, unit func(f
 			}
 		}
 	}
-	top = niceCeiling(top)
-	ch.MaxLabel = unit(top)
+	top = scale.ceiling(top)
+	ch.MaxLabel = scale.format(top)
 	w, h := float64(ch.Right-ch.Left), float64(ch.Bottom-ch.Top)
 	x := func(t time.Time) float64 {
 		return round1(float64(ch.Left) + w*float64(t.Sub(from))/float64(flowHistory))
@@ -257,6 +268,18 @@ func niceCeiling(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// niceSeconds rounds a number of seconds up to a duration people count
+// in: 1, 2, 5, 10, 15 or 30 seconds or minutes, 1, 2, 3, 6 or 12 hours,
+// then whole days.
+func niceSeconds(v float64) float64 {
+	for _, step := range []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400} {
+		if v <= step {
+			return step
+		}
+	}
+	return math.Ceil(v/86400) * 86400
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
@@ -327,9 +350,9 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
 	data["Stats"], data["OldestAge"] = stats, stats.OldestAge(now).Round(time.Second)
 	data["Groups"], data["DeadListed"], data["DeadCapped"] = groupDead(dead), len(dead), len(dead) == inspect.MaxDeadLetters
 	data["Samples"], data["SampledSince"], data["SampleEvery"] = samples, c.flow.started, c.cfg.SampleInterval
-	data["Backlog"] = newChart("chart-backlog", "Backlog: messages waiting to be published", samples, now, countText,
+	data["Backlog"] = newChart("chart-backlog", "Backlog: messages waiting to be published", samples, now, countScale,
 		chartValue{"pending", "series-a", func(s flowSample) float64 { return float64(s.Pending) }, countText})
-	data["Age"] = newChart("chart-age", "Commit → publish: how long messages wait", samples, now, secondsText,
+	data["Age"] = newChart("chart-age", "Commit → publish: how long messages wait", samples, now, secondsScale,
 		chartValue{"oldest waiting", "series-a", func(s flowSample) float64 { return s.OldestAge.Seconds() }, secondsText},
 		chartValue{"slowest published", "series-b", func(s flowSample) float64 { return s.Slowest.Seconds() }, secondsText})
 	c.render(w, r, http.StatusOK, "outbox", data)

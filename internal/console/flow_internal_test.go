@@ -47,7 +47,7 @@ func TestChart(t *testing.T) {
 		{At: now.Add(-20 * time.Minute)}, // the database did not answer
 		{At: now, OK: true, Pending: 10},
 	}
-	ch := newChart("c", "backlog", samples, now, countText,
+	ch := newChart("c", "backlog", samples, now, countScale,
 		chartValue{"pending", "series-a", func(s flowSample) float64 { return float64(s.Pending) }, countText})
 	if ch.MaxLabel != "50" {
 		t.Errorf("top %q, want 50", ch.MaxLabel)
@@ -68,6 +68,11 @@ func TestChart(t *testing.T) {
 	for _, c := range []struct{ in, want float64 }{{0, 1}, {1, 1}, {1.5, 2}, {3, 5}, {7, 10}, {37, 50}, {101, 200}, {999, 1000}} {
 		if got := niceCeiling(c.in); got != c.want {
 			t.Errorf("niceCeiling(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	for _, c := range []struct{ in, want float64 }{{0, 1}, {0.2, 1}, {3, 5}, {40, 60}, {1620, 1800}, {5000, 7200}, {90000, 172800}} {
+		if got := niceSeconds(c.in); got != c.want {
+			t.Errorf("niceSeconds(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}
 }
@@ -142,7 +147,10 @@ func TestRelativeTo(t *testing.T) {
 		{now.Add(-5*time.Minute - 2*time.Second), "5m2s ago"},
 		{now.Add(-3*time.Hour - 4*time.Minute - 5*time.Second), "3h4m ago"},
 		{now.Add(-50 * time.Hour), "2 days ago"},
-		{now.Add(time.Minute), "1m0s ahead"},
+		{now.Add(time.Minute), "1m ahead"},
+		{now.Add(-2 * time.Hour), "2h ago"},
+		{now.Add(-5*time.Minute - 20*time.Second), "5m20s ago"},
+		{now.Add(-30 * time.Minute), "30m ago"},
 	} {
 		if got := relativeTo(now, c.t); got != c.want {
 			t.Errorf("relativeTo(%v) = %q, want %q", now.Sub(c.t), got, c.want)
