@@ -1,7 +1,12 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"image"
+	"image/color"
+	"image/color/palette"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,20 +33,51 @@ func pageShots(t *testing.T) string {
 }
 
 // docShot saves a screenshot of the page as a test artifact and, with
-// IDEM_UPDATE_DOC_IMAGES=1, as docs/images/NAME.png.
-func docShot(t *testing.T, ctx context.Context, dir, name string) {
+// IDEM_UPDATE_DOC_IMAGES=1, keeps it in docs for writeDocImages.
+func docShot(t *testing.T, ctx context.Context, dir, name string, docs map[string][]byte) {
 	t.Helper()
 	screenshot(t, ctx, dir, name)
 	if os.Getenv("IDEM_UPDATE_DOC_IMAGES") != "1" {
 		return
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	must(t, "doc screenshot "+name, err)
-	path := filepath.Join("..", "..", "docs", "images", name+".png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
+	docs[name] = shot
+}
+
+// writeDocImages writes the screenshots docShot kept as docs/images/NAME.png.
+// The pages are flat colours: 256 of them keep them legible at a fraction
+// of the size the repository would otherwise carry.
+func writeDocImages(t *testing.T, docs map[string][]byte) {
+	t.Helper()
+	for name, shot := range docs {
+		img, err := png.Decode(bytes.NewReader(shot))
+		must(t, "decode "+name, err)
+		b := img.Bounds()
+		small := image.NewPaletted(b, palette.Plan9)
+		index := map[color.Color]uint8{}
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := img.At(x, y)
+				i, ok := index[c]
+				if !ok {
+					i = uint8(small.Palette.Index(c))
+					index[c] = i
+				}
+				small.SetColorIndex(x, y, i)
+			}
+		}
+		var buf bytes.Buffer
+		must(t, "encode "+name, (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&buf, small))
+		path := filepath.Join("..", "..", "docs", "images", name+".png")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("doc image: %s (%d bytes)", path, buf.Len())
 	}
-	t.Logf("doc image: %s", path)
 }
 
 func evalInt(t *testing.T, ctx context.Context, what, expr string) int {
@@ -100,6 +136,8 @@ func TestBrowserStoryFlowEvents(t *testing.T) {
 
 	bctx := browser(t)
 	shots := pageShots(t)
+	docs := map[string][]byte{}
+	defer writeDocImages(t, docs)
 
 	// The story, from the home page's form.
 	must(t, "home", chromedp.Do(bctx, chromedp.Navigate(s.URL+"/ui/"), chromedp.WaitVisible(chromedp.ID("home-story-q"))))
@@ -129,7 +167,7 @@ func TestBrowserStoryFlowEvents(t *testing.T) {
 	if n := evalInt(t, bctx, "copy buttons", `[...document.querySelectorAll('button.copy')].filter(b => !b.hidden).length`); n == 0 {
 		t.Error("the script showed no copy button")
 	}
-	docShot(t, bctx, shots, "story")
+	docShot(t, bctx, shots, "story", docs)
 	fitsPhone(t, bctx, "the story page")
 	// An id in the stored answer links to its page, and that page back to
 	// the story.
@@ -159,7 +197,7 @@ func TestBrowserStoryFlowEvents(t *testing.T) {
 	if n := evalInt(t, bctx, "groups", `document.querySelectorAll('#dead-groups tbody.dead-group').length`); n != 2 {
 		t.Errorf("%d dead-letter groups, want 2", n)
 	}
-	docShot(t, bctx, shots, "outbox-flow")
+	docShot(t, bctx, shots, "outbox-flow", docs)
 	fitsPhone(t, bctx, "the outbox page")
 
 	// Redrive the group of two through its confirmation page.
@@ -180,7 +218,7 @@ func TestBrowserStoryFlowEvents(t *testing.T) {
 
 	// The events page: filter by type, two a page, and follow the cursor.
 	must(t, "events", chromedp.Do(bctx, chromedp.Navigate(s.URL+"/ui/events?tenant=acme"), chromedp.WaitVisible(chromedp.ID("events"))))
-	docShot(t, bctx, shots, "events")
+	docShot(t, bctx, shots, "events", docs)
 	fitsPhone(t, bctx, "the events page")
 	must(t, "type", chromedp.Do(bctx, chromedp.SendKeys(chromedp.ID("events-type"), "transfer.created")))
 	must(t, "limit", chromedp.Do(bctx, chromedp.SetValue(chromedp.ID("events-limit"), "2")))
