@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	stripewebhook "github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/config"
@@ -48,8 +49,12 @@ const (
 // No relay runs: a test publishes with relayOnce.
 func newService(t *testing.T, dialect string) *service {
 	t.Helper()
+	return newServiceWith(t, dialect, config.Default())
+}
+
+func newServiceWith(t *testing.T, dialect string, cfg config.Config) *service {
+	t.Helper()
 	d := drivertest.Open(t, dialect)
-	cfg := config.Default()
 	cfg.Relay = false
 	keys, err := config.ParseAPIKeys("acme:" + acmeKey + ",globex:" + globexKey)
 	if err != nil {
@@ -382,5 +387,55 @@ func TestStoryAmbiguous(t *testing.T) {
 	_, page = get(t, s.URL+"/ui/story?"+url.Values{"tenant": {"acme"}, "q": {"same-key"}, "match": {"key:POST /v1/accounts"}}.Encode())
 	if !strings.Contains(page, "account.created") || strings.Contains(page, `class="tl tl-ledger"`) {
 		t.Errorf("the account match does not tell the account's story:\n%s", page)
+	}
+}
+
+// TestStoryOfAWebhookDelivery: a provider's event id tells the delivery's
+// story: its dedupe record and the webhook.* event it enqueued, for an id
+// kept as is and for one too long to be a key (kept hashed).
+func TestStoryOfAWebhookDelivery(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			cfg := config.Default()
+			cfg.Webhooks = []byte("webhooks:\n  stripe-main:\n    provider: stripe\n    secrets: [whsec_story_test]\n    tenant: acme\n")
+			s := newServiceWith(t, dialect, cfg)
+			long := "evt_" + strings.Repeat("x", 300)
+			for _, id := range []string{"evt_story_1", long} {
+				body := `{"id":"` + id + `","type":"charge.succeeded","data":{"object":{"amount":500}}}`
+				p := stripewebhook.GenerateTestSignedPayload(&stripewebhook.UnsignedPayload{Payload: []byte(body),
+					Secret: "whsec_story_test", Timestamp: time.Now()})
+				req, err := http.NewRequest(http.MethodPost, s.URL+"/v1/webhooks/stripe-main", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Stripe-Signature", p.Header)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("delivery %s: %d", id[:12], resp.StatusCode)
+				}
+
+				status, page := get(t, s.URL+"/ui/story?tenant=acme&q="+url.QueryEscape(id))
+				if status != http.StatusOK {
+					t.Fatalf("story of %s: %d", id[:12], status)
+				}
+				if !strings.Contains(page, "Found by the event id of a delivery to webhook endpoint stripe-main") ||
+					!strings.Contains(page, "webhook.stripe.charge.succeeded") || !strings.Contains(page, "webhook:stripe-main") {
+					t.Errorf("story of %s:\n%s", id[:12], page)
+				}
+				if got := timelineRows(page); strings.Join(got, " ") != "tl-arrival tl-answer tl-event" {
+					t.Errorf("story of %s: timeline rows %v", id[:12], got)
+				}
+				if status, _ := get(t, s.URL+"/ui/story?tenant=globex&q="+url.QueryEscape(id)); status != http.StatusNotFound {
+					t.Errorf("another tenant's webhook delivery: %d", status)
+				}
+			}
+		})
 	}
 }
