@@ -36,9 +36,9 @@ func TestFlowSamplerKeepsAnHour(t *testing.T) {
 	}
 }
 
-// TestChart: points sit in the plot area by time and value, a failed
+// TestFlowChart: points sit in the plot area by time and value, a failed
 // sample breaks the line, and the top is a round number.
-func TestChart(t *testing.T) {
+func TestFlowChart(t *testing.T) {
 	now := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
 	samples := []flowSample{
 		{At: now.Add(-2 * time.Hour), OK: true, Pending: 1000}, // older than the chart: left out
@@ -77,7 +77,7 @@ func TestChart(t *testing.T) {
 	}
 }
 
-func TestGroupDead(t *testing.T) {
+func TestFlowGroupDead(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	groups := groupDead([]inspect.DeadLetter{
 		{ID: "1", Tenant: "acme", Key: "k2", DeadAt: t0.Add(time.Minute), LastError: "first"},
@@ -95,9 +95,9 @@ func TestGroupDead(t *testing.T) {
 	}
 }
 
-// TestJSONHTML: ids become links by what holds them; every string is
+// TestStoryJSONHTML: ids become links by what holds them; every string is
 // escaped.
-func TestJSONHTML(t *testing.T) {
+func TestStoryJSONHTML(t *testing.T) {
 	doc := `{"id":"t1","debit_account_id":"a<1>","credit_account_id":"a2","amount":5,"metadata":{"note":"<script>alert(1)</script>"},` +
 		`"reversals":[{"id":"r1","debit_account_id":"a2","credit_account_id":"a<1>"}],"ok":true,"none":null}`
 	got := string(jsonHTML([]byte(doc), "acme"))
@@ -123,8 +123,8 @@ func TestJSONHTML(t *testing.T) {
 	}
 }
 
-// TestUUIDAt: the bounds of a millisecond hold the UUIDv7 drawn in it.
-func TestUUIDAt(t *testing.T) {
+// TestStoryUUIDAt: the bounds of a millisecond hold the UUIDv7 drawn in it.
+func TestStoryUUIDAt(t *testing.T) {
 	id := uuid.Must(uuid.NewV7())
 	at := time.Unix(id.Time().UnixTime())
 	lo, hi := uuidAt(at, false), uuidAt(at, true)
@@ -136,7 +136,7 @@ func TestUUIDAt(t *testing.T) {
 	}
 }
 
-func TestRelativeTo(t *testing.T) {
+func TestEventsRelativeTime(t *testing.T) {
 	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		t    time.Time

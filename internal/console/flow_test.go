@@ -229,10 +229,10 @@ func (e *flowEnv) live(t *testing.T, id string) bool {
 	return row.DeadAt.IsZero() && row.Attempts == 0 && row.SentAt.IsZero()
 }
 
-// TestDeadLettersByKey: dead letters are grouped by key; a group's redrive
+// TestFlowDeadLettersByKey: dead letters are grouped by key; a group's redrive
 // and a letter's both ask for confirmation first, and only the confirmed
 // post makes the rows live again. On both databases.
-func TestDeadLettersByKey(t *testing.T) {
+func TestFlowDeadLettersByKey(t *testing.T) {
 	t.Parallel()
 	for _, dialect := range drivertest.Dialects {
 		t.Run(dialect, func(t *testing.T) {
@@ -293,32 +293,37 @@ func TestDeadLettersByKey(t *testing.T) {
 	}
 }
 
-// TestSamplerStopsWithItsContext: Run samples at once, and returns when
+// TestFlowSamplerStopsWithItsContext: Run samples at once, and returns when
 // its context ends (TestMain's goleak finds a sampler left running).
-func TestSamplerStopsWithItsContext(t *testing.T) {
+func TestFlowSamplerStopsWithItsContext(t *testing.T) {
 	t.Parallel()
-	e := newFlowEnv(t, "sqlite")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Console.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for e.Console.OutboxSamples() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Run took no sample")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	// Without an outbox there is nothing to sample: Run returns at once.
-	d := drivertest.Open(t, "sqlite")
-	c, err := console.New(console.Config{Driver: d, Ledger: mustLedger(t, d)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Run(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			e := newFlowEnv(t, dialect)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- e.Console.Run(ctx) }()
+			deadline := time.Now().Add(30 * time.Second)
+			for e.Console.OutboxSamples() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("Run took no sample")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			// Without an outbox there is nothing to sample: Run returns at once.
+			d := drivertest.Open(t, dialect)
+			c, err := console.New(console.Config{Driver: d, Ledger: mustLedger(t, d)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -331,30 +331,35 @@ func TestStoryOfACharge(t *testing.T) {
 // both tenants used the same key.
 func TestStoryTenantIsolation(t *testing.T) {
 	t.Parallel()
-	s := newService(t, "sqlite")
-	acme := s.chargeTwice(t, acmeKey)
-	globex := s.chargeTwice(t, globexKey)
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			s := newService(t, dialect)
+			acme := s.chargeTwice(t, acmeKey)
+			globex := s.chargeTwice(t, globexKey)
 
-	_, page := get(t, s.URL+"/ui/story?tenant=globex&q=charge-1")
-	if strings.Contains(page, acme.Charge.ID) || !strings.Contains(page, globex.Charge.ID) {
-		t.Errorf("globex's charge-1 story shows acme's transfer (or not its own)")
-	}
-	var acmeEvent string
-	b, err := s.D.OutboxBrowse(context.Background(), s.D.Reader(), &driver.OutboxBrowseParams{Tenant: "acme",
-		Type: "transfer.created", Limit: 1, ScanLimit: 1000})
-	if err != nil || len(b.Rows) != 1 {
-		t.Fatalf("acme's event: %v %v", b, err)
-	}
-	acmeEvent = b.Rows[0].ID
-	for _, q := range []string{acme.Charge.ID, acme.Reversal.ID, acmeEvent} {
-		status, page := get(t, s.URL+"/ui/story?tenant=globex&q="+url.QueryEscape(q))
-		if status != http.StatusNotFound || !strings.Contains(page, `id="no-story"`) || strings.Contains(page, `id="timeline"`) {
-			t.Errorf("globex asking for acme's %s: %d\n%s", q, status, page)
-		}
-	}
-	status, page := get(t, s.URL+"/ui/story?tenant=initech&q=charge-1")
-	if status != http.StatusNotFound || strings.Contains(page, acme.Charge.ID) || strings.Contains(page, globex.Charge.ID) {
-		t.Errorf("a tenant that never used charge-1: %d", status)
+			_, page := get(t, s.URL+"/ui/story?tenant=globex&q=charge-1")
+			if strings.Contains(page, acme.Charge.ID) || !strings.Contains(page, globex.Charge.ID) {
+				t.Errorf("globex's charge-1 story shows acme's transfer (or not its own)")
+			}
+			var acmeEvent string
+			b, err := s.D.OutboxBrowse(context.Background(), s.D.Reader(), &driver.OutboxBrowseParams{Tenant: "acme",
+				Type: "transfer.created", Limit: 1, ScanLimit: 1000})
+			if err != nil || len(b.Rows) != 1 {
+				t.Fatalf("acme's event: %v %v", b, err)
+			}
+			acmeEvent = b.Rows[0].ID
+			for _, q := range []string{acme.Charge.ID, acme.Reversal.ID, acmeEvent} {
+				status, page := get(t, s.URL+"/ui/story?tenant=globex&q="+url.QueryEscape(q))
+				if status != http.StatusNotFound || !strings.Contains(page, `id="no-story"`) || strings.Contains(page, `id="timeline"`) {
+					t.Errorf("globex asking for acme's %s: %d\n%s", q, status, page)
+				}
+			}
+			status, page := get(t, s.URL+"/ui/story?tenant=initech&q=charge-1")
+			if status != http.StatusNotFound || strings.Contains(page, acme.Charge.ID) || strings.Contains(page, globex.Charge.ID) {
+				t.Errorf("a tenant that never used charge-1: %d", status)
+			}
+		})
 	}
 }
 
@@ -362,31 +367,36 @@ func TestStoryTenantIsolation(t *testing.T) {
 // the page lists both, and each link tells one.
 func TestStoryAmbiguous(t *testing.T) {
 	t.Parallel()
-	s := newService(t, "sqlite")
-	s.call(t, acmeKey, "/v1/accounts", "same-key", map[string]any{"id": "a1", "currency": "EUR"}, nil)
-	s.call(t, acmeKey, "/v1/accounts", "acct-2", map[string]any{"id": "a2", "currency": "EUR"}, nil)
-	var tr ledger.Transfer
-	s.call(t, acmeKey, "/v1/transfers", "same-key", map[string]any{"debit_account_id": "a1", "credit_account_id": "a2",
-		"amount": 100, "currency": "EUR"}, &tr)
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			s := newService(t, dialect)
+			s.call(t, acmeKey, "/v1/accounts", "same-key", map[string]any{"id": "a1", "currency": "EUR"}, nil)
+			s.call(t, acmeKey, "/v1/accounts", "acct-2", map[string]any{"id": "a2", "currency": "EUR"}, nil)
+			var tr ledger.Transfer
+			s.call(t, acmeKey, "/v1/transfers", "same-key", map[string]any{"debit_account_id": "a1", "credit_account_id": "a2",
+				"amount": 100, "currency": "EUR"}, &tr)
 
-	status, page := get(t, s.URL+"/ui/story?tenant=acme&q=same-key")
-	if status != http.StatusOK || !strings.Contains(page, `id="story-matches"`) || strings.Contains(page, `id="timeline"`) {
-		t.Fatalf("ambiguous key: %d\n%s", status, page)
-	}
-	for _, op := range []string{"accounts", "transfers"} {
-		// html/template writes the "+" of a space as &#43;.
-		link := "/ui/story?match=key%3APOST&#43;%2Fv1%2F" + op + "&amp;q=same-key&amp;tenant=acme"
-		if !strings.Contains(page, `href="`+link+`"`) {
-			t.Errorf("no link to the %s match:\n%s", op, page)
-		}
-	}
-	_, page = get(t, s.URL+"/ui/story?"+url.Values{"tenant": {"acme"}, "q": {"same-key"}, "match": {"key:POST /v1/transfers"}}.Encode())
-	if !strings.Contains(page, `id="timeline"`) || !strings.Contains(page, tr.ID) {
-		t.Errorf("the transfer match does not tell the transfer's story:\n%s", page)
-	}
-	_, page = get(t, s.URL+"/ui/story?"+url.Values{"tenant": {"acme"}, "q": {"same-key"}, "match": {"key:POST /v1/accounts"}}.Encode())
-	if !strings.Contains(page, "account.created") || strings.Contains(page, `class="tl tl-ledger"`) {
-		t.Errorf("the account match does not tell the account's story:\n%s", page)
+			status, page := get(t, s.URL+"/ui/story?tenant=acme&q=same-key")
+			if status != http.StatusOK || !strings.Contains(page, `id="story-matches"`) || strings.Contains(page, `id="timeline"`) {
+				t.Fatalf("ambiguous key: %d\n%s", status, page)
+			}
+			for _, op := range []string{"accounts", "transfers"} {
+				// html/template writes the "+" of a space as &#43;.
+				link := "/ui/story?match=key%3APOST&#43;%2Fv1%2F" + op + "&amp;q=same-key&amp;tenant=acme"
+				if !strings.Contains(page, `href="`+link+`"`) {
+					t.Errorf("no link to the %s match:\n%s", op, page)
+				}
+			}
+			_, page = get(t, s.URL+"/ui/story?"+url.Values{"tenant": {"acme"}, "q": {"same-key"}, "match": {"key:POST /v1/transfers"}}.Encode())
+			if !strings.Contains(page, `id="timeline"`) || !strings.Contains(page, tr.ID) {
+				t.Errorf("the transfer match does not tell the transfer's story:\n%s", page)
+			}
+			_, page = get(t, s.URL+"/ui/story?"+url.Values{"tenant": {"acme"}, "q": {"same-key"}, "match": {"key:POST /v1/accounts"}}.Encode())
+			if !strings.Contains(page, "account.created") || strings.Contains(page, `class="tl tl-ledger"`) {
+				t.Errorf("the account match does not tell the account's story:\n%s", page)
+			}
+		})
 	}
 }
 
