@@ -170,4 +170,5 @@ type Driver interface {
 	OutboxDriver
 	InboxDriver
 	InspectDriver
+	OutboxInspectDriver
 }

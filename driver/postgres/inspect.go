@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -46,4 +47,110 @@ func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
 		return nil, err // not a nil *ownedTx in a non-nil interface
 	}
 	return tx, nil
+}
+
+// The id range of a browse, newest first: the primary key, walked
+// backwards. An open side is the lowest or highest UUID, which no message
+// Enqueue writes has. (min(uuid) is not in every supported version: the
+// lowest id is read as text, whose order is the UUIDs'.)
+const outboxBrowseRange = `
+SELECT id FROM idem_outbox
+ WHERE id < $1::uuid AND id > $2::uuid
+ ORDER BY id DESC
+ LIMIT $3`
+
+const sqlOutboxBrowseScanned = `
+SELECT count(*), coalesce(min(id::text), '') FROM (` + outboxBrowseRange + `) s`
+
+const sqlOutboxBrowse = `
+SELECT ` + outboxColumns + `
+  FROM idem_outbox
+ WHERE id IN (` + outboxBrowseRange + `)
+   AND tenant = $4 AND ($5 = '' OR type = $5) AND ($6 = '' OR okey = $6)
+ ORDER BY id DESC
+ LIMIT $7`
+
+const (
+	lowestUUID  = "00000000-0000-0000-0000-000000000000"
+	highestUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+)
+
+func (d *Driver) OutboxBrowse(ctx context.Context, tx driver.Tx, p *driver.OutboxBrowseParams) (*driver.OutboxBrowsed, error) {
+	before, after := p.BeforeID, p.AfterID
+	if before == "" {
+		before = highestUUID
+	}
+	if after == "" {
+		after = lowestUUID
+	}
+	var b driver.OutboxBrowsed
+	if err := tx.QueryRow(ctx, sqlOutboxBrowseScanned, before, after, p.ScanLimit).Scan(&b.Scanned, &b.Lowest); err != nil {
+		return nil, err
+	}
+	var err error
+	b.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxBrowse, before, after, p.ScanLimit, p.Tenant, p.Type, p.Key, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+const sqlOutboxGet = `SELECT ` + outboxColumns + ` FROM idem_outbox WHERE id = $1::uuid`
+
+func (d *Driver) OutboxGet(ctx context.Context, tx driver.Tx, p *driver.OutboxGetParams) (*driver.OutboxRow, error) {
+	rows, err := queryOutboxRows(ctx, tx, sqlOutboxGet, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, driver.ErrNotFound
+	}
+	return &rows[0], nil
+}
+
+// sent_at has a block-range index: rows are marked roughly in sent_at
+// order, so a short window reads few blocks.
+const sqlOutboxPublished = `
+SELECT count(*), coalesce(max(extract(epoch FROM sent_at - created_at)), 0)::float8
+  FROM idem_outbox
+ WHERE sent_at > $1 AND sent_at <= $2`
+
+func (d *Driver) OutboxPublished(ctx context.Context, tx driver.Tx, p *driver.OutboxPublishedParams) (*driver.OutboxPublishedStats, error) {
+	var s driver.OutboxPublishedStats
+	var slowest float64
+	if err := tx.QueryRow(ctx, sqlOutboxPublished, p.After, p.Until).Scan(&s.Count, &slowest); err != nil {
+		return nil, err
+	}
+	s.Slowest = max(time.Duration(slowest*float64(time.Second)), 0)
+	return &s, nil
+}
+
+// The expiry range is read through idem_keys_expires_at, at most $4
+// records of it; only those are searched for the body.
+const sqlKeyFind = `
+SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+  FROM (SELECT * FROM idem_keys
+         WHERE expires_at >= $2 AND expires_at <= $3
+         ORDER BY expires_at
+         LIMIT $4) k
+ WHERE k.scope = $1 AND position($5::bytea IN k.body) > 0
+ ORDER BY k.created_at
+ LIMIT $6`
+
+func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
+	rows, err := tx.Query(ctx, sqlKeyFind, p.Scope, p.ExpiresFrom, p.ExpiresUntil, p.ScanLimit, p.BodyContains, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.KeyRecord
+	for rows.Next() {
+		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
+		if err := rows.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+			&rec.CreatedAt, &rec.ExpiresAt); err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
 }

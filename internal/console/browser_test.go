@@ -267,6 +267,7 @@ func TestBrowser(t *testing.T) {
 	must(t, "dead letters", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("redrive-"+deadID))))
 	screenshot(t, ctx, shots, "05-outbox")
 	clickAndLoad(t, ctx, "redrive", chromedp.CSS("#redrive-"+deadID))
+	clickAndLoad(t, ctx, "confirm the redrive", chromedp.CSS("#confirm-redrive"))
 	must(t, "redriven notice", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("redriven"))))
 	st, err := ob.Stats(context.Background())
 	if err != nil {

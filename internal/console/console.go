@@ -1,7 +1,7 @@
 // Package console is idem's operator web console, served at /ui/: look up an
-// idempotency key, watch the outbox's backlog and redrive dead letters, and
-// travel back in an account's history to see what the ledger believed at
-// any moment. Pages are server-rendered html/template and work without
+// idempotency key and tell its request's story, watch the outbox's flow and
+// redrive dead letters, browse the events, and travel back in an account's
+// history to see what the ledger believed at any moment. Pages are server-rendered html/template and work without
 // JavaScript; a little script (embedded, no build step) only makes the time
 // slider update in place.
 //
@@ -65,6 +65,14 @@ type Config struct {
 	// Default nil: ISO 4217's, and codes it does not list are shown in
 	// minor units.
 	Currencies *money.Currencies
+	// SampleInterval is how often Run samples the outbox for the outbox
+	// page's charts. Default 10s; bound 1s..1m.
+	SampleInterval time.Duration
+	// KeyRetention is how long the service keeps idempotency records (its
+	// --key-retention): the story page finds the request that wrote a
+	// transfer among the records expiring that long after it. Default
+	// 24h; bound 1m..400 days (the service's own bound).
+	KeyRetention time.Duration
 }
 
 const (
@@ -82,6 +90,12 @@ func (c Config) withDefaults() Config {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = defaultSessionTTL
 	}
+	if c.SampleInterval == 0 {
+		c.SampleInterval = defaultSampleInterval
+	}
+	if c.KeyRetention == 0 {
+		c.KeyRetention = 24 * time.Hour
+	}
 	return c
 }
 
@@ -93,6 +107,10 @@ func (c Config) validate() error {
 		return errors.New("console: Ledger is required")
 	case c.SessionTTL < time.Minute || c.SessionTTL > maxSessionTTL:
 		return errors.New("console: SessionTTL is outside 1m..7 days")
+	case c.SampleInterval < minSampleInterval || c.SampleInterval > maxSampleInterval:
+		return errors.New("console: SampleInterval is outside 1s..1m")
+	case c.KeyRetention < time.Minute || c.KeyRetention > 400*24*time.Hour:
+		return errors.New("console: KeyRetention is outside 1m..400 days")
 	}
 	return nil
 }
@@ -117,6 +135,10 @@ type Console struct {
 	crossOrigin *http.CrossOriginProtection
 	pages       map[string]*template.Template
 	handler     http.Handler
+	// flow keeps the outbox samples Run takes; replays the replays
+	// NoteReplay records.
+	flow    *flowSampler
+	replays *replayLog
 }
 
 // New returns the console.
@@ -126,13 +148,14 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{cfg: cfg, pages: map[string]*template.Template{}, sessions: newSessionStore(),
-		limiter: newLoginLimiter(loginBurst, loginInterval, maxLoginClients), crossOrigin: http.NewCrossOriginProtection()}
+		limiter: newLoginLimiter(loginBurst, loginInterval, maxLoginClients), crossOrigin: http.NewCrossOriginProtection(),
+		flow: newFlowSampler(cfg.SampleInterval, cfg.Clock()), replays: newReplayLog(cfg.Clock().UTC())}
 	if _, err := rand.Read(c.secret[:]); err != nil {
 		return nil, err
 	}
 	amounts := template.FuncMap{"money": cfg.Currencies.Format}
-	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message"} {
-		t, err := template.New("layout.html").Funcs(funcs).Funcs(amounts).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message", "story", "events", "redrive"} {
+		t, err := template.New("layout.html").Funcs(funcs).Funcs(amounts).Funcs(storyFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +181,8 @@ func (c *Console) routes() http.Handler {
 	mux.Handle("GET /ui/transfers/{id}", c.authed(c.transfer))
 	mux.Handle("GET /ui/outbox", c.authed(c.outbox))
 	mux.Handle("POST /ui/outbox/redrive", c.authed(c.csrf(c.redrive)))
+	mux.Handle("GET /ui/story", c.authed(c.story))
+	mux.Handle("GET /ui/events", c.authed(c.events))
 	mux.Handle("/ui/", c.authed(func(w http.ResponseWriter, r *http.Request) {
 		c.message(w, r, http.StatusNotFound, "Not found", "There is no console page at "+r.URL.Path+".")
 	}))

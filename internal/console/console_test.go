@@ -247,7 +247,13 @@ func TestRedriveNeedsCSRF(t *testing.T) {
 		t.Fatalf("refused posts redrove %v", got)
 	}
 
+	// Without confirm=1 the post answers the confirmation page and
+	// redrives nothing.
 	w := do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {"msg-1"}, "csrf": {aliceToken}}, "Cookie", alice)
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `name="confirm" value="1"`) || len(fo.Redriven()) != 0 {
+		t.Fatalf("unconfirmed redrive: %d, redriven %v: %s", w.Code, fo.Redriven(), w.Body)
+	}
+	w = do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {"msg-1"}, "csrf": {aliceToken}, "confirm": {"1"}}, "Cookie", alice)
 	if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/outbox?redriven=msg-1") {
 		t.Fatalf("redrive: %d %q %s", w.Code, w.Header().Get("Location"), w.Body)
 	}
@@ -255,7 +261,7 @@ func TestRedriveNeedsCSRF(t *testing.T) {
 		t.Fatalf("redriven %v, want [msg-1]", got)
 	}
 	// Again: it is no longer a dead letter.
-	w = do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {"msg-1"}, "csrf": {aliceToken}}, "Cookie", alice)
+	w = do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {"msg-1"}, "csrf": {aliceToken}, "confirm": {"1"}}, "Cookie", alice)
 	if w.Code != http.StatusNotFound {
 		t.Fatalf("second redrive: %d", w.Code)
 	}

@@ -27,8 +27,6 @@ const (
 	historyLimit = 1000
 	// pageEntries bounds the entries listed for one moment.
 	pageEntries = 50
-	// deadLetterPage bounds the dead letters listed.
-	deadLetterPage = 100
 	// queryTimeout bounds the database work of one page.
 	queryTimeout = 10 * time.Second
 )
@@ -389,53 +387,5 @@ func (c *Console) transfer(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 	default:
 		c.render(w, r, http.StatusOK, "transfer", data)
-	}
-}
-
-func (c *Console) outbox(w http.ResponseWriter, r *http.Request) {
-	now := c.cfg.Clock().UTC()
-	data := map[string]any{"Now": now, "Available": c.cfg.Outbox != nil, "Redriven": r.URL.Query().Get("redriven")}
-	if c.cfg.Outbox == nil {
-		c.render(w, r, http.StatusOK, "outbox", data)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	stats, err := c.cfg.Outbox.Stats(ctx)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	dead, err := c.cfg.Outbox.ListDead(ctx, deadLetterPage)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	data["Stats"], data["OldestAge"], data["Dead"] = stats, stats.OldestAge(now).Round(time.Second), dead
-	c.render(w, r, http.StatusOK, "outbox", data)
-}
-
-func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Outbox == nil {
-		c.message(w, r, http.StatusNotFound, "Outbox not available", "This service has no outbox to redrive.")
-		return
-	}
-	id := r.PostForm.Get("id")
-	if id == "" || len(id) > maxParamBytes {
-		c.message(w, r, http.StatusBadRequest, "Bad request", "Name the dead letter to redrive.")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	err := c.cfg.Outbox.Redrive(ctx, id)
-	switch {
-	case errors.Is(err, inspect.ErrDeadLetterNotFound):
-		c.message(w, r, http.StatusNotFound, "No such dead letter",
-			"Message "+id+" is not a dead letter: it may have been redriven already.")
-	case err != nil:
-		c.fail(w, r, err)
-	default:
-		c.cfg.Logger.Info("console: dead letter redriven", "id", id)
-		http.Redirect(w, r, "/ui/outbox?"+url.Values{"redriven": {id}}.Encode(), http.StatusSeeOther)
 	}
 }

@@ -114,7 +114,7 @@ func TestFormPostsFromAnotherSiteAreRefused(t *testing.T) {
 		nil,
 	} {
 		id := []string{"msg-1", "msg-2", "msg-3", "msg-4"}[i]
-		w := do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {id}, "csrf": {token}}, append([]string{"Cookie", cookie}, hdr...)...)
+		w := do(t, h, http.MethodPost, "/ui/outbox/redrive", loopback, url.Values{"id": {id}, "csrf": {token}, "confirm": {"1"}}, append([]string{"Cookie", cookie}, hdr...)...)
 		if want := []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusNotFound, http.StatusNotFound}[i]; w.Code != want {
 			t.Errorf("redrive %s with %v: status %d, want %d", id, hdr, w.Code, want)
 		}

@@ -72,20 +72,25 @@ func Keys(ctx context.Context, d driver.Driver, now time.Time, tenant, operation
 	}
 	out := make([]KeyRecord, len(recs))
 	for i, r := range recs {
-		out[i] = KeyRecord{
-			Tenant:      r.ID.Scope,
-			Operation:   r.ID.Operation,
-			Key:         r.ID.Key,
-			Fingerprint: hex.EncodeToString(r.Fingerprint),
-			FirstSeen:   r.CreatedAt.UTC(),
-			ExpiresAt:   r.ExpiresAt.UTC(),
-			Expired:     !r.ExpiresAt.After(now),
-			Status:      r.Status,
-			Header:      jsonOrNil(r.Header),
-			Body:        jsonOrString(r.Body),
-		}
+		out[i] = KeyRecordOf(r, now)
 	}
 	return out, nil
+}
+
+// KeyRecordOf is a stored record as an operator reads it at now.
+func KeyRecordOf(r driver.KeyRecord, now time.Time) KeyRecord {
+	return KeyRecord{
+		Tenant:      r.ID.Scope,
+		Operation:   r.ID.Operation,
+		Key:         r.ID.Key,
+		Fingerprint: hex.EncodeToString(r.Fingerprint),
+		FirstSeen:   r.CreatedAt.UTC(),
+		ExpiresAt:   r.ExpiresAt.UTC(),
+		Expired:     !r.ExpiresAt.After(now),
+		Status:      r.Status,
+		Header:      jsonOrNil(r.Header),
+		Body:        jsonOrString(r.Body),
+	}
 }
 
 func jsonOrNil(b []byte) json.RawMessage {

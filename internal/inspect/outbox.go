@@ -47,9 +47,12 @@ func (s OutboxStats) OldestAge(now time.Time) time.Duration {
 
 // DeadLetter is a message the relay gave up on.
 type DeadLetter struct {
-	ID        string    `json:"id"`
-	Tenant    string    `json:"tenant"`
-	Type      string    `json:"type"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Type   string `json:"type"`
+	// Key is the message's ordering key (its id when it has none): the
+	// dead letter holds the key's later messages until it is redriven.
+	Key       string    `json:"key"`
 	Attempts  int       `json:"attempts"`
 	LastError string    `json:"last_error"`
 	CreatedAt time.Time `json:"created_at"`

@@ -28,7 +28,7 @@ func (v outboxView) ListDead(ctx context.Context, limit int) ([]DeadLetter, erro
 	}
 	out := make([]DeadLetter, len(dead))
 	for i, d := range dead {
-		out[i] = DeadLetter{ID: d.ID, Tenant: d.Tenant, Type: d.Type, Attempts: d.Attempts,
+		out[i] = DeadLetter{ID: d.ID, Tenant: d.Tenant, Type: d.Type, Key: d.Key, Attempts: d.Attempts,
 			LastError: d.LastError, CreatedAt: d.CreatedAt, DeadAt: d.DeadAt}
 	}
 	return out, nil

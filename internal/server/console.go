@@ -18,6 +18,7 @@ func (s *Server) mountConsole(mux *http.ServeMux) {
 		Outbox:       inspect.NewOutboxView(s.outbox),
 		Logger:       s.log,
 		Currencies:   s.currencies,
+		KeyRetention: s.cfg.KeyRetention,
 	})
 	if err != nil {
 		// Only a broken build (templates) or an exhausted random source gets
@@ -28,5 +29,6 @@ func (s *Server) mountConsole(mux *http.ServeMux) {
 		}))
 		return
 	}
+	s.console = c
 	mux.Handle(console.Prefix, s.observe(c.Handler()))
 }

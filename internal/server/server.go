@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/console"
 	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
@@ -52,7 +53,10 @@ type Server struct {
 	tenants  map[[sha256.Size]byte]string
 	// currencies are the exponents the console shows amounts with.
 	currencies *money.Currencies
-	handler    http.Handler
+	// console is the operator console (nil when it could not be built):
+	// Run runs its outbox sampler, and replays are reported to it.
+	console *console.Console
+	handler http.Handler
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -99,6 +103,13 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 			if kind == idemhttp.KindFirst && s.relay != nil {
 				s.relay.Notify()
 			}
+			// A replay leaves no trace in the database: the console
+			// remembers the newest ones for the request's story.
+			if kind == idemhttp.OutcomeReplayed && s.console != nil {
+				if key, err := idem.ParseKey(r.Header.Get(idemhttp.HeaderKey)); err == nil {
+					s.console.NoteReplay(tenantFrom(r.Context()), operationOf(r), key)
+				}
+			}
 		},
 	})
 	if err != nil {
@@ -115,6 +126,10 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 
 // Keeper is the service's keeper (its janitor runs beside the server).
 func (s *Server) Keeper() *idem.Keeper { return s.keeper }
+
+// Console is the service's operator console, served under /ui/; nil when
+// it could not be built (the service log says why).
+func (s *Server) Console() *console.Console { return s.console }
 
 // Handler is the service's root handler.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -181,6 +196,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
+// operationOf is the operation idemhttp stores a request's key under (its
+// default Config.Operation): the method and the matched route pattern
+// without the pattern's own method.
+func operationOf(r *http.Request) string {
+	p := r.Pattern
+	if i := strings.IndexAny(p, " \t"); i >= 0 && !strings.Contains(p[:i], "/") {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	return r.Method + " " + p
+}
+
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
@@ -216,6 +242,14 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go s.keeper.RunJanitor(bgCtx)
+	// The console's outbox sampler lives as long as the server.
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		if s.console != nil {
+			_ = s.console.Run(bgCtx) // it only returns when bgCtx ends
+		}
+	}()
 	relayDone := make(chan struct{})
 	if s.relay != nil {
 		go func() {
@@ -232,6 +266,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	// unsent, the next relay publishes.
 	defer func() {
 		stopBackground()
+		<-samplerDone
 		<-relayDone
 		if s.closeRelay != nil {
 			s.closeRelay()
