@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/inspect"
 )
@@ -34,7 +35,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tenant := cmp.Or(p["tenant"], "default")
+	tenant := cmp.Or(p["tenant"], idem.DefaultTenant)
 	now := c.cfg.Clock().UTC()
 	data := map[string]any{"Tenant": tenant, "Type": p["type"], "Key": p["key"], "Before": p["before"], "Now": now,
 		"Limit": eventsDefaultLimit, "MaxLimit": eventsMaxLimit}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
@@ -210,7 +211,7 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	tenant := cmp.Or(p["tenant"], "default")
+	tenant := cmp.Or(p["tenant"], idem.DefaultTenant)
 	now := c.cfg.Clock().UTC()
 	data := map[string]any{"Tenant": tenant, "Q": p["q"], "Now": now, "ReplaysSince": c.replays.since}
 	if p["q"] == "" {
@@ -280,7 +281,7 @@ func (c *Console) storyMatches(ctx context.Context, tenant, q string, now time.T
 		out = append(out, m)
 	}
 	err = inspect.Snapshot(ctx, d, func(tx driver.Tx) error {
-		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, tenant, q)
+		t, err := c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: q})
 		switch {
 		case errors.Is(err, ledger.ErrNotFound):
 			return nil
@@ -337,7 +338,7 @@ func (c *Console) tellRecord(ctx context.Context, tenant string, rec *inspect.Ke
 	if id := transferIn(rec.Body); id != "" {
 		var t ledger.Transfer
 		err := inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) (err error) {
-			t, err = c.cfg.Ledger.GetTransfer(ctx, tx, tenant, id)
+			t, err = c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: id})
 			return err
 		})
 		switch {
@@ -381,7 +382,7 @@ func (c *Console) tellEvent(ctx context.Context, tenant string, row *driver.Outb
 	case "transfer":
 		var t ledger.Transfer
 		err := inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) (err error) {
-			t, err = c.cfg.Ledger.GetTransfer(ctx, tx, tenant, rest)
+			t, err = c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: rest})
 			return err
 		})
 		if err == nil {
@@ -439,7 +440,7 @@ func (c *Console) tellTransfer(ctx context.Context, tenant string, t ledger.Tran
 			return err
 		}
 		if t.ReversesID != "" {
-			orig, err := c.cfg.Ledger.GetTransfer(ctx, tx, tenant, t.ReversesID)
+			orig, err := c.cfg.Ledger.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: t.ReversesID})
 			if err != nil {
 				return err
 			}
@@ -512,7 +513,7 @@ func (c *Console) entriesOf(ctx context.Context, tx driver.Tx, tenant string, t 
 	at := t.CreatedAt
 	var out []ledger.Entry
 	for _, acct := range []string{t.DebitAccountID, t.CreditAccountID} {
-		entries, _, err := c.cfg.Ledger.Entries(ctx, tx, tenant, acct, ledger.EntriesQuery{AsOf: &at, Limit: storyEntriesPage})
+		entries, _, err := c.cfg.Ledger.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: acct, AsOf: &at, Limit: storyEntriesPage})
 		if err != nil {
 			return nil, err
 		}

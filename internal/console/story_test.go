@@ -164,7 +164,7 @@ func (b *switchableBroker) Publish(_ context.Context, msgs []outbox.Message) []e
 	errs := make([]error, len(msgs))
 	if !b.up {
 		for i := range errs {
-			errs[i] = outbox.Unavailable(errors.New("nats: no servers available for connection"))
+			errs[i] = outbox.BrokerUnavailable(errors.New("nats: no servers available for connection"))
 		}
 	}
 	return errs

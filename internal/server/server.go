@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 			}
 			// A replay leaves no trace in the database: the console
 			// remembers the newest ones for the request's story.
-			if kind == idemhttp.OutcomeReplayed && s.console != nil {
+			if kind == idemhttp.KindReplayed && s.console != nil {
 				if key, err := idem.ParseKey(r.Header.Get(idemhttp.HeaderKey)); err == nil {
 					s.console.NoteReplay(tenantFrom(r.Context()), operationOf(r), key)
 				}
