@@ -70,17 +70,17 @@ INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, a
 SELECT value ->> 'tenant', value ->> 'id', value ->> 'debit_account_id', value ->> 'credit_account_id',
        value ->> 'amount', value ->> 'currency', value ->> 'metadata', value ->> 'reverses_id',
        value ->> 'reason', ?2
-  FROM json_each(?1) ORDER BY key`
+  FROM json_each(?1)`
 
 	sqlLedgerEntriesInsert = `
 INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
                             debits_posted, credits_posted, created_at)
 SELECT value ->> 'tenant', value ->> 'account_id', value ->> 'sequence', value ->> 'transfer_id',
        value ->> 'amount', value ->> 'credit', value ->> 'debits_posted', value ->> 'credits_posted', ?2
-  FROM json_each(?1) ORDER BY key`
+  FROM json_each(?1)`
 
 	// The list drives the join: each account is a search of the primary
-	// key (TestLedgerWritePlans).
+	// key (TestLedgerBatchPlans).
 	sqlLedgerAccountsMove = `
 UPDATE ledger_accounts
    SET debits_posted = u.debits_posted, credits_posted = u.credits_posted, sequence = u.sequence,
