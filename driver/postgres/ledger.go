@@ -452,14 +452,6 @@ func scanLedgerEntry(r driver.Row) (*driver.LedgerEntry, error) {
 	return &e, nil
 }
 
-// nullText stores canonical JSON as text, or NULL when there is none.
-func nullText(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return string(b)
-}
-
 func textBytes(s *string) []byte {
 	if s == nil {
 		return nil
