@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -530,6 +531,10 @@ func (b *batch) decide() ([]OpResult, *driver.LedgerWriteParams, []*Transfer, er
 			w.NotBefore = a.lastEntryAt
 		}
 	}
+	// In key order, as they were locked, rather than the map's.
+	slices.SortFunc(w.Accounts, func(a, b driver.LedgerAccount) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.ID, b.ID))
+	})
 	return res, w, stamp, nil
 }
 
