@@ -10,33 +10,41 @@ import (
 // locked; the driver only reads, locks and writes rows. Transfers and entries
 // are append-only: the tables' triggers refuse UPDATE and DELETE.
 type LedgerDriver interface {
-	// LedgerAccountInsert inserts an account unless one with its id exists
-	// in the tenant. It never fails on a duplicate id (so the caller's
-	// transaction stays usable): Inserted is false and Account holds the
-	// committed existing row instead.
-	LedgerAccountInsert(ctx context.Context, tx Tx, p *LedgerAccountInsertParams) (*LedgerAccountInsertResult, error)
+	// LedgerAccountsInsert inserts accounts, in (tenant, id) order, except
+	// those whose id exists in their tenant, and returns the rows it
+	// inserted. It never fails on a duplicate id (so the caller's
+	// transaction stays usable): a concurrent insert of the same id makes
+	// it wait for that transaction's outcome, and the id is then skipped or
+	// inserted. Accounts holds each key once.
+	LedgerAccountsInsert(ctx context.Context, tx Tx, p *LedgerAccountsInsertParams) ([]LedgerAccount, error)
+	// LedgerAccountsGet reads the accounts among Keys that exist, as
+	// committed when the statement starts (the ones LedgerAccountsInsert
+	// skipped, read by a new statement, are visible).
+	LedgerAccountsGet(ctx context.Context, tx Tx, p *LedgerAccountsGetParams) ([]LedgerAccount, error)
 	// LedgerAccountGet reads one account; ErrNotFound when absent.
 	LedgerAccountGet(ctx context.Context, tx Tx, p *LedgerAccountGetParams) (*LedgerAccount, error)
 	// LedgerLock serializes writers of the same transfers and accounts. It
-	// first takes a transaction-scoped lock per TransferID (so two posts of
-	// one new id cannot both insert it), then row-locks the accounts in id
-	// order (so writers on shared accounts queue instead of deadlocking),
-	// and returns the accounts that exist as committed once locked. SQLite
-	// has a single writer and only reads.
+	// first takes a transaction-scoped lock per transfer key (so two posts
+	// of one new id cannot both insert it), in one order every writer
+	// uses, then row-locks the accounts in (tenant, id) order (so writers
+	// on shared accounts queue instead of deadlocking), and returns the
+	// accounts that exist as committed once locked. Keys may repeat and
+	// span tenants. SQLite has a single writer and only reads.
 	LedgerLock(ctx context.Context, tx Tx, p *LedgerLockParams) ([]LedgerAccount, error)
 	// LedgerTransfersGet reads the transfers among IDs that exist.
 	LedgerTransfersGet(ctx context.Context, tx Tx, p *LedgerTransfersGetParams) ([]LedgerTransfer, error)
+	// LedgerTransfersFind reads the transfers among Keys that exist (keys
+	// may span tenants), each with how much of it has been reversed.
+	LedgerTransfersFind(ctx context.Context, tx Tx, p *LedgerTransfersFindParams) ([]LedgerFoundTransfer, error)
 	// LedgerReversals lists the reversals of a transfer, oldest first.
 	LedgerReversals(ctx context.Context, tx Tx, p *LedgerReversalsParams) ([]LedgerTransfer, error)
-	// LedgerReversedTotal is how much of a transfer has been reversed (0 when
-	// nothing has).
-	LedgerReversedTotal(ctx context.Context, tx Tx, p *LedgerReversedTotalParams) (int64, error)
-	// LedgerTransferWrite appends one transfer, its two entries, moves the
-	// two accounts' cached totals to the entries' running totals and, for
-	// a reversal, adds to the original's reversed total. The recorded time
-	// is the later of the database clock (read now, under the accounts'
-	// locks) and NotBefore; it is returned.
-	LedgerTransferWrite(ctx context.Context, tx Tx, p *LedgerTransferWriteParams) (time.Time, error)
+	// LedgerWrite appends transfers and their entries, moves the accounts'
+	// cached totals to their final values and adds to the originals'
+	// reversed totals, in one statement on Postgres (SQLite: one per
+	// table, in the same transaction). Every transfer and entry gets the
+	// same recorded time: the later of the database clock (read now, under
+	// the accounts' locks) and NotBefore; it is returned.
+	LedgerWrite(ctx context.Context, tx Tx, p *LedgerWriteParams) (time.Time, error)
 	// LedgerSettle makes an account's history up to After final in tx: once
 	// it returns Locked with a Clock past After, no entry recorded at or
 	// before After can be committed later, so a statement of tx that starts
@@ -122,14 +130,19 @@ type LedgerEntry struct {
 	CreatedAt     time.Time
 }
 
-type LedgerAccountInsertParams struct {
-	Account LedgerAccount // totals, Sequence and LastEntryAt are ignored
-	Now     time.Time     // the clock for drivers without their own
+// LedgerKey names a row of a tenant: an account or a transfer.
+type LedgerKey struct {
+	Tenant string
+	ID     string
 }
 
-type LedgerAccountInsertResult struct {
-	Inserted bool
-	Account  *LedgerAccount
+type LedgerAccountsInsertParams struct {
+	Accounts []LedgerAccount // totals, Sequence, LastEntryAt and CreatedAt are ignored
+	Now      time.Time       // the clock for drivers without their own
+}
+
+type LedgerAccountsGetParams struct {
+	Keys []LedgerKey
 }
 
 type LedgerAccountGetParams struct {
@@ -138,9 +151,8 @@ type LedgerAccountGetParams struct {
 }
 
 type LedgerLockParams struct {
-	Tenant      string
-	TransferIDs []string
-	AccountIDs  []string
+	TransferKeys []LedgerKey
+	AccountKeys  []LedgerKey
 }
 
 type LedgerTransfersGetParams struct {
@@ -148,29 +160,48 @@ type LedgerTransfersGetParams struct {
 	IDs    []string
 }
 
+type LedgerTransfersFindParams struct {
+	Keys []LedgerKey
+}
+
+// LedgerFoundTransfer is a stored transfer and its reversed total (0 when
+// nothing of it has been reversed).
+type LedgerFoundTransfer struct {
+	LedgerTransfer
+	Reversed int64
+}
+
 type LedgerReversalsParams struct {
 	Tenant     string
 	TransferID string
 }
 
-type LedgerReversedTotalParams struct {
-	Tenant     string
-	TransferID string
-}
-
-type LedgerTransferWriteParams struct {
-	// Transfer to insert; its CreatedAt is ignored.
-	Transfer LedgerTransfer
-	// Debit and Credit are its entries, sequences and running totals
+type LedgerWriteParams struct {
+	// Transfers to insert; their CreatedAt is ignored.
+	Transfers []LedgerTransfer
+	// Entries of those transfers, two each, sequences and running totals
 	// filled; their CreatedAt is ignored.
-	Debit, Credit LedgerEntry
-	// ReversesAmount is the original's amount when Transfer is a reversal,
-	// the bound its reversed total may not pass.
-	ReversesAmount int64
-	// NotBefore keeps each account's time from going backwards.
+	Entries []LedgerEntry
+	// Accounts are the accounts written, each once, with the totals and
+	// Sequence of its newest entry in Entries; the other fields are
+	// ignored (LastEntryAt becomes the recorded time).
+	Accounts []LedgerAccount
+	// Reversed adds to the reversed totals of originals, each once.
+	Reversed []LedgerReversedAdd
+	// NotBefore keeps each account's time from going backwards: the
+	// newest LastEntryAt of Accounts as locked.
 	NotBefore time.Time
 	// Now is the clock for drivers without their own.
 	Now time.Time
+}
+
+// LedgerReversedAdd adds Add to a transfer's reversed total. Amount is the
+// original's amount, the bound the total may not pass.
+type LedgerReversedAdd struct {
+	Tenant     string
+	TransferID string
+	Amount     int64
+	Add        int64
 }
 
 type LedgerSettleParams struct {

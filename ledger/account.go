@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,50 +22,15 @@ func (l *Ledger) createAccount(ctx context.Context, tx driver.Tx, tenant string,
 	if err := l.checkTx(tx); err != nil {
 		return Account{}, err
 	}
-	if err := checkTenant(tenant); err != nil {
-		return Account{}, err
+	o := l.accountOp(tenant, a)
+	if o.err != nil {
+		return Account{}, o.err
 	}
-	if a.ID == "" {
-		a.ID = l.cfg.NewID()
-	}
-	if err := checkID("id", a.ID); err != nil {
-		return Account{}, err
-	}
-	if err := checkCurrency("currency", a.Currency); err != nil {
-		return Account{}, err
-	}
-	meta, err := canonicalMetadata(a.Metadata)
+	res, err := l.apply(ctx, tx, []op{o}, true)
 	if err != nil {
 		return Account{}, err
 	}
-	res, err := l.d.LedgerAccountInsert(ctx, tx, &driver.LedgerAccountInsertParams{
-		Account: driver.LedgerAccount{
-			Tenant:                     tenant,
-			ID:                         a.ID,
-			Currency:                   a.Currency,
-			DebitsMustNotExceedCredits: a.Flags.DebitsMustNotExceedCredits,
-			CreditsMustNotExceedDebits: a.Flags.CreditsMustNotExceedDebits,
-			Metadata:                   meta,
-		},
-		Now: l.now(),
-	})
-	if err != nil {
-		return Account{}, fmt.Errorf("ledger: create account %q: %w", a.ID, err)
-	}
-	got := accountFromRow(res.Account)
-	if res.Inserted {
-		return got, nil
-	}
-	switch {
-	case got.Currency != a.Currency:
-		return Account{}, accountConflict(a.ID, "currency")
-	case got.Flags != a.Flags:
-		return Account{}, accountConflict(a.ID, "flags")
-	case !bytes.Equal(res.Account.Metadata, meta):
-		return Account{}, accountConflict(a.ID, "metadata")
-	}
-	got.Existing = true
-	return got, nil
+	return *res[0].Account, nil
 }
 
 func accountConflict(id, field string) *Error {

@@ -61,118 +61,175 @@ func readAsOf(ctx context.Context, d driver.Driver, l *ledger.Ledger, id string,
 func TestAsOfAnswersAreFinal(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		// The real clock: readers ask as of the moment they ask, on the
-		// clock writers stamp with.
-		l, err := ledger.New(d, ledger.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		ids := []string{"f0", "f1", "f2", "f3"}
-		for _, id := range ids {
-			createAccount(t, d, l, tenant, usd(id))
-		}
-		const writers, readers, maxReads = 4, 4, 150
-		per := 30 // transfers per writer
-		if d.Dialect() == "sqlite" {
-			per = 12 // one writer at a time, and slow under -race
-		}
-
-		var wg sync.WaitGroup
-		errs := make(chan error, writers+readers)
-		done := make(chan struct{})
-		for w := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), 11))
-				for i := range per {
-					from := rng.IntN(len(ids))
-					to := (from + 1 + rng.IntN(len(ids)-1)) % len(ids)
-					tr := ledger.NewTransfer{ID: fmt.Sprintf("w%d-%d", w, i), DebitAccountID: ids[from],
-						CreditAccountID: ids[to], Amount: int64(1 + rng.IntN(100)), Currency: "USD"}
-					hold := time.Duration(rng.IntN(3000)) * time.Microsecond
-					if err := postHolding(ctx, d, l, tr, hold); err != nil {
-						errs <- fmt.Errorf("writer %d: %w", w, err)
-						return
-					}
-				}
-			}()
-		}
-		go func() { wg.Wait(); close(done) }()
-
-		type read struct {
-			id   string
-			asOf time.Time
-			got  asOfAnswer
-		}
-		var mu sync.Mutex
-		var reads []read
-		var rwg sync.WaitGroup
-		for r := range readers {
-			rwg.Add(1)
-			go func() {
-				defer rwg.Done()
-				rng := rand.New(rand.NewPCG(uint64(r), 13))
-				for range maxReads {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					id := ids[rng.IntN(len(ids))]
-					asOf := time.Now()
-					got, err := readAsOf(ctx, d, l, id, asOf)
-					if err != nil {
-						errs <- fmt.Errorf("reader %d: %s as of %s: %w", r, id, asOf.Format(time.RFC3339Nano), err)
-						return
-					}
-					mu.Lock()
-					reads = append(reads, read{id, asOf, got})
-					mu.Unlock()
-				}
-			}()
-		}
-		rwg.Wait()
-		<-done
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if len(reads) == 0 {
-			t.Fatal("no read was made")
-		}
-
-		changed := 0
-		for _, r := range reads {
-			again, err := readAsOf(ctx, d, l, r.id, r.asOf)
-			if err != nil {
-				t.Fatalf("%s as of %s again: %v", r.id, r.asOf.Format(time.RFC3339Nano), err)
-			}
-			if again.Balance != r.got.Balance || !slices.Equal(again.Entries, r.got.Entries) {
-				changed++
-				if changed <= 3 {
-					t.Errorf("%s as of %s: first answered %+v %v, later %+v %v", r.id, r.asOf.Format(time.RFC3339Nano),
-						r.got.Balance, r.got.Entries, again.Balance, again.Entries)
-				}
-			}
-		}
-		if changed > 0 {
-			t.Errorf("%d of %d as-of answers changed afterwards", changed, len(reads))
-		}
-		verify(t, d)
+		checkAsOfFinal(t, d, 1, func(ctx context.Context, tx driver.Tx, l *ledger.Ledger, ts []ledger.NewTransfer) error {
+			_, err := l.Post(ctx, tx, tenant, ts...)
+			return err
+		})
 	})
 }
 
-// postHolding posts one transfer and keeps its transaction open for hold
+// TestAsOfAnswersAreFinalBatched is the same scenario with writers posting
+// batches through PostEach and Apply, whose transfers share one recorded
+// time.
+func TestAsOfAnswersAreFinalBatched(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		calls := 0
+		var mu sync.Mutex
+		checkAsOfFinal(t, d, 6, func(ctx context.Context, tx driver.Tx, l *ledger.Ledger, ts []ledger.NewTransfer) error {
+			mu.Lock()
+			calls++
+			each := calls%2 == 0
+			mu.Unlock()
+			if each {
+				res, err := l.PostEach(ctx, tx, tenant, ts...)
+				if err != nil {
+					return err
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						return r.Err
+					}
+				}
+				return nil
+			}
+			ops := make([]ledger.Op, len(ts))
+			for i := range ts {
+				ops[i] = ledger.Op{Tenant: tenant, Transfer: &ts[i]}
+			}
+			res, err := l.Apply(ctx, tx, ops)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					return r.Err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// checkAsOfFinal runs the scenario of TestAsOfAnswersAreFinal with post
+// writing each writer's transfers, in batches of 1..maxBatch.
+func checkAsOfFinal(t *testing.T, d driver.Driver, maxBatch int, post func(ctx context.Context, tx driver.Tx, l *ledger.Ledger, ts []ledger.NewTransfer) error) {
+	t.Helper()
+	// The real clock: readers ask as of the moment they ask, on the
+	// clock writers stamp with.
+	l, err := ledger.New(d, ledger.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := []string{"f0", "f1", "f2", "f3"}
+	for _, id := range ids {
+		createAccount(t, d, l, tenant, usd(id))
+	}
+	const writers, readers, maxReads = 4, 4, 150
+	per := 30 // writes per writer
+	if d.Dialect() == "sqlite" {
+		per = 12 // one writer at a time, and slow under -race
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+readers)
+	done := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for i := range per {
+				ts := make([]ledger.NewTransfer, 1+rng.IntN(maxBatch))
+				for j := range ts {
+					from := rng.IntN(len(ids))
+					to := (from + 1 + rng.IntN(len(ids)-1)) % len(ids)
+					ts[j] = ledger.NewTransfer{ID: fmt.Sprintf("w%d-%d-%d", w, i, j), DebitAccountID: ids[from],
+						CreditAccountID: ids[to], Amount: int64(1 + rng.IntN(100)), Currency: "USD"}
+				}
+				hold := time.Duration(rng.IntN(3000)) * time.Microsecond
+				if err := writeHolding(ctx, d, l, ts, hold, post); err != nil {
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+
+	type read struct {
+		id   string
+		asOf time.Time
+		got  asOfAnswer
+	}
+	var mu sync.Mutex
+	var reads []read
+	var rwg sync.WaitGroup
+	for r := range readers {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 13))
+			for range maxReads {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id := ids[rng.IntN(len(ids))]
+				asOf := time.Now()
+				got, err := readAsOf(ctx, d, l, id, asOf)
+				if err != nil {
+					errs <- fmt.Errorf("reader %d: %s as of %s: %w", r, id, asOf.Format(time.RFC3339Nano), err)
+					return
+				}
+				mu.Lock()
+				reads = append(reads, read{id, asOf, got})
+				mu.Unlock()
+			}
+		}()
+	}
+	rwg.Wait()
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(reads) == 0 {
+		t.Fatal("no read was made")
+	}
+
+	changed := 0
+	for _, r := range reads {
+		again, err := readAsOf(ctx, d, l, r.id, r.asOf)
+		if err != nil {
+			t.Fatalf("%s as of %s again: %v", r.id, r.asOf.Format(time.RFC3339Nano), err)
+		}
+		if again.Balance != r.got.Balance || !slices.Equal(again.Entries, r.got.Entries) {
+			changed++
+			if changed <= 3 {
+				t.Errorf("%s as of %s: first answered %+v %v, later %+v %v", r.id, r.asOf.Format(time.RFC3339Nano),
+					r.got.Balance, r.got.Entries, again.Balance, again.Entries)
+			}
+		}
+	}
+	if changed > 0 {
+		t.Errorf("%d of %d as-of answers changed afterwards", changed, len(reads))
+	}
+	verify(t, d)
+}
+
+// writeHolding posts transfers and keeps its transaction open for hold
 // before committing, as a request does while it writes the rest of its work.
-func postHolding(ctx context.Context, d driver.Driver, l *ledger.Ledger, tr ledger.NewTransfer, hold time.Duration) error {
+func writeHolding(ctx context.Context, d driver.Driver, l *ledger.Ledger, ts []ledger.NewTransfer, hold time.Duration,
+	post func(ctx context.Context, tx driver.Tx, l *ledger.Ledger, ts []ledger.NewTransfer) error) error {
 	tx, err := d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := l.Post(ctx, tx, tenant, tr); err != nil {
+	if err := post(ctx, tx, l, ts); err != nil {
 		return err
 	}
 	time.Sleep(hold) // the rest of the request's work, not synchronisation

@@ -78,3 +78,54 @@ func ExampleLedger_Post() {
 	// insufficient funds: stored nothing
 	// alice: 5000 1000 4000
 }
+
+// One call, each operation on its own: the account is created and funded,
+// the overdraft is refused and the transfer after it still goes through.
+func ExampleLedger_Apply() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ledger-example-")
+	defer os.RemoveAll(dir)
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "idem.db")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	l, _ := ledger.New(d, ledger.Config{})
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	res, err := l.Apply(ctx, tx, []ledger.Op{
+		{Tenant: "acme", Account: &ledger.NewAccount{ID: "bank", Currency: "EUR"}},
+		{Tenant: "acme", Account: &ledger.NewAccount{ID: "bob", Currency: "EUR", Flags: ledger.Flags{DebitsMustNotExceedCredits: true}}},
+		{Tenant: "acme", Transfer: &ledger.NewTransfer{ID: "pay-1", DebitAccountID: "bank", CreditAccountID: "bob", Amount: 300, Currency: "EUR"}},
+		{Tenant: "acme", Transfer: &ledger.NewTransfer{ID: "pay-2", DebitAccountID: "bob", CreditAccountID: "bank", Amount: 500, Currency: "EUR"}},
+		{Tenant: "acme", Transfer: &ledger.NewTransfer{ID: "pay-3", DebitAccountID: "bob", CreditAccountID: "bank", Amount: 200, Currency: "EUR"}},
+	})
+	if err != nil {
+		log.Fatal(err) // a database failure: roll back and retry
+	}
+	for _, r := range res {
+		switch {
+		case r.Err != nil:
+			fmt.Println("refused:", r.Err.Code)
+		case r.Account != nil:
+			fmt.Println("account", r.Account.ID)
+		default:
+			fmt.Println("transfer", r.Transfer.ID, r.Transfer.Amount)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// account bank
+	// account bob
+	// transfer pay-1 300
+	// refused: insufficient_funds
+	// transfer pay-3 200
+}

@@ -25,6 +25,13 @@
 // together or not at all. Skip the enqueue when Transfer.Existing is set:
 // the first post already enqueued it.
 //
+// Batches: Post is all or nothing; PostEach and Apply take up to
+// Config.MaxBatch transfers or operations (Apply: of several tenants,
+// accounts and reversals too) and accept or refuse each on its own, with
+// the results one-at-a-time calls in that order would give. Every call
+// makes the same few statements whatever its size, and the transfers of
+// one call share one recorded time.
+//
 // Concurrency: writers lock the accounts they touch in a fixed order (and
 // the new transfer ids), so transfers on hot accounts queue instead of
 // deadlocking or losing updates. On Postgres the recorded time is the
@@ -65,10 +72,12 @@ type Config struct {
 	// Default: a time-ordered UUIDv7. Results must be valid ids (1..128
 	// characters of letters, digits and "-_.:~").
 	NewID func() string
-	// MaxBatch bounds the transfers of one Post. Default 100; bound 1..1000.
+	// MaxBatch bounds the transfers of one Post or PostEach and the
+	// operations of one Apply. Default 100; bound 1..1000.
 	MaxBatch int
 	// TracerProvider receives a span per write (ledger.Post,
-	// ledger.Reverse, ledger.CreateAccount). Default
+	// ledger.PostEach, ledger.Apply, ledger.Reverse, ledger.CreateAccount).
+	// Default
 	// otel.GetTracerProvider(), the API's no-op until the program sets one.
 	TracerProvider trace.TracerProvider
 }

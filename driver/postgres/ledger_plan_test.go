@@ -59,10 +59,17 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 	statements := []struct {
 		name, sql, args string
 	}{
-		{"account lock", sqlLedgerLockAccounts, `'new', '{acc-7,acc-507}'`},
+		{"account lock", sqlLedgerLockAccounts, `'{new,new}', '{acc-7,acc-507}'`},
+		{"account read", sqlLedgerAccountsGet, `'{new,new,old}', '{acc-7,acc-none,acc-8}'`},
+		{"account insert", sqlLedgerAccountsInsert,
+			`'{new,new}', '{acc-7,acc-x}', '{EUR,EUR}', '{f,f}', '{f,f}', '{"",""}'`},
 		{"transfer lookup", sqlLedgerTransfersGet, `'new', '{tr-9,tr-none}'`},
-		{"transfer write", sqlLedgerTransferWrite,
-			`'new', 'tr-x', 'acc-7', 'acc-507', 1, 'EUR', NULL, '', '', 1, 1, 0, 1, 0, 1, 0, now()`},
+		{"transfer find", sqlLedgerTransfersFind, `'{new,new,old}', '{tr-9,tr-none,tr-10}'`},
+		{"batch write", sqlLedgerWrite,
+			`now(), '{new}', '{tr-x}', '{acc-7}', '{acc-507}', '{1}', '{EUR}', '{""}', '{""}', '{""}',
+			 '{new,new}', '{acc-7,acc-507}', '{1,1}', '{tr-x,tr-x}', '{1,1}', '{f,t}', '{1,0}', '{0,1}',
+			 '{new,new}', '{acc-7,acc-507}', '{EUR,EUR}', '{f,f}', '{f,f}', ARRAY[now(),now()], '{1,0}', '{0,1}', '{1,1}',
+			 '{new}', '{tr-9}', '{1}', '{1}'`},
 	}
 	for m, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for i, s := range statements {

@@ -49,7 +49,7 @@ func TestLedgerSettle(t *testing.T) {
 	// A writer holds the account; the settle waits for its commit.
 	writer, _ := d.Begin(ctx, driver.BeginOptions{})
 	defer writer.Rollback(ctx)
-	if _, err := d.LedgerLock(ctx, writer, &driver.LedgerLockParams{Tenant: "t", AccountIDs: []string{"a"}}); err != nil {
+	if _, err := d.LedgerLock(ctx, writer, &driver.LedgerLockParams{AccountKeys: []driver.LedgerKey{{Tenant: "t", ID: "a"}}}); err != nil {
 		t.Fatal(err)
 	}
 	reader, _ := d.Begin(ctx, driver.BeginOptions{})

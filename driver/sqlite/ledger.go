@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/idemhq/idem/driver"
@@ -12,7 +11,9 @@ import (
 // SQLite has one writer at a time (BEGIN IMMEDIATE on one connection), so a
 // ledger transaction never meets a concurrent writer: there is nothing to
 // lock, and the Go clock, kept monotonic per account by NotBefore, is the
-// recorded time. Id lists travel as one JSON array read with json_each.
+// recorded time. Id lists and the rows of a batch travel as one JSON array
+// read with json_each: one bound value and one statement whatever their
+// number, the SQL never built per call. Keys are [tenant, id] pairs.
 
 const ledgerAccountCols = `tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits,
        metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at`
@@ -22,53 +23,126 @@ const ledgerTransferCols = `tenant, id, debit_account_id, credit_account_id, amo
 
 const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at`
 
-const sqlLedgerAccountInsert = `
+// Accounts are inserted in key order, as on Postgres. A duplicate id
+// inserts nothing and returns no row. (WHERE true: an upsert's SELECT
+// needs a WHERE clause to parse.)
+const sqlLedgerAccountsInsert = `
 INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
                              credits_must_not_exceed_debits, metadata, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+SELECT value ->> 'tenant', value ->> 'id', value ->> 'currency', value ->> 'dnec', value ->> 'cned',
+       value ->> 'metadata', ?2
+  FROM json_each(?1) WHERE true
+ ORDER BY value ->> 'tenant', value ->> 'id'
 ON CONFLICT (tenant, id) DO NOTHING
 RETURNING ` + ledgerAccountCols
 
 const sqlLedgerAccountGet = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts WHERE tenant = ?1 AND id = ?2`
 
-const sqlLedgerLockAccounts = `
+// Each key is a search of the primary key.
+const sqlLedgerAccountsByKeys = `
 SELECT ` + ledgerAccountCols + ` FROM ledger_accounts
- WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))
- ORDER BY id`
+ WHERE (tenant, id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))
+ ORDER BY tenant, id`
 
 const sqlLedgerTransfersGet = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
  WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))`
+
+const sqlLedgerTransfersFind = `
+SELECT ` + ledgerTransferCols + `,
+       coalesce((SELECT r.reversed FROM ledger_reversed_totals r
+                  WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0)
+  FROM ledger_transfers x
+ WHERE (tenant, id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))`
 
 const sqlLedgerReversals = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
  WHERE tenant = ?1 AND reverses_id = ?2
  ORDER BY created_at, id`
 
-const sqlLedgerReversedTotal = `
-SELECT coalesce((SELECT reversed FROM ledger_reversed_totals WHERE tenant = ?1 AND transfer_id = ?2), 0)`
-
-const sqlLedgerTransferInsert = `
+// A batch's write: one statement per table, each reading its rows from one
+// JSON array (ledgerWriteTransfer and the rest), all stamped ?2. Absent
+// members read as NULL.
+const (
+	sqlLedgerTransfersInsert = `
 INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
                               metadata, reverses_id, reason, created_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, nullif(?8, ''), nullif(?9, ''), ?10)`
+SELECT value ->> 'tenant', value ->> 'id', value ->> 'debit_account_id', value ->> 'credit_account_id',
+       value ->> 'amount', value ->> 'currency', value ->> 'metadata', value ->> 'reverses_id',
+       value ->> 'reason', ?2
+  FROM json_each(?1)`
 
-const sqlLedgerEntriesInsert = `
+	sqlLedgerEntriesInsert = `
 INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
                             debits_posted, credits_posted, created_at)
-VALUES (?1, ?3, ?5, ?2, ?4, 0, ?6, ?7, ?11),
-       (?1, ?8, ?9, ?2, ?4, 1, ?10, ?12, ?11)`
+SELECT value ->> 'tenant', value ->> 'account_id', value ->> 'sequence', value ->> 'transfer_id',
+       value ->> 'amount', value ->> 'credit', value ->> 'debits_posted', value ->> 'credits_posted', ?2
+  FROM json_each(?1)`
 
-const sqlLedgerAccountMove = `
+	// The list drives the join: each account is a search of the primary
+	// key (TestLedgerBatchPlans).
+	sqlLedgerAccountsMove = `
 UPDATE ledger_accounts
-   SET debits_posted = ?3, credits_posted = ?4, sequence = ?5, last_entry_at = ?6
- WHERE tenant = ?1 AND id = ?2`
+   SET debits_posted = u.debits_posted, credits_posted = u.credits_posted, sequence = u.sequence,
+       last_entry_at = ?2
+  FROM (SELECT value ->> 'tenant' AS tenant, value ->> 'id' AS id, value ->> 'debits_posted' AS debits_posted,
+               value ->> 'credits_posted' AS credits_posted, value ->> 'sequence' AS sequence
+          FROM json_each(?1)) AS u
+ WHERE ledger_accounts.tenant = u.tenant AND ledger_accounts.id = u.id`
 
-const sqlLedgerReversedAdd = `
+	sqlLedgerReversedAdd = `
 INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
-VALUES (?1, ?2, ?3, ?4)
+SELECT value ->> 'tenant', value ->> 'transfer_id', value ->> 'amount', value ->> 'add'
+  FROM json_each(?1) WHERE true
 ON CONFLICT (tenant, transfer_id) DO UPDATE
    SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
+)
+
+// The JSON rows of a batch, as the statements above read them.
+type (
+	ledgerAccountRow struct {
+		Tenant   string `json:"tenant"`
+		ID       string `json:"id"`
+		Currency string `json:"currency"`
+		DNEC     bool   `json:"dnec"`
+		CNED     bool   `json:"cned"`
+		Metadata string `json:"metadata,omitempty"`
+	}
+	ledgerTransferRow struct {
+		Tenant          string `json:"tenant"`
+		ID              string `json:"id"`
+		DebitAccountID  string `json:"debit_account_id"`
+		CreditAccountID string `json:"credit_account_id"`
+		Amount          int64  `json:"amount"`
+		Currency        string `json:"currency"`
+		Metadata        string `json:"metadata,omitempty"`
+		ReversesID      string `json:"reverses_id,omitempty"`
+		Reason          string `json:"reason,omitempty"`
+	}
+	ledgerEntryRow struct {
+		Tenant        string `json:"tenant"`
+		AccountID     string `json:"account_id"`
+		Sequence      int64  `json:"sequence"`
+		TransferID    string `json:"transfer_id"`
+		Amount        int64  `json:"amount"`
+		Credit        bool   `json:"credit"`
+		DebitsPosted  int64  `json:"debits_posted"`
+		CreditsPosted int64  `json:"credits_posted"`
+	}
+	ledgerMoveRow struct {
+		Tenant        string `json:"tenant"`
+		ID            string `json:"id"`
+		DebitsPosted  int64  `json:"debits_posted"`
+		CreditsPosted int64  `json:"credits_posted"`
+		Sequence      int64  `json:"sequence"`
+	}
+	ledgerReversedRow struct {
+		Tenant     string `json:"tenant"`
+		TransferID string `json:"transfer_id"`
+		Amount     int64  `json:"amount"`
+		Add        int64  `json:"add"`
+	}
+)
 
 // The reader pool's connections are opened query_only; the writer's are
 // not, and its transactions begin IMMEDIATE, holding the write lock.
@@ -103,46 +177,39 @@ SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, creat
  ORDER BY tenant, id, kind, credit, account_id`
 )
 
-func (d *Driver) LedgerAccountInsert(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountInsertParams) (*driver.LedgerAccountInsertResult, error) {
-	a := &p.Account
-	got, err := scanLedgerAccount(tx.QueryRow(ctx, sqlLedgerAccountInsert, a.Tenant, a.ID, a.Currency,
-		a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits, nullText(a.Metadata), toMicros(p.Now)))
-	if err == nil {
-		return &driver.LedgerAccountInsertResult{Inserted: true, Account: got}, nil
+func (d *Driver) LedgerAccountsInsert(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsInsertParams) ([]driver.LedgerAccount, error) {
+	rows := make([]ledgerAccountRow, len(p.Accounts))
+	for i, a := range p.Accounts {
+		rows[i] = ledgerAccountRow{Tenant: a.Tenant, ID: a.ID, Currency: a.Currency, DNEC: a.DebitsMustNotExceedCredits,
+			CNED: a.CreditsMustNotExceedDebits, Metadata: string(a.Metadata)}
 	}
-	if !errors.Is(err, driver.ErrNotFound) {
-		return nil, err
-	}
-	got, err = d.LedgerAccountGet(ctx, tx, &driver.LedgerAccountGetParams{Tenant: a.Tenant, ID: a.ID})
+	list, err := json.Marshal(rows)
 	if err != nil {
 		return nil, err
 	}
-	return &driver.LedgerAccountInsertResult{Account: got}, nil
+	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsInsert, string(list), toMicros(p.Now))
+}
+
+func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsGetParams) ([]driver.LedgerAccount, error) {
+	keys, err := jsonKeys(p.Keys)
+	if err != nil {
+		return nil, err
+	}
+	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
 }
 
 func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
 	return scanLedgerAccount(tx.QueryRow(ctx, sqlLedgerAccountGet, p.Tenant, p.ID))
 }
 
+// LedgerLock only reads: the transaction holds the database's one write
+// lock already.
 func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) ([]driver.LedgerAccount, error) {
-	ids, err := jsonList(p.AccountIDs)
+	keys, err := jsonKeys(p.AccountKeys)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, sqlLedgerLockAccounts, p.Tenant, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerAccount
-	for rows.Next() {
-		a, err := scanLedgerAccount(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *a)
-	}
-	return out, rows.Err()
+	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
@@ -153,36 +220,75 @@ func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver
 	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, ids)
 }
 
+func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
+	keys, err := jsonKeys(p.Keys)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerFoundTransfer
+	for rows.Next() {
+		var t driver.LedgerFoundTransfer
+		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
 	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
-func (d *Driver) LedgerReversedTotal(ctx context.Context, tx driver.Tx, p *driver.LedgerReversedTotalParams) (int64, error) {
-	var n int64
-	err := tx.QueryRow(ctx, sqlLedgerReversedTotal, p.Tenant, p.TransferID).Scan(&n)
-	return n, err
-}
-
-func (d *Driver) LedgerTransferWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerTransferWriteParams) (time.Time, error) {
-	t := &p.Transfer
+func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) (time.Time, error) {
 	at := max(toMicros(p.Now), toMicros(p.NotBefore))
-	if _, err := tx.Exec(ctx, sqlLedgerTransferInsert, t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID,
-		t.Amount, t.Currency, nullText(t.Metadata), t.ReversesID, t.Reason, at); err != nil {
-		return time.Time{}, err
+	transfers := make([]ledgerTransferRow, len(p.Transfers))
+	for i, t := range p.Transfers {
+		transfers[i] = ledgerTransferRow{Tenant: t.Tenant, ID: t.ID, DebitAccountID: t.DebitAccountID,
+			CreditAccountID: t.CreditAccountID, Amount: t.Amount, Currency: t.Currency, Metadata: string(t.Metadata),
+			ReversesID: t.ReversesID, Reason: t.Reason}
 	}
-	if _, err := tx.Exec(ctx, sqlLedgerEntriesInsert, t.Tenant, t.ID,
-		t.DebitAccountID, t.Amount, p.Debit.Sequence, p.Debit.DebitsPosted, p.Debit.CreditsPosted,
-		t.CreditAccountID, p.Credit.Sequence, p.Credit.DebitsPosted, at, p.Credit.CreditsPosted); err != nil {
-		return time.Time{}, err
+	entries := make([]ledgerEntryRow, len(p.Entries))
+	for i, e := range p.Entries {
+		entries[i] = ledgerEntryRow{Tenant: e.Tenant, AccountID: e.AccountID, Sequence: e.Sequence, TransferID: e.TransferID,
+			Amount: e.Amount, Credit: e.Credit, DebitsPosted: e.DebitsPosted, CreditsPosted: e.CreditsPosted}
 	}
-	for _, e := range []*driver.LedgerEntry{&p.Debit, &p.Credit} {
-		if _, err := tx.Exec(ctx, sqlLedgerAccountMove, t.Tenant, e.AccountID,
-			e.DebitsPosted, e.CreditsPosted, e.Sequence, at); err != nil {
+	moves := make([]ledgerMoveRow, len(p.Accounts))
+	for i, a := range p.Accounts {
+		moves[i] = ledgerMoveRow{Tenant: a.Tenant, ID: a.ID, DebitsPosted: a.DebitsPosted, CreditsPosted: a.CreditsPosted,
+			Sequence: a.Sequence}
+	}
+	reversed := make([]ledgerReversedRow, len(p.Reversed))
+	for i, r := range p.Reversed {
+		reversed[i] = ledgerReversedRow{Tenant: r.Tenant, TransferID: r.TransferID, Amount: r.Amount, Add: r.Add}
+	}
+	for _, s := range []struct {
+		sql  string
+		n    int
+		rows any
+	}{
+		{sqlLedgerTransfersInsert, len(transfers), transfers},
+		{sqlLedgerEntriesInsert, len(entries), entries},
+		{sqlLedgerAccountsMove, len(moves), moves},
+		{sqlLedgerReversedAdd, len(reversed), reversed},
+	} {
+		if s.n == 0 {
+			continue
+		}
+		list, err := json.Marshal(s.rows)
+		if err != nil {
 			return time.Time{}, err
 		}
-	}
-	if t.ReversesID != "" {
-		if _, err := tx.Exec(ctx, sqlLedgerReversedAdd, t.Tenant, t.ReversesID, p.ReversesAmount, t.Amount); err != nil {
+		args := []any{string(list)}
+		if s.sql != sqlLedgerReversedAdd {
+			args = append(args, at)
+		}
+		if _, err := tx.Exec(ctx, s.sql, args...); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -274,15 +380,41 @@ func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args 
 	var out []driver.LedgerTransfer
 	for rows.Next() {
 		var t driver.LedgerTransfer
-		var meta *string
-		var created int64
-		if err := rows.Scan(&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-			&meta, &t.ReversesID, &t.Reason, &created); err != nil {
+		if err := scanLedgerTransfer(rows, &t); err != nil {
 			return nil, err
 		}
-		t.Metadata = textBytes(meta)
-		t.CreatedAt = fromMicros(created)
 		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
+func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) error {
+	var meta *string
+	var created int64
+	dest := append([]any{&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
+		&meta, &t.ReversesID, &t.Reason, &created}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return err
+	}
+	t.Metadata = textBytes(meta)
+	t.CreatedAt = fromMicros(created)
+	return nil
+}
+
+func queryLedgerAccounts(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerAccount, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerAccount
+	for rows.Next() {
+		a, err := scanLedgerAccount(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *a)
 	}
 	return out, rows.Err()
 }
@@ -325,11 +457,14 @@ func jsonList(ids []string) (string, error) {
 	return string(b), err
 }
 
-func nullText(b []byte) any {
-	if b == nil {
-		return nil
+// jsonKeys encodes keys as one JSON array of [tenant, id] pairs.
+func jsonKeys(keys []driver.LedgerKey) (string, error) {
+	pairs := make([][2]string, len(keys))
+	for i, k := range keys {
+		pairs[i] = [2]string{k.Tenant, k.ID}
 	}
-	return string(b)
+	b, err := json.Marshal(pairs)
+	return string(b), err
 }
 
 func textBytes(s *string) []byte {

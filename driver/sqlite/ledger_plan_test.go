@@ -46,3 +46,46 @@ func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 		t.Errorf("the scan does not read each table once:\n%s", text)
 	}
 }
+
+// The ledger's batch statements read their rows from a JSON list. Each key
+// of the list must be one search of the primary key: a plan that scanned
+// a ledger table would read every account or transfer for each batch.
+func TestLedgerBatchPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "idem.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, query := range map[string]string{
+		"accounts by keys": sqlLedgerAccountsByKeys,
+		"transfers find":   sqlLedgerTransfersFind,
+		"accounts move":    sqlLedgerAccountsMove,
+	} {
+		rows, err := d.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+query, `[]`, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "SCAN ledger_") || !strings.Contains(text, "USING PRIMARY KEY (tenant=? AND") {
+			t.Errorf("%s does not search the primary key per key:\n%s", name, text)
+		}
+	}
+}
