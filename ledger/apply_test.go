@@ -153,13 +153,13 @@ func TestApplyEachOnItsOwn(t *testing.T) {
 			t.Fatalf("rows = %+v", c)
 		}
 		var fund ledger.Transfer
-		must(t, d, func(tx driver.Tx) (err error) { fund, err = l.GetTransfer(ctx, tx, tenant, "fund"); return err })
+		must(t, d, func(tx driver.Tx) (err error) { fund, err = l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: "fund"}); return err })
 		if len(fund.Reversals) != 2 || fund.Reversals[0].Amount+fund.Reversals[1].Amount != 100 {
 			t.Fatalf("fund = %+v", fund)
 		}
 		var es []ledger.Entry
 		must(t, d, func(tx driver.Tx) (err error) {
-			es, _, err = l.Entries(ctx, tx, tenant, "w", ledger.EntriesQuery{})
+			es, _, err = l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: "w"})
 			return err
 		})
 		// Sequences and running totals as if one at a time: fund, r1, r3,
