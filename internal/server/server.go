@@ -44,7 +44,7 @@ type Server struct {
 	guard  *idemhttp.Middleware
 	// writes is the group commit of the ledger's writes; nil when
 	// cfg.GroupCommit is off.
-	writes *idem.Batcher[write]
+	writes *idem.Batcher[ledgerWrite]
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
 	relay      *outbox.Relay
@@ -168,21 +168,21 @@ func (s *Server) routes() http.Handler {
 	}
 	// The ledger's writes share transactions (group commit) unless it is
 	// off: then each runs in its own, as any guarded handler.
-	ledgerWrite := func(pattern string, decode func(http.ResponseWriter, *http.Request, []byte) (write, bool)) {
+	ledgerRoute := func(pattern string, decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) {
 		if s.writes == nil {
 			write(pattern, s.writeOne(decode))
 			return
 		}
 		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(idemhttp.Batched(s.guard, s.writes, decode)))))
 	}
-	ledgerWrite("POST /v1/accounts", s.decodeAccount)
+	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)
 	read("GET /v1/accounts/{id}/balance", s.getBalance)
 	read("GET /v1/accounts/{id}/entries", s.listEntries)
-	ledgerWrite("POST /v1/transfers", s.decodeTransfer)
+	ledgerRoute("POST /v1/transfers", s.decodeTransfer)
 	write("POST /v1/transfers/batch", s.postTransferBatch)
 	read("GET /v1/transfers/{id}", s.getTransfer)
-	ledgerWrite("POST /v1/transfers/{id}/reversals", s.decodeReversal)
+	ledgerRoute("POST /v1/transfers/{id}/reversals", s.decodeReversal)
 	read("GET /v1/events", s.listEvents)
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's

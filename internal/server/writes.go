@@ -23,26 +23,26 @@ import (
 // keeper batch; without it one op, in the request's own transaction. Both
 // paths answer with the same bytes, because both are applyWrites.
 
-// write is one request of the ledger's writes: its key and its op.
-type write struct {
+// ledgerWrite is one request of the ledger's writes: its key and its op.
+type ledgerWrite struct {
 	key idem.Key
 	op  ledger.Op
 }
 
 // writeOf is the write of r's op, under r's Idempotency-Key.
-func writeOf(r *http.Request, op ledger.Op) write {
+func writeOf(r *http.Request, op ledger.Op) ledgerWrite {
 	key, _ := idemhttp.KeyFrom(r.Context())
 	op.Tenant = tenantFrom(r.Context())
-	return write{key: key, op: op}
+	return ledgerWrite{key: key, op: op}
 }
 
 // decodeAccount reads POST /v1/accounts. A refusal is answered as invalid
 // (400, not stored) and reported false.
-func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, _ []byte) (write, bool) {
+func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
 	var in ledger.NewAccount
 	if err := decode(r, &in); err != nil {
 		invalid(w, r, err.Error())
-		return write{}, false
+		return ledgerWrite{}, false
 	}
 	if in.ID == "" {
 		in.ID = derivedID(r, "account")
@@ -71,16 +71,16 @@ func (in *transferRequest) newTransfer() (ledger.NewTransfer, error) {
 		Amount: amount, Currency: in.Currency, Metadata: in.Metadata}, nil
 }
 
-func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, _ []byte) (write, bool) {
+func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
 	var in transferRequest
 	if err := decode(r, &in); err != nil {
 		invalid(w, r, err.Error())
-		return write{}, false
+		return ledgerWrite{}, false
 	}
 	t, err := in.newTransfer()
 	if err != nil {
 		invalid(w, r, err.Error())
-		return write{}, false
+		return ledgerWrite{}, false
 	}
 	if t.ID == "" {
 		// Derived from (tenant, Idempotency-Key): a retry that arrives after
@@ -99,11 +99,11 @@ type reversalRequest struct {
 	Metadata json.RawMessage `json:"metadata"`
 }
 
-func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte) (write, bool) {
+func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
 	var in reversalRequest
 	if err := decode(r, &in); err != nil {
 		invalid(w, r, err.Error())
-		return write{}, false
+		return ledgerWrite{}, false
 	}
 	var amount int64
 	if len(in.Amount) > 0 && string(in.Amount) != "null" {
@@ -111,11 +111,11 @@ func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte
 		var err error
 		if amount, err = integer("amount", in.Amount); err != nil {
 			invalid(w, r, err.Error()+"; "+want)
-			return write{}, false
+			return ledgerWrite{}, false
 		}
 		if amount <= 0 {
 			invalid(w, r, "amount: "+want)
-			return write{}, false
+			return ledgerWrite{}, false
 		}
 	}
 	id := in.ID
@@ -133,7 +133,7 @@ func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte
 // refusal of the request's input (400) is an *idemhttp.ResponseError, sent
 // and not stored. The events of what was created go to the outbox in one
 // write. The error is the database's: the caller rolls back.
-func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []write) ([]idem.ItemResult, error) {
+func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite) ([]idem.ItemResult, error) {
 	ops := make([]ledger.Op, len(ws))
 	for i := range ws {
 		ops[i] = ws[i].op
@@ -271,13 +271,13 @@ func (o *outcomeRecorder) outcome() idem.Outcome {
 // writeOne is a ledger write's handler without group commit: the request's
 // op, applied alone in the transaction idemhttp's middleware began for it,
 // and answered as applyWrites answers it.
-func (s *Server) writeOne(decode func(http.ResponseWriter, *http.Request, []byte) (write, bool)) http.HandlerFunc {
+func (s *Server) writeOne(decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		wr, ok := decode(w, r, nil)
 		if !ok {
 			return
 		}
-		res, err := s.applyWrites(r.Context(), idemhttp.Tx(r.Context()), []write{wr})
+		res, err := s.applyWrites(r.Context(), idemhttp.Tx(r.Context()), []ledgerWrite{wr})
 		if err != nil {
 			s.fail(w, r, err)
 			return
