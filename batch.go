@@ -19,7 +19,7 @@ import (
 // Batcher coalesces concurrent first arrivals into one transaction ("group
 // commit"): where Keeper.Do spends a transaction — a connection, its round
 // trips and a commit's flush — on each request, a Batcher spends one on
-// every request that arrived while its workers were busy, up to
+// all the requests that arrived while its batches ran, up to
 // BatchConfig.MaxBatch.
 //
 // Each request is still all-or-nothing: its claim, what the work wrote for
@@ -31,22 +31,26 @@ import (
 // connection) is rolled back and tried again in halves, down to single
 // requests, so that one request's fault is answered to that request alone.
 //
-// There is no timer: a worker takes whatever waits the moment it is free,
-// so a lone request is taken at once, and batches grow only when requests
-// arrive faster than the database commits them. docs/architecture.md,
-// "Group commit", says what the knobs trade.
+// There is no timer and no goroutine of its own. A request that finds
+// fewer than BatchConfig.Concurrency batches running runs one at once, in
+// its own goroutine, so a lone request costs what Do costs. Otherwise it
+// waits in the queue; a batch that ends hands everything waiting (up to
+// MaxBatch) to the oldest waiting request's goroutine, which runs it as
+// the next batch. Batches grow only when requests arrive faster than the
+// database commits them. docs/architecture.md, "Group commit", says what
+// the knobs trade.
 type Batcher[T any] struct {
 	k    *Keeper
 	work BatchWork[T]
 	cfg  BatchConfig
 
 	mu      sync.Mutex
-	wake    sync.Cond     // a request was queued, or the batcher closed
+	idle    sync.Cond     // running fell to 0: for Close
+	running int           // batches running; while below Concurrency, nothing waits
 	queue   []*pending[T] // oldest first; holds given-up requests until compacted
 	waiting int           // requests in queue still waiting to be taken
 	stale   int           // requests in queue that gave up
 	closed  bool
-	workers sync.WaitGroup
 
 	testHooks batchHooks
 }
@@ -100,9 +104,11 @@ type BatchConfig struct {
 	// to retry when one request fails. Default 128; bound 1..1000.
 	MaxBatch int
 	// Concurrency is how many batches run at once, each on a connection of
-	// its own. Default 4; bound 1..64. On SQLite, which has one writer,
-	// use 1: a second batch only queues for the writer, holding requests
-	// that would have joined the next batch.
+	// its own. More batches answer sooner when clients are few; fewer make
+	// larger batches, and spend fewer transactions, when they are many.
+	// Default 4, or 1 on SQLite: with one writer a second batch only
+	// queues for it, holding requests that would have joined the next
+	// batch. Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
@@ -115,12 +121,15 @@ type BatchConfig struct {
 	MaxWait time.Duration
 }
 
-func (c BatchConfig) withDefaults() BatchConfig {
+func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 128
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
+		if w := d.Writers(); w > 0 {
+			c.Concurrency = min(c.Concurrency, w)
+		}
 	}
 	if c.MaxQueued == 0 {
 		c.MaxQueued = 1000
@@ -145,7 +154,7 @@ func (c BatchConfig) validate() error {
 	return nil
 }
 
-// pending is one request from the moment it is queued until its batch
+// pending is one request from the moment it is submitted until its batch
 // answers it. taken and gaveUp are guarded by Batcher.mu; res and err are
 // written before done is closed and read only after.
 type pending[T any] struct {
@@ -153,10 +162,11 @@ type pending[T any] struct {
 	key      Key
 	fp       []byte
 	item     T
-	deadline time.Time  // its waits for row locks, over all its attempts, end by then
-	queued   trace.Span // idem.queue: ended when taken or given up
-	taken    bool       // a worker took it: its batch answers it
-	gaveUp   bool       // MaxWait or the caller's ctx ended its wait first
+	deadline time.Time          // its waits for row locks, over all its attempts, end by then
+	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
+	taken    bool               // it is in a batch, which answers it
+	gaveUp   bool               // MaxWait or the caller's ctx ended its wait first
+	next     chan []*pending[T] // the batch its goroutine is to run (it is the first in it)
 	done     chan struct{}
 	res      Result
 	err      error
@@ -168,7 +178,7 @@ func (p *pending[T]) answer(res Result, err error) {
 }
 
 // NewBatcher returns a Batcher that runs work for the first arrivals of k's
-// keys, and starts its workers; Close stops them.
+// keys. It starts no goroutine.
 func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[T], error) {
 	if k == nil {
 		return nil, errors.New("idem: nil keeper")
@@ -176,16 +186,12 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 	if work == nil {
 		return nil, errors.New("idem: nil batch work")
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(k.d)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	b := &Batcher[T]{k: k, work: work, cfg: cfg}
-	b.wake.L = &b.mu
-	b.workers.Add(cfg.Concurrency)
-	for range cfg.Concurrency {
-		go b.loop()
-	}
+	b.idle.L = &b.mu
 	return b, nil
 }
 
@@ -197,10 +203,11 @@ func (b *Batcher[T]) Config() BatchConfig { return b.cfg }
 // Calling it again does nothing.
 func (b *Batcher[T]) Close() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.closed = true
-	b.wake.Broadcast()
-	b.mu.Unlock()
-	b.workers.Wait()
+	for b.running > 0 {
+		b.idle.Wait()
+	}
 }
 
 // Do is Keeper.Do with item done by the batcher's work, in a transaction
@@ -240,23 +247,31 @@ func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(cont
 	})
 }
 
-// submit queues a request for a batch and waits for its answer.
+// submit runs a request in a batch of its own when fewer than Concurrency
+// run, or queues it, and returns its answer.
 func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, lockWait time.Duration) (Result, error) {
-	p := &pending[T]{ctx: ctx, key: key, fp: fp, item: item, deadline: time.Now().Add(lockWait), done: make(chan struct{})}
-	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
+	p := &pending[T]{ctx: ctx, key: key, fp: fp, item: item, deadline: time.Now().Add(lockWait),
+		next: make(chan []*pending[T], 1), done: make(chan struct{})}
 	b.mu.Lock()
-	if b.closed || b.waiting >= b.cfg.MaxQueued {
-		closed := b.closed
+	switch {
+	case b.closed:
 		b.mu.Unlock()
-		p.queued.End()
-		if closed {
-			return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
-		}
+		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
+	case b.running < b.cfg.Concurrency:
+		// Nothing waits while a batch could start (a batch that ends hands
+		// the queue on), so this request is alone: it runs now.
+		b.running++
+		p.taken = true
+		b.mu.Unlock()
+		b.lead([]*pending[T]{p})
+		return p.res, p.err
+	case b.waiting >= b.cfg.MaxQueued:
+		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
 	}
+	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
 	b.queue = append(b.queue, p)
 	b.waiting++
-	b.wake.Signal()
 	b.mu.Unlock()
 	if h := b.testHooks.queued; h != nil {
 		h(key)
@@ -264,23 +279,30 @@ func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, loc
 
 	timer := time.NewTimer(b.cfg.MaxWait)
 	defer timer.Stop()
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-timer.C:
-		if b.giveUp(p) {
-			return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
-		}
-	case <-ctx.Done():
-		if b.giveUp(p) {
-			return Result{}, ctx.Err()
+	expired, gone := timer.C, ctx.Done()
+	for {
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case batch := <-p.next:
+			b.lead(batch)
+			<-p.done
+			return p.res, p.err
+		case <-expired:
+			if b.giveUp(p) {
+				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
+			}
+			expired = nil // taken meanwhile: its batch answers it
+		case <-gone:
+			if b.giveUp(p) {
+				return Result{}, ctx.Err()
+			}
+			gone = nil
 		}
 	}
-	<-p.done // a worker took it first: its batch answers it
-	return p.res, p.err
 }
 
-// giveUp withdraws p from the queue unless a worker took it already.
+// giveUp withdraws p from the queue unless it was taken into a batch.
 func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -290,9 +312,9 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 	p.gaveUp = true
 	p.queued.End()
 	b.waiting--
-	// Given-up requests stay in the queue until a worker passes them;
-	// when they are most of it, drop them now, so that the queue stays
-	// bounded however long the workers are busy.
+	// Given-up requests stay in the queue until a batch passes them; when
+	// they are most of it, drop them now, so that the queue stays bounded
+	// however long the batches take.
 	if b.stale++; b.stale > len(b.queue)/2 {
 		n := 0
 		for _, q := range b.queue {
@@ -307,28 +329,27 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 	return true
 }
 
-// loop is a worker: it takes whatever waits, up to MaxBatch, the moment it
-// is free, and runs it as one batch. It ends when the batcher is closed and
-// nothing waits.
-func (b *Batcher[T]) loop() {
-	defer b.workers.Done()
-	for {
+// lead runs batch in the calling goroutine, then hands whatever waits to
+// the oldest waiting request's goroutine as the next batch, or frees its
+// place among the Concurrency batches when nothing waits.
+func (b *Batcher[T]) lead(batch []*pending[T]) {
+	defer func() {
 		b.mu.Lock()
-		for b.waiting == 0 && !b.closed {
-			b.wake.Wait()
-		}
+		defer b.mu.Unlock()
 		if b.waiting == 0 {
-			b.mu.Unlock()
+			if b.running--; b.running == 0 {
+				b.idle.Broadcast()
+			}
 			return
 		}
-		batch := b.take()
-		b.mu.Unlock()
-		b.run(batch)
-	}
+		next := b.take()
+		next[0].next <- next
+	}()
+	b.run(batch)
 }
 
 // take removes up to MaxBatch waiting requests from the head of the queue.
-// b.mu is held.
+// b.mu is held and b.waiting is above 0.
 func (b *Batcher[T]) take() []*pending[T] {
 	batch := make([]*pending[T], 0, min(b.waiting, b.cfg.MaxBatch))
 	i := 0
@@ -346,14 +367,25 @@ func (b *Batcher[T]) take() []*pending[T] {
 	clear(b.queue[n:])
 	b.queue = b.queue[:n]
 	b.waiting -= len(batch)
-	if b.waiting > 0 {
-		b.wake.Signal() // an idle worker takes the rest
-	}
 	return batch
 }
 
 // run runs one batch and answers each of its requests once.
 func (b *Batcher[T]) run(batch []*pending[T]) {
+	defer func() {
+		// A panic outside the work is a bug of the batcher's. It goes on to
+		// the caller, but the batch's other requests must not wait forever.
+		if v := recover(); v != nil {
+			for _, p := range batch {
+				select {
+				case <-p.done:
+				default:
+					p.answer(Result{}, fmt.Errorf("idem: the batch ended without an answer: %v", v))
+				}
+			}
+			panic(v)
+		}
+	}()
 	// The batch runs under a context of its own, ended only when every
 	// caller in it has gone: one caller's hang-up must not roll back its
 	// neighbours.

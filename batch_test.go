@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,9 +113,9 @@ func (r *rig) work(ctx context.Context, tx driver.Tx, items []thing) ([]idem.Ite
 }
 
 // hold sends a request under key whose work waits, and returns once its
-// batch runs: with Concurrency 1, the requests sent meanwhile queue and are
-// taken together once release is called. release returns when the held
-// request is answered.
+// batch runs: with Concurrency 1, the requests sent meanwhile queue and
+// form the next batch together once release is called. release returns
+// when the held request is answered.
 func (r *rig) hold(key string) (release func()) {
 	h := holding{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	r.mu.Lock()
@@ -125,7 +126,6 @@ func (r *rig) hold(key string) (release func()) {
 		_, err := r.b.Do(context.Background(), req(key, `{}`), thing{key: key, body: `{"held":1}`})
 		done <- err
 	}()
-	<-r.queued
 	<-h.entered
 	return func() {
 		close(h.release)
@@ -279,9 +279,10 @@ func TestBatcherGroupsFirstArrivals(t *testing.T) {
 	})
 }
 
-// A lone request is taken the moment the worker is free, alone: the worker
-// has no timer, and nothing else arrives, so a batcher that waited for
-// company would never answer (the test would time out).
+// A lone request is not delayed: finding no batch running, it runs its
+// own at once, in its own goroutine, without ever waiting in the queue
+// (the queued hook never fires). Nothing else arrives, so a batcher that
+// waited for company would not answer before the test timed out.
 func TestBatcherLoneRequest(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 1000, MaxWait: time.Minute})
@@ -290,6 +291,9 @@ func TestBatcherLoneRequest(t *testing.T) {
 			t.Fatalf("lone: %v %+v", err, res)
 		}
 		wantAttempts(t, r.attemptsSoFar(), []string{"lone"})
+		if n := len(r.queued); n != 0 {
+			t.Fatalf("the lone request waited in the queue (%d queued)", n)
+		}
 		if r.stored("lone") != `{"lone":1}` || countRows(t, d, "biz") != 1 {
 			t.Fatalf("lone stored %q, %d biz rows", r.stored("lone"), countRows(t, d, "biz"))
 		}
@@ -504,6 +508,296 @@ func TestBatcherSplitsFailingBatch(t *testing.T) {
 		}
 		if r.stored("boom") != "" {
 			t.Fatalf("a panicked request stored %q", r.stored("boom"))
+		}
+	})
+}
+
+// Bounds: past MaxQueued a request gets ErrBusy at once, past MaxWait
+// while it waits, and after Close; a caller that gives up while queued gets
+// its context's error. None of them stores anything or runs the work.
+func TestBatcherBounds(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxQueued: 2, MaxWait: time.Minute})
+		ctx := context.Background()
+		release := r.hold("hold")
+		waitA := r.do(thing{key: "a", body: `{"a":1}`})
+		gone, cancel := context.WithCancel(ctx)
+		goneErr := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(gone, req("gone", `{}`), thing{key: "gone"})
+			goneErr <- err
+		}()
+		r.waitQueued(1)
+		cancel()
+		if err := <-goneErr; !errors.Is(err, context.Canceled) {
+			t.Fatalf("caller gone while queued: %v", err)
+		}
+		waitG := r.do(thing{key: "g", body: `{"g":1}`})
+		_, err := r.b.Do(ctx, req("full", `{}`), thing{key: "full"})
+		if !errors.Is(err, idem.ErrBusy) || !idem.IsRetryable(err) || !strings.Contains(err.Error(), "MaxQueued") {
+			t.Fatalf("past MaxQueued: %v, want ErrBusy", err)
+		}
+		release()
+		if _, errs := waitA(); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		if _, errs := waitG(); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+
+		r.b = r.newBatcher(r.k, idem.BatchConfig{Concurrency: 1, MaxWait: time.Millisecond})
+		release = r.hold("hold2")
+		_, err = r.b.Do(ctx, req("late", `{}`), thing{key: "late"})
+		if !errors.Is(err, idem.ErrBusy) || !strings.Contains(err.Error(), "MaxWait") {
+			t.Fatalf("past MaxWait: %v, want ErrBusy", err)
+		}
+		r.waitQueued(1) // late's own
+		release()
+		r.b.Close()
+		if _, err := r.b.Do(ctx, req("closed", `{}`), thing{key: "closed"}); !errors.Is(err, idem.ErrBusy) {
+			t.Fatalf("after Close: %v, want ErrBusy", err)
+		}
+
+		for _, key := range []string{"gone", "full", "late", "closed"} {
+			if r.runsOf(key) != 0 || r.stored(key) != "" {
+				t.Fatalf("%s: ran %d times, stored %q", key, r.runsOf(key), r.stored(key))
+			}
+		}
+		if got := r.bizRows(); !slices.Equal(got, []string{"a", "g", "hold", "hold2"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+		if got := countRows(t, d, "idem_keys"); got != 4 {
+			t.Fatalf("idem_keys rows %d, want 4", got)
+		}
+	})
+}
+
+// A commit that fails after it happened (the connection lost on the way
+// back) is retried in halves, whose claims find the records committed:
+// each request gets its own stored answer, as a replay, and no work runs
+// twice.
+func TestBatcherAmbiguousCommit(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1})
+		var commits int
+		idem.SetCommitHook(r.b, func(ctx context.Context, tx driver.TxCloser) error {
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			if commits++; commits == 2 {
+				return fmt.Errorf("%w: connection lost before COMMIT's answer", driver.ErrUnavailable)
+			}
+			return nil
+		})
+		release := r.hold("hold")
+		wait := r.do(thing{key: "a", body: `{"a":1}`}, thing{key: "b", body: `{"b":1}`}, thing{key: "c", body: `{"c":1}`})
+		release()
+		results, errs := wait()
+		for i, key := range []string{"a", "b", "c"} {
+			if errs[i] != nil || !results[i].Replayed || string(results[i].Body) != `{"`+key+`":1}` || r.runsOf(key) != 1 {
+				t.Fatalf("%s: %v %+v, runs %d", key, errs[i], results[i], r.runsOf(key))
+			}
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"hold"}, []string{"a", "b", "c"}, []string{"a"}, []string{"b", "c"})
+		if got := r.bizRows(); !slices.Equal(got, []string{"a", "b", "c", "hold"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
+// A key held by a transaction in another process (here the caller's own,
+// through DoTx) makes the batch wait on its row and time out: the batch
+// splits, the neighbours commit, and the held key's request gets
+// ErrInFlight within Config.Wait, as from Do. After the holder commits,
+// the key replays its outcome. Postgres only: SQLite has one writer, so a
+// batch never waits on a row there (its Begin waits for the writer).
+func TestBatcherLockTimeoutSplits(t *testing.T) {
+	d := drivertest.Open(t, "postgres")
+	r := newRig(t, d, idem.Config{Wait: 300 * time.Millisecond}, idem.BatchConfig{Concurrency: 1})
+	ctx := context.Background()
+	tx := userTx(t, d)
+	defer tx.Rollback(ctx)
+	var runs atomicInt
+	if _, err := r.k.DoTx(ctx, tx, req("held", `{"k":"held"}`), insertWork(&runs.Int64, 201, `{"mine":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	release := r.hold("hold")
+	wait := r.do(thing{key: "a", body: `{"a":1}`}, thing{key: "held", body: `{"theirs":1}`},
+		thing{key: "b", body: `{"b":1}`}, thing{key: "c", body: `{"c":1}`})
+	release()
+	results, errs := wait()
+	if !errors.Is(errs[1], idem.ErrInFlight) || !errors.Is(errs[1], driver.ErrLockTimeout) {
+		t.Fatalf("held key: %v, want ErrInFlight", errs[1])
+	}
+	for _, i := range []int{0, 2, 3} {
+		if errs[i] != nil || results[i].Replayed {
+			t.Fatalf("neighbour %d: %v %+v", i, errs[i], results[i])
+		}
+	}
+	wantAttempts(t, r.attemptsSoFar(), []string{"hold"}, []string{"a", "held", "b", "c"},
+		[]string{"a", "held"}, []string{"a"}, []string{"held"}, []string{"b", "c"})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.b.Do(ctx, req("held", `{"k":"held"}`), thing{key: "held", body: `{"theirs":2}`})
+	if err != nil || !res.Replayed || string(res.Body) != `{"mine":1}` {
+		t.Fatalf("held key after its holder committed: %v %+v", err, res)
+	}
+	if got := r.bizRows(); !slices.Equal(got, []string{"a", "b", "c", "hold", "x"}) {
+		t.Fatalf("biz rows %q", got)
+	}
+}
+
+type atomicInt struct{ atomic.Int64 }
+
+// The driver's batch statements: a new key and an expired one are claimed
+// (the expired record replaced), a live one is returned as it is committed;
+// outcomes are stored and claims released in one call; a key twice in a
+// batch and a record without its claim are refused.
+func TestKeyClaimBatch(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		id := func(k string) driver.KeyID { return driver.KeyID{Scope: "s", Operation: "op", Key: k} }
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []struct {
+			key     string
+			expires time.Time
+		}{{"live", now.Add(time.Hour)}, {"old", now.Add(-time.Hour)}} {
+			if _, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id(r.key), Fingerprint: []byte(r.key), Now: now.Add(-2 * time.Hour), ExpiresAt: r.expires}); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.KeyRecord(ctx, tx, &driver.KeyRecordParams{ID: id(r.key), Status: 200, Body: []byte(r.key + " body")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		tx, err = d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		got, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{
+			Claims: []driver.KeyClaimItem{{ID: id("new"), Fingerprint: []byte("n")}, {ID: id("live"), Fingerprint: []byte("x")},
+				{ID: id("old"), Fingerprint: []byte("o2")}, {ID: id("gone"), Fingerprint: []byte("g")}},
+			Now: now, ExpiresAt: now.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 4 || !got[0].Claimed || got[1].Claimed || !got[2].Claimed || !got[3].Claimed {
+			t.Fatalf("claims %+v, want new, old and gone claimed, live not", got)
+		}
+		if e := got[1].Existing; e == nil || string(e.Fingerprint) != "live" || string(e.Body) != "live body" || e.ID != id("live") || !e.ExpiresAt.Equal(now.Add(time.Hour)) {
+			t.Fatalf("live record %+v", got[1].Existing)
+		}
+		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{
+			Records: []driver.KeyRecordParams{{ID: id("new"), Status: 201, Header: []byte(`{"Location":["/n"]}`), Body: []byte("n body")},
+				{ID: id("old"), Status: 422}},
+			Release: []driver.KeyID{id("gone")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{"new": "201 n body {\"Location\":[\"/n\"]} n", "old": "422   o2", "live": "200 live body  live"} {
+			rec, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: id(key)})
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			if got := fmt.Sprintf("%d %s %s %s", rec.Status, rec.Body, rec.Header, rec.Fingerprint); got != want {
+				t.Fatalf("%s stored %q, want %q", key, got, want)
+			}
+		}
+		if _, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: id("gone")}); !errors.Is(err, driver.ErrNotFound) {
+			t.Fatalf("released claim: %v, want ErrNotFound", err)
+		}
+
+		tx, err = d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{
+			Claims: []driver.KeyClaimItem{{ID: id("twice")}, {ID: id("twice")}}, Now: now, ExpiresAt: now.Add(time.Hour)}); err == nil {
+			t.Fatal("a key twice in one batch was claimed")
+		}
+		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{
+			Records: []driver.KeyRecordParams{{ID: id("unclaimed"), Status: 200}}}); err == nil {
+			t.Fatal("an outcome without its claim was stored")
+		}
+	})
+}
+
+// Every bound of BatchConfig is checked, and the defaults fit the
+// database: one batch at a time on SQLite's one writer.
+func TestBatchConfig(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		k := newKeeper(t, d, idem.Config{})
+		work := func(context.Context, driver.Tx, []thing) ([]idem.ItemResult, error) { return nil, nil }
+		for _, c := range []struct {
+			cfg  idem.BatchConfig
+			want string
+		}{
+			{idem.BatchConfig{MaxBatch: 1001}, "MaxBatch"},
+			{idem.BatchConfig{MaxBatch: -1}, "MaxBatch"},
+			{idem.BatchConfig{Concurrency: 65}, "Concurrency"},
+			{idem.BatchConfig{MaxQueued: 100001}, "MaxQueued"},
+			{idem.BatchConfig{MaxWait: time.Microsecond}, "MaxWait"},
+			{idem.BatchConfig{MaxWait: time.Hour}, "MaxWait"},
+		} {
+			if _, err := idem.NewBatcher(k, work, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+			}
+		}
+		if _, err := idem.NewBatcher[thing](k, nil, idem.BatchConfig{}); err == nil {
+			t.Error("nil work accepted")
+		}
+		if _, err := idem.NewBatcher(nil, work, idem.BatchConfig{}); err == nil {
+			t.Error("nil keeper accepted")
+		}
+		b, err := idem.NewBatcher(k, work, idem.BatchConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 4, MaxQueued: 1000, MaxWait: time.Second}
+		if d.Dialect() == "sqlite" {
+			want.Concurrency = 1
+		}
+		if got := b.Config(); got != want {
+			t.Fatalf("defaults %+v, want %+v", got, want)
+		}
+	})
+}
+
+// Work that answers for fewer items than it was given is a bug, reported
+// as an error to the request; nothing is stored.
+func TestBatcherWorkMiscounts(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		k := newKeeper(t, d, idem.Config{})
+		b, err := idem.NewBatcher(k, func(ctx context.Context, tx driver.Tx, items []thing) ([]idem.ItemResult, error) {
+			if _, err := tx.Exec(ctx, `INSERT INTO biz (k, note) VALUES ('x', 'lost')`); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}, idem.BatchConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		_, err = b.Do(context.Background(), req("short", `{}`), thing{key: "short"})
+		if err == nil || !strings.Contains(err.Error(), "0 results for 1 items") {
+			t.Fatalf("miscounting work: %v", err)
+		}
+		if countRows(t, d, "biz") != 0 || countRows(t, d, "idem_keys") != 0 {
+			t.Fatalf("miscounting work left %d biz rows, %d keys", countRows(t, d, "biz"), countRows(t, d, "idem_keys"))
 		}
 	})
 }

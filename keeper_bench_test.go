@@ -120,3 +120,63 @@ func BenchmarkKeeperReplay(b *testing.B) {
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkBatcherFirstArrival: BenchmarkKeeperFirstArrival's requests and
+// clients through a Batcher, so that the first arrivals of the moment share
+// a transaction. The work makes the same business row per request, with
+// one statement per batch, as set-based work does. reqs/tx is the mean
+// batch size the load formed.
+func BenchmarkBatcherFirstArrival(b *testing.B) {
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		b.Run(dialect, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, dialect), idem.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt, err := idem.NewBatcher(k, benchBatchWork, idem.BatchConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bt.Close()
+			var txs atomic.Int64
+			idem.SetBatchHook(bt, func([]idem.Key) { txs.Add(1) })
+			var seq atomic.Int64
+			b.SetParallelism(benchClients / max(1, testingProcs()))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					key := fmt.Sprintf("first-%d", seq.Add(1))
+					if _, err := bt.Do(context.Background(), req(key, `{"amount":1250}`), struct{}{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			b.ReportMetric(float64(b.N)/float64(max(1, txs.Load())), "reqs/tx")
+		})
+	}
+}
+
+// benchBatchWork is benchWork for a batch: a business row per item, all in
+// one statement (benchWork's own for one item).
+func benchBatchWork(ctx context.Context, tx driver.Tx, items []struct{}) ([]idem.ItemResult, error) {
+	if len(items) == 1 {
+		if _, err := benchWork(ctx, tx); err != nil {
+			return nil, err
+		}
+	} else if _, err := tx.Exec(ctx, sqlBenchRows, len(items)); err != nil {
+		return nil, err
+	}
+	out := make([]idem.ItemResult, len(items))
+	for i := range out {
+		out[i].Outcome = idem.Outcome{Status: 201, Body: benchBody}
+	}
+	return out, nil
+}
+
+// sqlBenchRows inserts $1 rows of benchWork's in one statement, on either
+// dialect.
+const sqlBenchRows = `
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+INSERT INTO biz (k, note) SELECT 'bench', 'one side effect' FROM n`

@@ -37,6 +37,11 @@ type KeeperDriver interface {
 	// Reader runs statements outside any transaction, each on its own, for
 	// reads that need no transaction (the keeper's replay fast path).
 	Reader() Tx
+	// Writers is how many write transactions the database usefully runs
+	// at once: 1 for SQLite, whose one writer takes them in turn, or 0 when
+	// the driver sets no such bound (Postgres). The keeper's Batcher runs
+	// that many batches at once unless told otherwise.
+	Writers() int
 }
 
 // KeyID names one idempotency record.

@@ -103,6 +103,9 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 	return nil
 }
 
+// Writers is 1: SQLite has one writer at a time.
+func (d *Driver) Writers() int { return 1 }
+
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}
 	var created, expires int64
