@@ -29,7 +29,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -290,7 +289,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next)
+		m.serve(w, r, m.runHandler(next))
 	})
 }
 
@@ -300,7 +299,22 @@ func (m *Middleware) report(r *http.Request, kind Outcome) {
 	}
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// attempt is the one step in which Wrap and Batched differ: it runs a
+// guarded request through the keeper once the middleware's checks passed
+// and no cached outcome answered it. Wrap's runs the handler in Keeper.Do,
+// Batched's the decoded item through a Batcher. sent is the answer made in
+// this exchange: the key's first outcome (err nil, not replayed), or an
+// answer not stored (errInvalid, errHandlerFailed), sent as it is.
+type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent *answer, err error)
+
+// answer is a response made in this exchange, with every header it set.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) {
 	// The key is checked before the body is read: a request without one is
 	// rejected, never run (and its body never buffered).
 	vals := r.Header.Values(HeaderKey)
@@ -362,27 +376,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	start := kcfg.Clock()
-	var (
-		first  *recorder
-		failed *recorder // an answer not stored: rolled back, sent as is
-	)
-	res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
-		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
-			rec := newRecorder(m.cfg.MaxResponseBytes)
-			g := &guard{tx: tx, key: key}
-			next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
-			if rec.tooLong {
-				return idem.Outcome{}, errResponseTooLarge
-			}
-			status, header := rec.result()
-			if err := notStored(status, g.invalid.Load()); err != nil {
-				failed = rec
-				return idem.Outcome{}, err
-			}
-			first = rec
-			return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
-		})
+	res, sent, err := try(r, key, fp, body)
 	switch {
 	case errors.Is(err, http.ErrAbortHandler):
 		// The handler asked net/http to abort the response (a panic with
@@ -397,30 +391,28 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		problem.Write(w, http.StatusInternalServerError, CodeInternal, "the request failed; nothing was stored")
 	case err == nil && !res.Replayed:
 		m.report(r, OutcomeFirst)
-		status, header := first.result()
-		m.writeFirst(w, status, header, first.body)
-		m.cache.put(&entry{key: key, fp: fp, raw: raw, status: status, header: m.filter(header), body: first.body,
-			// The claim was made after start, so its record expires no
-			// earlier than this.
-			expires: start.Add(kcfg.Retention)})
+		m.writeFirst(w, sent.status, sent.header, sent.body)
+		m.cacheResult(key, fp, raw, res)
 	case err == nil:
 		m.report(r, OutcomeReplayed)
 		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
-		m.cacheFromStore(r.Context(), key, fp, raw)
+		m.cacheResult(key, fp, raw, res)
 	case errors.Is(err, errInvalid):
 		m.report(r, OutcomeInvalid)
-		status, header := failed.result()
-		m.writeFirst(w, status, header, failed.body)
+		m.writeFirst(w, sent.status, sent.header, sent.body)
 	case errors.Is(err, errHandlerFailed):
 		m.report(r, OutcomeHandlerError)
-		status, header := failed.result()
-		if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
-			header.Set("Retry-After", m.retryAfter)
+		if sent.status == http.StatusServiceUnavailable && sent.header.Get("Retry-After") == "" {
+			sent.header.Set("Retry-After", m.retryAfter)
 		}
-		m.writeFirst(w, status, header, failed.body)
+		m.writeFirst(w, sent.status, sent.header, sent.body)
 	case errors.Is(err, idem.ErrKeyReused):
 		m.report(r, OutcomeReused)
 		problem.Write(w, http.StatusUnprocessableEntity, CodeKeyReused, reusedDetail)
+	case errors.Is(err, idem.ErrBusy):
+		m.report(r, OutcomeUnavailable)
+		w.Header().Set("Retry-After", m.retryAfter)
+		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service is too busy to take the request; nothing was done, retry later")
 	case errors.Is(err, idem.ErrInFlight):
 		m.report(r, OutcomeInFlight)
 		w.Header().Set("Retry-After", m.retryAfter)
@@ -431,6 +423,31 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		problem.Write(w, http.StatusServiceUnavailable, CodeUnavailable, "the service cannot reach its database; nothing was done, retry later")
 	default:
 		m.fail(w, r, err)
+	}
+}
+
+// runHandler is Wrap's attempt: next runs in Keeper.Do, writing through
+// the key's transaction, and its buffered answer is stored unless
+// notStored says otherwise.
+func (m *Middleware) runHandler(next http.Handler) attempt {
+	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
+		var sent *answer
+		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
+			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+				rec := newRecorder(m.cfg.MaxResponseBytes)
+				g := &guard{tx: tx, key: key}
+				next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
+				if rec.tooLong {
+					return idem.Outcome{}, errResponseTooLarge
+				}
+				status, header := rec.result()
+				sent = &answer{status: status, header: header, body: rec.body}
+				if err := notStored(status, g.invalid.Load()); err != nil {
+					return idem.Outcome{}, err
+				}
+				return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
+			})
+		return res, sent, err
 	}
 }
 
@@ -547,26 +564,14 @@ func (m *Middleware) writeReplay(w http.ResponseWriter, status int, header http.
 
 var replayedTrue = []string{"true"}
 
-// cacheFromStore caches a replay the keeper read from the database. The
-// keeper's answer does not say when the record expires, so it is read once
-// more: only the first replay of a key in this process pays for it.
-func (m *Middleware) cacheFromStore(ctx context.Context, key idem.Key, fp []byte, raw [sha256.Size]byte) {
-	if m.cache == nil {
+// cacheResult caches the keeper's answer, a first outcome or a replay
+// read from the database: the result says when its record expires, so no
+// second read is needed. The filter applies to what Batched's work gave.
+func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte, res idem.Result) {
+	if res.ExpiresAt.IsZero() {
 		return
 	}
-	rec, err := m.keeper.Lookup(ctx, key)
-	if err != nil || !bytes.Equal(rec.Fingerprint, fp) {
-		return // not cached; the next replay asks the database again
-	}
-	out := idem.Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		var h http.Header
-		if err := json.Unmarshal(rec.Header, &h); err != nil {
-			return
-		}
-		out.Header = h
-	}
-	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: out.Status, header: m.filter(out.Header), body: out.Body, expires: rec.ExpiresAt})
+	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: res.Status, header: m.filter(res.Header), body: res.Body, expires: res.ExpiresAt})
 }
 
 // rawHash is SHA-256 over a request's method, path and body bytes as sent,
