@@ -21,6 +21,12 @@
 //     error, is logged and returned as a *PanicError, and leaves the key
 //     free for the retry.
 //
+// A Batcher does the same for many requests at once ("group commit"): the
+// first arrivals of the moment share one transaction, with one statement
+// claiming all their keys and one storing all their answers, and each is
+// still all-or-nothing and answered alone. It pays when requests arrive
+// faster than the database commits them one by one.
+//
 // Storage is pluggable through package driver: driver/postgres for
 // production, driver/sqlite for the embedded default.
 //

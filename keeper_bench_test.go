@@ -133,29 +133,68 @@ func BenchmarkBatcherFirstArrival(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bt, err := idem.NewBatcher(k, benchBatchWork, idem.BatchConfig{})
+			benchBatcher(b, k, benchClients)
+		})
+	}
+}
+
+// BenchmarkFirstArrivalCrowd: four times the clients of the benchmarks
+// above on the same pool of 16 connections, as when a service's requests
+// outnumber its connections: Keeper.Do's requests queue for a connection,
+// a Batcher's for a batch.
+func BenchmarkFirstArrivalCrowd(b *testing.B) {
+	const clients = 4 * benchClients
+	for _, name := range []string{"keeper", "batcher"} {
+		b.Run("postgres/"+name, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, "postgres"), idem.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer bt.Close()
-			var txs atomic.Int64
-			idem.SetBatchHook(bt, func([]idem.Key) { txs.Add(1) })
+			if name == "batcher" {
+				benchBatcher(b, k, clients)
+				return
+			}
 			var seq atomic.Int64
-			b.SetParallelism(benchClients / max(1, testingProcs()))
+			b.SetParallelism(clients / max(1, testingProcs()))
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					key := fmt.Sprintf("first-%d", seq.Add(1))
-					if _, err := bt.Do(context.Background(), req(key, `{"amount":1250}`), struct{}{}); err != nil {
+					if _, err := k.Do(context.Background(), req(key, `{"amount":1250}`), benchWork); err != nil {
 						b.Error(err)
 						return
 					}
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-			b.ReportMetric(float64(b.N)/float64(max(1, txs.Load())), "reqs/tx")
 		})
 	}
+}
+
+// benchBatcher sends first arrivals from clients parallel callers through
+// a Batcher on k with the default BatchConfig.
+func benchBatcher(b *testing.B, k *idem.Keeper, clients int) {
+	bt, err := idem.NewBatcher(k, benchBatchWork, idem.BatchConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bt.Close()
+	var txs atomic.Int64
+	idem.SetBatchHook(bt, func([]idem.Key) { txs.Add(1) })
+	var seq atomic.Int64
+	b.SetParallelism(clients / max(1, testingProcs()))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := fmt.Sprintf("first-%d", seq.Add(1))
+			if _, err := bt.Do(context.Background(), req(key, `{"amount":1250}`), struct{}{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(float64(b.N)/float64(max(1, txs.Load())), "reqs/tx")
 }
 
 // benchBatchWork is benchWork for a batch: a business row per item, all in
