@@ -17,6 +17,9 @@
 // MarkInvalid: it rolls back and the key stays free for the corrected
 // request. A 5xx answer rolls back too, so that a retry runs again.
 //
+// Batched is a route whose first arrivals share transactions (the keeper's
+// group commit, idem.Batcher), with the same answers.
+//
 // Keys are scoped by tenant (Config.Scope) and operation: the method and the
 // route pattern the request matched (r.Pattern), so that one key sent to
 // /v1/transfers/a/reversals and /v1/transfers/b/reversals is the same
