@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
@@ -798,6 +802,75 @@ func TestBatcherWorkMiscounts(t *testing.T) {
 		}
 		if countRows(t, d, "biz") != 0 || countRows(t, d, "idem_keys") != 0 {
 			t.Fatalf("miscounting work left %d biz rows, %d keys", countRows(t, d, "biz"), countRows(t, d, "idem_keys"))
+		}
+	})
+}
+
+// The batch's spans: each request's idem.Do, idem.queue while it waited,
+// and one idem.batch per batch, a trace of its own linked to the idem.Do
+// of each request in it, with its size and the idem.claim of its keys; a
+// failing batch records its split.
+func TestBatcherSpans(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		r := newRig(t, d, idem.Config{TracerProvider: tp}, idem.BatchConfig{Concurrency: 1})
+		release := r.hold("hold")
+		wait := r.do(thing{key: "a", body: `{"a":1}`}, thing{key: "bad", fail: true})
+		release()
+		if _, errs := wait(); errs[0] != nil || !errors.Is(errs[1], errThing) {
+			t.Fatalf("answers: %v", errs)
+		}
+		byName := map[string][]sdktrace.ReadOnlySpan{}
+		for _, s := range spans.GetSpans().Snapshots() {
+			byName[s.Name()] = append(byName[s.Name()], s)
+		}
+		if n := len(byName["idem.Do"]); n != 3 {
+			t.Fatalf("%d idem.Do spans, want 3", n)
+		}
+		if n := len(byName["idem.queue"]); n != 2 {
+			t.Fatalf("%d idem.queue spans, want 2 (the held request never queued)", n)
+		}
+		batches := byName["idem.batch"]
+		if len(batches) != 2 {
+			t.Fatalf("%d idem.batch spans, want 2", len(batches))
+		}
+		shared := batches[1]
+		if len(shared.Links()) != 2 || shared.Parent().IsValid() {
+			t.Fatalf("the shared batch has %d links, parent %v; want 2 links, no parent", len(shared.Links()), shared.Parent())
+		}
+		dos := map[trace.SpanID]bool{}
+		for _, s := range byName["idem.Do"] {
+			dos[s.SpanContext().SpanID()] = true
+		}
+		for _, l := range shared.Links() {
+			if !dos[l.SpanContext.SpanID()] {
+				t.Fatalf("link %v is to no idem.Do span", l.SpanContext)
+			}
+		}
+		var size int64
+		for _, a := range shared.Attributes() {
+			if a.Key == "idem.batch.size" {
+				size = a.Value.AsInt64()
+			}
+		}
+		splits := 0
+		for _, e := range shared.Events() {
+			if e.Name == "idem.batch.split" {
+				splits++
+			}
+		}
+		if size != 2 || splits != 1 {
+			t.Fatalf("shared batch size %d, %d splits; want 2, 1", size, splits)
+		}
+		claims := 0
+		for _, s := range byName["idem.claim"] {
+			if s.Parent().SpanID() == shared.SpanContext().SpanID() {
+				claims++
+			}
+		}
+		if claims != 3 {
+			t.Fatalf("%d claims in the shared batch, want 3 (both, then each alone)", claims)
 		}
 	})
 }
