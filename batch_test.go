@@ -874,3 +874,36 @@ func TestBatcherSpans(t *testing.T) {
 		}
 	})
 }
+
+// A record committed after a request's fast-path read, by another process,
+// is found by the batch's claim: the same request is answered as a replay
+// of it, another one as reuse; the work does not run for either.
+func TestBatcherClaimFindsRecord(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{})
+		other := newKeeper(t, d, idem.Config{}) // another process's keeper: flights of its own
+		ctx := context.Background()
+		var runs atomic.Int64
+		meanwhile := func(key, body string) func(context.Context) (thing, error) {
+			return func(context.Context) (thing, error) {
+				if _, err := other.Do(ctx, req(key, body), insertWork(&runs, 201, `{"theirs":"`+key+`"}`)); err != nil {
+					return thing{}, err
+				}
+				return thing{key: key, body: `{"mine":1}`}, nil
+			}
+		}
+		res, err := r.b.DoFunc(ctx, req("same", `{"n":1}`), meanwhile("same", `{"n":1}`))
+		if err != nil || !res.Replayed || string(res.Body) != `{"theirs":"same"}` || res.ExpiresAt.IsZero() {
+			t.Fatalf("same request: %v %+v", err, res)
+		}
+		_, err = r.b.DoFunc(ctx, req("other", `{"n":1}`), meanwhile("other", `{"n":2}`))
+		var reused *idem.ReusedError
+		if !errors.As(err, &reused) || string(reused.Stored.Body) != `{"theirs":"other"}` {
+			t.Fatalf("another request: %v, want a *ReusedError", err)
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"same"}, []string{"other"})
+		if r.runsOf("same") != 0 || r.runsOf("other") != 0 || countRows(t, d, "biz") != 2 {
+			t.Fatalf("runs %d %d, biz rows %d; want 0, 0, 2 (the other keeper's)", r.runsOf("same"), r.runsOf("other"), countRows(t, d, "biz"))
+		}
+	})
+}
