@@ -25,6 +25,10 @@ var (
 	// ErrPanicked: the work panicked. Everything rolled back, nothing was
 	// stored, and the key is free for a retry. The error is a *PanicError.
 	ErrPanicked = errors.New("idem: work panicked")
+	// ErrBusy: a Batcher could not take the request: more requests wait
+	// for a batch than BatchConfig.MaxQueued, this one waited longer than
+	// MaxWait, or the batcher is closed. Nothing was done; retry later.
+	ErrBusy = errors.New("idem: too busy to take the request")
 	// ErrUnavailable: the database is unreachable. Nothing was stored; retry
 	// later. It is driver.ErrUnavailable. (A broker that cannot be reached
 	// is outbox.ErrBrokerUnavailable.)
@@ -78,7 +82,7 @@ func (e *PanicError) Unwrap() error {
 
 // IsRetryable reports whether err is a transient fault: nothing was
 // committed, and the same request may be sent again later (in flight,
-// database unavailable, lock or serialization timeouts).
+// database unavailable, lock or serialization timeouts, a busy Batcher).
 func IsRetryable(err error) bool {
-	return errors.Is(err, ErrInFlight) || driver.IsRetryable(err)
+	return errors.Is(err, ErrInFlight) || errors.Is(err, ErrBusy) || driver.IsRetryable(err)
 }

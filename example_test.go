@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
@@ -74,4 +75,68 @@ func ExampleReusedError() {
 	_, err := k.Do(ctx, idem.Request{Key: key, Body: []byte(`{"amount":9900}`)}, work)
 	fmt.Println(errors.Is(err, idem.ErrKeyReused))
 	// Output: true
+}
+
+// A Batcher commits the first arrivals of the moment together: one
+// transaction claims their keys, runs the work for all of them (set-based
+// statements, where the work can) and stores each one's answer. Each
+// request still gets its own answer, and a copy is replayed as by Do.
+func ExampleBatcher() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "idem-example-")
+	defer os.RemoveAll(dir)
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "idem.db")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	k, err := idem.New(d, idem.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The work of one batch: an answer per order, in order. A refusal
+	// that must not be stored would set ItemResult.Err instead.
+	charge := func(ctx context.Context, tx driver.Tx, orders []string) ([]idem.ItemResult, error) {
+		out := make([]idem.ItemResult, len(orders))
+		for i, order := range orders {
+			// Write the business rows of all the orders through tx here.
+			out[i].Outcome = idem.Outcome{Status: 201, Body: []byte(`{"charged":"` + order + `"}`)}
+		}
+		return out, nil
+	}
+	b, err := idem.NewBatcher(k, charge, idem.BatchConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	do := func(order string) idem.Result {
+		req := idem.Request{Key: idem.Key{Scope: "acme", Operation: "charge", Key: order}, Body: []byte(`{"amount":1500}`)}
+		res, err := b.Do(ctx, req, order)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return res
+	}
+	orders := []string{"order-1", "order-2", "order-3"}
+	results := make([]idem.Result, len(orders))
+	var wg sync.WaitGroup
+	for i, order := range orders {
+		wg.Go(func() { results[i] = do(order) })
+	}
+	wg.Wait()
+	for _, res := range results {
+		fmt.Println(res.Status, string(res.Body), "replayed:", res.Replayed)
+	}
+	res := do("order-2")
+	fmt.Println(res.Status, string(res.Body), "replayed:", res.Replayed)
+	// Output:
+	// 201 {"charged":"order-1"} replayed: false
+	// 201 {"charged":"order-2"} replayed: false
+	// 201 {"charged":"order-3"} replayed: false
+	// 201 {"charged":"order-2"} replayed: true
 }

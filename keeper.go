@@ -21,6 +21,12 @@
 //     error, is logged and returned as a *PanicError, and leaves the key
 //     free for the retry.
 //
+// A Batcher does the same for many requests at once ("group commit"): the
+// first arrivals of the moment share one transaction, with one statement
+// claiming all their keys and one storing all their answers, and each is
+// still all-or-nothing and answered alone. It pays when requests arrive
+// faster than the database commits them one by one.
+//
 // Storage is pluggable through package driver: driver/postgres for
 // production, driver/sqlite for the embedded default.
 //
@@ -87,6 +93,10 @@ type Outcome struct {
 type Result struct {
 	Outcome
 	Replayed bool
+	// ExpiresAt is when the stored record expires and the key behaves as
+	// new: until then the outcome is immutable, so a cache of it (idemhttp's
+	// replay cache) stays right without asking the database again.
+	ExpiresAt time.Time
 }
 
 // Work is an operation's work, run inside the transaction that claims its
@@ -254,10 +264,21 @@ func (k *Keeper) Config() Config { return k.cfg }
 func (k *Keeper) Do(ctx context.Context, req Request, work Work) (res Result, err error) {
 	ctx, span := k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
-	return k.do(ctx, req, work)
+	return k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
+		return k.run(ctx, key, fp, work, lockWait)
+	})
 }
 
-func (k *Keeper) do(ctx context.Context, req Request, work Work) (Result, error) {
+// attempt is one try at a key that no live record answered and no
+// in-process twin holds: Do's runs the work in a transaction of its own, a
+// Batcher's puts the request in a batch. lockWait bounds its waits for a
+// twin's row in the database.
+type attempt func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error)
+
+// do is what Do and Batcher.Do share: the key's checks, the fast-path read
+// of a committed record, and the in-process flights; try is the one step in
+// which they differ.
+func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, error) {
 	fp, err := k.prepare(&req)
 	if err != nil {
 		return Result{}, err
@@ -289,7 +310,7 @@ func (k *Keeper) do(ctx context.Context, req Request, work Work) (Result, error)
 			f = &flight{done: make(chan struct{}), fp: fp, err: errFlightAbandoned}
 			k.flights[id] = f
 			k.mu.Unlock()
-			return k.lead(ctx, id, f, req.Key, fp, work, lockWait)
+			return k.lead(ctx, id, f, req.Key, fp, try, lockWait)
 		}
 		if f.waiters >= k.cfg.MaxWaiters {
 			k.mu.Unlock()
@@ -331,14 +352,14 @@ func (k *Keeper) do(ctx context.Context, req Request, work Work) (Result, error)
 // however it ends: the flight is removed and done closed even if run
 // panics, so no twin waits out Config.Wait for an attempt that is over, and
 // no later copy in this process finds the key in flight.
-func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, fp []byte, work Work, lockWait time.Duration) (Result, error) {
+func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, fp []byte, try attempt, lockWait time.Duration) (Result, error) {
 	defer func() {
 		k.mu.Lock()
 		delete(k.flights, id)
 		k.mu.Unlock()
 		close(f.done)
 	}()
-	f.res, f.err = k.run(ctx, key, fp, work, lockWait)
+	f.res, f.err = try(ctx, key, fp, lockWait)
 	return f.res, f.err
 }
 
@@ -398,11 +419,12 @@ func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWai
 
 func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []byte, work Work) (Result, error) {
 	now := k.cfg.Clock()
+	expires := now.Add(k.cfg.Retention)
 	// The claim may wait on a twin's row lock in the database: its own span
 	// shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
 	claim, err := k.d.KeyClaim(ctx, tx, &driver.KeyClaimParams{
-		ID: key.id(), Fingerprint: fp, Now: now, ExpiresAt: now.Add(k.cfg.Retention),
+		ID: key.id(), Fingerprint: fp, Now: now, ExpiresAt: expires,
 	})
 	if span.IsRecording() && err == nil {
 		span.SetAttributes(attribute.Bool("idem.claimed", claim.Claimed))
@@ -421,18 +443,26 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []b
 	if err != nil {
 		return Result{}, err
 	}
-	var header []byte
-	if len(out.Header) > 0 {
-		if header, err = json.Marshal(out.Header); err != nil {
-			return Result{}, fmt.Errorf("idem: encode outcome header: %w", err)
-		}
-	}
-	if err := k.d.KeyRecord(ctx, tx, &driver.KeyRecordParams{
-		ID: key.id(), Status: out.Status, Header: header, Body: out.Body,
-	}); err != nil {
+	rec, err := record(key, out)
+	if err != nil {
 		return Result{}, err
 	}
-	return Result{Outcome: out}, nil
+	if err := k.d.KeyRecord(ctx, tx, &rec); err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: out, ExpiresAt: expires}, nil
+}
+
+// record is out as the driver stores it on key's claim.
+func record(key Key, out Outcome) (driver.KeyRecordParams, error) {
+	var header []byte
+	if len(out.Header) > 0 {
+		var err error
+		if header, err = json.Marshal(out.Header); err != nil {
+			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", key.Key, err)
+		}
+	}
+	return driver.KeyRecordParams{ID: key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
 }
 
 // runWork runs work and turns its panic into a *PanicError, logged with
@@ -445,15 +475,21 @@ func (k *Keeper) runWork(ctx context.Context, tx driver.Tx, key Key, work Work) 
 		if v == nil {
 			return
 		}
-		pe := &PanicError{Key: key, Value: v, Stack: debug.Stack()}
-		if v != http.ErrAbortHandler {
-			k.cfg.Logger.ErrorContext(ctx, "idem: work panicked; rolled back, nothing stored",
-				"scope", key.Scope, "operation", key.Operation, "key", key.Key,
-				"panic", fmt.Sprint(v), "stack", string(pe.Stack))
-		}
-		err = pe
+		err = k.panicked(ctx, key, v)
 	}()
 	return work(ctx, tx)
+}
+
+// panicked makes the *PanicError of a panic recovered from key's work,
+// with the panicking goroutine's stack, and logs it.
+func (k *Keeper) panicked(ctx context.Context, key Key, v any) *PanicError {
+	pe := &PanicError{Key: key, Value: v, Stack: debug.Stack()}
+	if v != http.ErrAbortHandler {
+		k.cfg.Logger.ErrorContext(ctx, "idem: work panicked; rolled back, nothing stored",
+			"scope", key.Scope, "operation", key.Operation, "key", key.Key,
+			"panic", fmt.Sprint(v), "stack", string(pe.Stack))
+	}
+	return pe
 }
 
 // start begins the span of one keeper call. Attributes are set only on a
@@ -489,7 +525,7 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 	if string(rec.Fingerprint) != string(fp) {
 		return Result{}, &ReusedError{Key: key, Stored: out}
 	}
-	return Result{Outcome: out, Replayed: true}, nil
+	return Result{Outcome: out, Replayed: true, ExpiresAt: rec.ExpiresAt}, nil
 }
 
 // storedOutcome is a record's outcome with its header decoded.

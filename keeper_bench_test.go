@@ -120,3 +120,102 @@ func BenchmarkKeeperReplay(b *testing.B) {
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkBatcherFirstArrival: BenchmarkKeeperFirstArrival's requests and
+// clients through a Batcher, so that the first arrivals of the moment share
+// a transaction. The work makes the same business row per request, with
+// one statement per batch, as set-based work does. reqs/tx is the mean
+// batch size the load formed.
+func BenchmarkBatcherFirstArrival(b *testing.B) {
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		b.Run(dialect, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, dialect), idem.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchBatcher(b, k, benchClients)
+		})
+	}
+}
+
+// BenchmarkFirstArrivalCrowd: four times the clients of the benchmarks
+// above on the same pool of 16 connections, as when a service's requests
+// outnumber its connections: Keeper.Do's requests queue for a connection,
+// a Batcher's for a batch.
+func BenchmarkFirstArrivalCrowd(b *testing.B) {
+	const clients = 4 * benchClients
+	for _, name := range []string{"keeper", "batcher"} {
+		b.Run("postgres/"+name, func(b *testing.B) {
+			k, err := idem.New(benchDriver(b, "postgres"), idem.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if name == "batcher" {
+				benchBatcher(b, k, clients)
+				return
+			}
+			var seq atomic.Int64
+			b.SetParallelism(clients / max(1, testingProcs()))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					key := fmt.Sprintf("first-%d", seq.Add(1))
+					if _, err := k.Do(context.Background(), req(key, `{"amount":1250}`), benchWork); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+// benchBatcher sends first arrivals from clients parallel callers through
+// a Batcher on k with the default BatchConfig.
+func benchBatcher(b *testing.B, k *idem.Keeper, clients int) {
+	bt, err := idem.NewBatcher(k, benchBatchWork, idem.BatchConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bt.Close()
+	var txs atomic.Int64
+	idem.SetBatchHook(bt, func([]idem.Key) { txs.Add(1) })
+	var seq atomic.Int64
+	b.SetParallelism(clients / max(1, testingProcs()))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := fmt.Sprintf("first-%d", seq.Add(1))
+			if _, err := bt.Do(context.Background(), req(key, `{"amount":1250}`), struct{}{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(float64(b.N)/float64(max(1, txs.Load())), "reqs/tx")
+}
+
+// benchBatchWork is benchWork for a batch: a business row per item, all in
+// one statement (benchWork's own for one item).
+func benchBatchWork(ctx context.Context, tx driver.Tx, items []struct{}) ([]idem.ItemResult, error) {
+	if len(items) == 1 {
+		if _, err := benchWork(ctx, tx); err != nil {
+			return nil, err
+		}
+	} else if _, err := tx.Exec(ctx, sqlBenchRows, len(items)); err != nil {
+		return nil, err
+	}
+	out := make([]idem.ItemResult, len(items))
+	for i := range out {
+		out[i].Outcome = idem.Outcome{Status: 201, Body: benchBody}
+	}
+	return out, nil
+}
+
+// sqlBenchRows inserts $1 rows of benchWork's in one statement, on either
+// dialect.
+const sqlBenchRows = `
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+INSERT INTO biz (k, note) SELECT 'bench', 'one side effect' FROM n`

@@ -17,6 +17,18 @@ type KeeperDriver interface {
 	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
 	// KeyRecord stores the outcome on the claim made earlier in tx.
 	KeyRecord(ctx context.Context, tx Tx, p *KeyRecordParams) error
+	// KeyClaimBatch is KeyClaim for many keys at once (the keeper's group
+	// commit), in one statement where the dialect allows. The IDs must be
+	// distinct. Keys are claimed in one definite order (sorted), so that two
+	// batches that share keys wait for each other instead of deadlocking.
+	// It must be the first statement of a read-committed transaction, like
+	// KeyClaim; the results are in the order of p.Claims.
+	KeyClaimBatch(ctx context.Context, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error)
+	// KeyRecordBatch stores each outcome of p.Records on its claim, and
+	// deletes the claims of p.Release, all made earlier in tx, in one
+	// statement where the dialect allows. Every key must hold a claim of
+	// tx's: anything else is an error.
+	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
 	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
@@ -25,6 +37,11 @@ type KeeperDriver interface {
 	// Reader runs statements outside any transaction, each on its own, for
 	// reads that need no transaction (the keeper's replay fast path).
 	Reader() Tx
+	// Writers is how many write transactions the database usefully runs
+	// at once: 1 for SQLite, whose one writer takes them in turn, or 0 when
+	// the driver sets no such bound (Postgres). The keeper's Batcher runs
+	// that many batches at once unless told otherwise.
+	Writers() int
 }
 
 // KeyID names one idempotency record.
@@ -44,6 +61,26 @@ type KeyClaimParams struct {
 type KeyClaimResult struct {
 	Claimed  bool
 	Existing *KeyRecord // set when Claimed is false
+}
+
+// KeyClaimBatchParams claims several keys with one clock reading.
+type KeyClaimBatchParams struct {
+	Claims    []KeyClaimItem
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// KeyClaimItem is one key of a KeyClaimBatch.
+type KeyClaimItem struct {
+	ID          KeyID
+	Fingerprint []byte
+}
+
+// KeyRecordBatchParams stores the outcomes of a batch's claims and releases
+// the claims of its requests that were refused without an outcome.
+type KeyRecordBatchParams struct {
+	Records []KeyRecordParams
+	Release []KeyID
 }
 
 type KeyRecordParams struct {

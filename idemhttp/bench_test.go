@@ -176,3 +176,23 @@ func BenchmarkReplayVsNoop(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReplayCold: every replay misses the replay cache (one entry,
+// two keys taken in turn), so each one is answered from the database and
+// then cached: the first replay of a key in a process, every time.
+func BenchmarkReplayCold(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			e := newEnv(b, drivertest.Open(b, dialect), idem.Config{}, idemhttp.Config{ReplayCache: 1})
+			for _, k := range []string{"k0", "k1"} {
+				if r := post(b, e.srv, "/orders", orderBody, k); r.status != http.StatusCreated {
+					b.Fatalf("first: %d", r.status)
+				}
+			}
+			before := e.mw.CacheStats()
+			run(b, e.srv, func(i int64) string { return "k" + strconv.FormatInt(i%2, 10) }, http.StatusCreated)
+			st := e.mw.CacheStats()
+			b.ReportMetric(float64(st.Misses-before.Misses)/float64(b.N), "misses/op")
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/sqlite"
 	"github.com/idemhq/idem/idemhttp"
 )
@@ -117,4 +118,72 @@ func ExampleMarkInvalid() {
 	// k-1 201 true 2 ordered
 	// k-2 422  only 3 left
 	// k-2 422 true only 3 left
+}
+
+// A route whose first arrivals share transactions (group commit): decode
+// turns a request into an item, refusing it with an answer that is not
+// stored; the batch's work answers each item, and a refusal found in the
+// transaction (out of stock) that must not be stored is a ResponseError.
+func ExampleBatched() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "idemhttp-example-")
+	defer os.RemoveAll(dir)
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "idem.db")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	k, _ := idem.New(d, idem.Config{})
+	guard, err := idemhttp.New(idemhttp.Config{Keeper: k})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	type order struct{ Quantity int }
+	work := func(ctx context.Context, tx driver.Tx, orders []order) ([]idem.ItemResult, error) {
+		out := make([]idem.ItemResult, len(orders))
+		for i, o := range orders {
+			if o.Quantity > 3 {
+				out[i].Err = &idemhttp.ResponseError{Status: http.StatusServiceUnavailable, Body: []byte("restocking\n")}
+				continue
+			}
+			// Insert all the orders through tx here, in one statement.
+			out[i].Outcome = idem.Outcome{Status: http.StatusCreated, Body: fmt.Appendf(nil, "%d ordered\n", o.Quantity)}
+		}
+		return out, nil
+	}
+	b, err := idem.NewBatcher(k, work, idem.BatchConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	decode := func(w http.ResponseWriter, r *http.Request, body []byte) (order, bool) {
+		var o order
+		if err := json.Unmarshal(body, &o); err != nil || o.Quantity <= 0 {
+			http.Error(w, "quantity: want a positive integer", http.StatusBadRequest) // not stored
+			return o, false
+		}
+		return o, true
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idemhttp.Batched(guard, b, decode))
+
+	for _, send := range []struct{ key, body string }{
+		{"k-1", `{"quantity":0}`}, {"k-1", `{"quantity":2}`}, {"k-1", `{"quantity":2}`},
+		{"k-2", `{"quantity":9}`},
+	} {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(send.body))
+		r.Header.Set(idemhttp.HeaderKey, send.key)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Println(send.key, w.Code, w.Header().Get(idemhttp.HeaderReplayed), strings.TrimSpace(w.Body.String()))
+	}
+	// Output:
+	// k-1 400  quantity: want a positive integer
+	// k-1 201  2 ordered
+	// k-1 201 true 2 ordered
+	// k-2 503  restocking
 }

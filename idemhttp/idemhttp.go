@@ -18,6 +18,9 @@
 // MarkInvalid: it rolls back and the key stays free for the corrected
 // request. A 5xx answer rolls back too, so that a retry runs again.
 //
+// Batched is a route whose first arrivals share transactions (the keeper's
+// group commit, idem.Batcher), with the same answers.
+//
 // Keys are scoped by tenant (Config.Scope) and operation: the method and the
 // route pattern the request matched (r.Pattern), so that one key sent to
 // /v1/transfers/a/reversals and /v1/transfers/b/reversals is the same
@@ -292,7 +295,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.serve(w, r, next)
+		m.serve(w, r, m.runHandler(next))
 	})
 }
 
@@ -302,7 +305,22 @@ func (m *Middleware) report(r *http.Request, kind Kind) {
 	}
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+// attempt is the one step in which Wrap and Batched differ: it runs a
+// guarded request through the keeper once the middleware's checks passed
+// and no cached outcome answered it. Wrap's runs the handler in Keeper.Do,
+// Batched's the decoded item through a Batcher. sent is the answer made in
+// this exchange: the key's first outcome (err nil, not replayed), or an
+// answer not stored (errInvalid, errHandlerFailed), sent as it is.
+type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent *answer, err error)
+
+// answer is a response made in this exchange, with every header it set.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) {
 	// The key is checked before the body is read: a request without one is
 	// rejected, never run (and its body never buffered).
 	vals := r.Header.Values(HeaderKey)
@@ -360,27 +378,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	start := kcfg.Clock()
-	var (
-		first  *recorder
-		failed *recorder // an answer not stored: rolled back, sent as is
-	)
-	res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
-		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
-			rec := newRecorder(m.cfg.MaxResponseBytes)
-			g := &guard{tx: tx, key: key}
-			next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
-			if rec.tooLong {
-				return idem.Outcome{}, errResponseTooLarge
-			}
-			status, header := rec.result()
-			if err := notStored(status, g.invalid.Load()); err != nil {
-				failed = rec
-				return idem.Outcome{}, err
-			}
-			first = rec
-			return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
-		})
+	res, sent, err := try(r, key, fp, body)
 	switch {
 	case errors.Is(err, http.ErrAbortHandler):
 		// The handler asked net/http to abort the response (a panic with
@@ -389,33 +387,52 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		panic(http.ErrAbortHandler)
 	case err == nil && !res.Replayed:
 		m.report(r, KindFirst)
-		status, header := first.result()
-		m.writeFirst(w, status, header, first.body)
-		m.cache.put(&entry{key: key, fp: fp, raw: raw, status: status, header: m.filter(header), body: first.body,
-			// The claim was made after start, so its record expires no
-			// earlier than this.
-			expires: start.Add(kcfg.Retention)})
+		m.writeFirst(w, sent.status, sent.header, sent.body)
+		m.cacheResult(key, fp, raw, res)
 	case err == nil:
 		m.report(r, KindReplayed)
 		m.writeReplay(w, res.Status, m.filter(res.Header), res.Body)
-		m.cacheFromStore(r.Context(), key, fp, raw)
+		m.cacheResult(key, fp, raw, res)
 	case errors.Is(err, errInvalid):
 		m.report(r, KindInvalid)
-		status, header := failed.result()
-		m.writeFirst(w, status, header, failed.body)
+		m.writeFirst(w, sent.status, sent.header, sent.body)
 	case errors.Is(err, errHandlerFailed):
 		m.report(r, KindHandlerError)
-		status, header := failed.result()
-		if status == http.StatusServiceUnavailable && header.Get("Retry-After") == "" {
-			header.Set("Retry-After", m.retryAfter)
+		if sent.status == http.StatusServiceUnavailable && sent.header.Get("Retry-After") == "" {
+			sent.header.Set("Retry-After", m.retryAfter)
 		}
-		m.writeFirst(w, status, header, failed.body)
+		m.writeFirst(w, sent.status, sent.header, sent.body)
 	default:
 		// The keeper's refusals and faults, and a handler's panic: a bug the
 		// keeper recovered, rolled back (the key is free again) and logged
 		// with the key and the stack; the client gets a 500 and its retry
 		// runs the handler again.
 		m.answer(w, r, err)
+	}
+}
+
+// runHandler is Wrap's attempt: next runs in Keeper.Do, writing through
+// the key's transaction, and its buffered answer is stored unless
+// notStored says otherwise.
+func (m *Middleware) runHandler(next http.Handler) attempt {
+	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
+		var sent *answer
+		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
+			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+				rec := newRecorder(m.cfg.MaxResponseBytes)
+				g := &guard{tx: tx, key: key}
+				next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
+				if rec.tooLong {
+					return idem.Outcome{}, errResponseTooLarge
+				}
+				status, header := rec.result()
+				sent = &answer{status: status, header: header, body: rec.body}
+				if err := notStored(status, g.invalid.Load()); err != nil {
+					return idem.Outcome{}, err
+				}
+				return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
+			})
+		return res, sent, err
 	}
 }
 
@@ -532,19 +549,14 @@ func (m *Middleware) writeReplay(w http.ResponseWriter, status int, header http.
 
 var replayedTrue = []string{"true"}
 
-// cacheFromStore caches a replay the keeper read from the database. The
-// keeper's answer does not say when the record expires, so it is read once
-// more: only the first replay of a key in this process pays for it.
-func (m *Middleware) cacheFromStore(ctx context.Context, key idem.Key, fp []byte, raw [sha256.Size]byte) {
-	if m.cache == nil {
+// cacheResult caches the keeper's answer, a first outcome or a replay
+// read from the database: the result says when its record expires, so no
+// second read is needed. The filter applies to what Batched's work gave.
+func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte, res idem.Result) {
+	if res.ExpiresAt.IsZero() {
 		return
 	}
-	rec, err := m.keeper.Lookup(ctx, key)
-	if err != nil || !bytes.Equal(rec.Fingerprint, fp) {
-		return // not cached; the next replay asks the database again
-	}
-	out := rec.Outcome
-	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: out.Status, header: m.filter(out.Header), body: out.Body, expires: rec.ExpiresAt})
+	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: res.Status, header: m.filter(res.Header), body: res.Body, expires: res.ExpiresAt})
 }
 
 // rawHash is SHA-256 over a request's method, path and body bytes as sent,
@@ -582,6 +594,9 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	case CodeUnavailable:
 		kind = KindUnavailable
 		p.Detail = "the service cannot reach its database; nothing was done, retry later"
+		if errors.Is(err, idem.ErrBusy) {
+			p.Detail = "the service is too busy to take the request; nothing was done, retry later"
+		}
 	default:
 		// The keeper returns no not_found, so anything else is a fault:
 		// 500, nothing stored.

@@ -153,7 +153,10 @@ func TestApplyEachOnItsOwn(t *testing.T) {
 			t.Fatalf("rows = %+v", c)
 		}
 		var fund ledger.Transfer
-		must(t, d, func(tx driver.Tx) (err error) { fund, err = l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: "fund"}); return err })
+		must(t, d, func(tx driver.Tx) (err error) {
+			fund, err = l.GetTransfer(ctx, tx, ledger.TransferQuery{Tenant: tenant, ID: "fund"})
+			return err
+		})
 		if len(fund.Reversals) != 2 || fund.Reversals[0].Amount+fund.Reversals[1].Amount != 100 {
 			t.Fatalf("fund = %+v", fund)
 		}

@@ -21,6 +21,54 @@ ON CONFLICT (scope, operation, key) DO UPDATE
  WHERE idem_keys.expires_at <= EXCLUDED.created_at
 RETURNING true`
 
+// The batch claim is sqlKeyClaim over arrays: one statement for any number
+// of keys. ORDER BY makes every batch insert, and so lock, its keys in one
+// order, so two batches that share keys queue instead of deadlocking. It
+// returns the keys it claimed; a key missing from its answer holds a live
+// record, read by sqlKeyGetBatch in a statement of its own for the reason
+// KeyClaim gives.
+const sqlKeyClaimBatch = `
+INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
+SELECT c.scope, c.operation, c.key, c.fingerprint, $5, $6
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS c(scope, operation, key, fingerprint)
+ ORDER BY c.scope, c.operation, c.key
+ON CONFLICT (scope, operation, key) DO UPDATE
+   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
+       created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+ WHERE idem_keys.expires_at <= EXCLUDED.created_at
+RETURNING scope, operation, key`
+
+const sqlKeyGetBatch = `
+SELECT k.scope, k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS c(scope, operation, key)
+  JOIN idem_keys k ON (k.scope, k.operation, k.key) = (c.scope, c.operation, c.key)`
+
+// The batch's outcomes, and those with released claims too: one statement
+// either way. The claims are the transaction's own rows, so the two parts
+// cannot meet another writer. The statement without releases is the common
+// one and the cheaper to plan: Postgres plans these anew on each run (a
+// generic plan would guess the arrays' length), which is most of their cost.
+const sqlKeyRecordBatch = `
+UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
+       AS r(scope, operation, key, status, header, body)
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
+
+const sqlKeyRecordReleaseBatch = `
+WITH recorded AS (
+  UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
+         AS r(scope, operation, key, status, header, body)
+   WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+  RETURNING 1
+), released AS (
+  DELETE FROM idem_keys AS k
+   USING unnest($7::text[], $8::text[], $9::text[]) AS r(scope, operation, key)
+   WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM recorded), (SELECT count(*) FROM released)`
+
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
@@ -61,6 +109,124 @@ func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecor
 	}
 	return nil
 }
+
+func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
+	n := len(p.Claims)
+	if n == 1 {
+		// The single claim's statement has a cached plan: a batch of one
+		// costs what Do's claim costs.
+		c := p.Claims[0]
+		res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt})
+		if err != nil {
+			return nil, err
+		}
+		return []driver.KeyClaimResult{*res}, nil
+	}
+	scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
+	fps := make([][]byte, n)
+	at := make(map[driver.KeyID]int, n)
+	for i, c := range p.Claims {
+		if _, dup := at[c.ID]; dup {
+			return nil, fmt.Errorf("postgres: claim batch: key %q twice", c.ID.Key)
+		}
+		at[c.ID] = i
+		scopes[i], ops[i], keys[i], fps[i] = c.ID.Scope, c.ID.Operation, c.ID.Key, c.Fingerprint
+	}
+	out := make([]driver.KeyClaimResult, n)
+	rows, err := tx.Query(ctx, sqlKeyClaimBatch, scopes, ops, keys, fps, p.Now, p.ExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	claimed := 0
+	for rows.Next() {
+		var id driver.KeyID
+		if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[at[id]].Claimed = true
+		claimed++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if claimed == n {
+		return out, nil
+	}
+	// The live records were committed by the time the insert returned;
+	// under READ COMMITTED this new statement sees them.
+	scopes, ops, keys = scopes[:0], ops[:0], keys[:0]
+	for i, c := range p.Claims {
+		if !out[i].Claimed {
+			scopes, ops, keys = append(scopes, c.ID.Scope), append(ops, c.ID.Operation), append(keys, c.ID.Key)
+		}
+	}
+	if rows, err = tx.Query(ctx, sqlKeyGetBatch, scopes, ops, keys); err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		rec := &driver.KeyRecord{}
+		if err := rows.Scan(&rec.ID.Scope, &rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status,
+			&rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
+			return nil, err
+		}
+		out[at[rec.ID]].Existing = rec
+		found++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if found != n-claimed {
+		// A live record vanished between the two statements: only a
+		// janitor whose clock runs ahead of ours deletes one.
+		return nil, fmt.Errorf("postgres: claim batch: %d of %d conflicting records gone: %w", n-claimed-found, n-claimed, driver.ErrNotFound)
+	}
+	return out, nil
+}
+
+func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
+	n := len(p.Records)
+	if n == 1 && len(p.Release) == 0 {
+		return d.KeyRecord(ctx, tx, &p.Records[0]) // a cached plan, as in KeyClaimBatch
+	}
+	scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
+	statuses := make([]int32, n)
+	headers, bodies := make([][]byte, n), make([][]byte, n)
+	for i, r := range p.Records {
+		scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
+		statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
+	}
+	m := len(p.Release)
+	if m == 0 {
+		recorded, err := tx.Exec(ctx, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies)
+		if err != nil {
+			return err
+		}
+		if recorded != int64(n) {
+			return fmt.Errorf("postgres: record batch: %d of %d outcomes found their claim", recorded, n)
+		}
+		return nil
+	}
+	relScopes, relOps, relKeys := make([]string, m), make([]string, m), make([]string, m)
+	for i, id := range p.Release {
+		relScopes[i], relOps[i], relKeys[i] = id.Scope, id.Operation, id.Key
+	}
+	var recorded, released int
+	if err := tx.QueryRow(ctx, sqlKeyRecordReleaseBatch, scopes, ops, keys, statuses, headers, bodies,
+		relScopes, relOps, relKeys).Scan(&recorded, &released); err != nil {
+		return err
+	}
+	if recorded != n || released != m {
+		return fmt.Errorf("postgres: record batch: %d of %d outcomes and %d of %d releases found their claim", recorded, n, released, m)
+	}
+	return nil
+}
+
+// Writers is 0: Postgres runs write transactions side by side.
+func (d *Driver) Writers() int { return 0 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}

@@ -28,6 +28,9 @@ const sqlKeyRecord = `
 UPDATE idem_keys SET status = ?4, header = ?5, body = ?6
  WHERE scope = ?1 AND operation = ?2 AND key = ?3`
 
+const sqlKeyRelease = `
+DELETE FROM idem_keys WHERE scope = ?1 AND operation = ?2 AND key = ?3`
+
 const sqlKeyDeleteExpired = `
 DELETE FROM idem_keys WHERE (scope, operation, key) IN (
   SELECT scope, operation, key FROM idem_keys WHERE expires_at <= ?1 LIMIT ?2)`
@@ -59,6 +62,49 @@ func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecor
 	}
 	return nil
 }
+
+// KeyClaimBatch claims the keys one statement at a time: SQLite runs in
+// process, so a statement costs no round trip, and with one writer at a
+// time no other transaction holds a key, so the order cannot deadlock.
+func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
+	out := make([]driver.KeyClaimResult, len(p.Claims))
+	seen := make(map[driver.KeyID]bool, len(p.Claims))
+	for i, c := range p.Claims {
+		if seen[c.ID] {
+			return nil, fmt.Errorf("sqlite: claim batch: key %q twice", c.ID.Key)
+		}
+		seen[c.ID] = true
+		res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = *res
+	}
+	return out, nil
+}
+
+// KeyRecordBatch stores and releases one statement at a time, for the
+// reason KeyClaimBatch gives.
+func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
+	for i := range p.Records {
+		if err := d.KeyRecord(ctx, tx, &p.Records[i]); err != nil {
+			return err
+		}
+	}
+	for _, id := range p.Release {
+		n, err := tx.Exec(ctx, sqlKeyRelease, id.Scope, id.Operation, id.Key)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("sqlite: release claim: %d rows hold the claim, want 1", n)
+		}
+	}
+	return nil
+}
+
+// Writers is 1: SQLite has one writer at a time.
+func (d *Driver) Writers() int { return 1 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}

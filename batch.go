@@ -1,0 +1,579 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/failpoint"
+)
+
+// Batcher coalesces concurrent first arrivals into one transaction ("group
+// commit"): where Keeper.Do spends a transaction — a connection, its round
+// trips and a commit's flush — on each request, a Batcher spends one on
+// all the requests that arrived while its batches ran, up to
+// BatchConfig.MaxBatch.
+//
+// Each request is still all-or-nothing: its claim, what the work wrote for
+// it and its stored outcome commit together, and it is answered only once
+// they did. Batcher.Do keeps everything Keeper.Do does (the key checks, the
+// one-read replay of a committed record, in-process twins, ErrKeyReused,
+// ErrInFlight, *PanicError); only the transaction is shared. A batch that
+// fails (a work error or panic, a deadlock, a lock timeout, a lost
+// connection) is rolled back and tried again in halves, down to single
+// requests, so that one request's fault is answered to that request alone.
+//
+// There is no timer and no goroutine of its own. A request that finds
+// fewer than BatchConfig.Concurrency batches running runs one at once, in
+// its own goroutine, so a lone request costs what Do costs. Otherwise it
+// waits in the queue; a batch that ends hands everything waiting (up to
+// MaxBatch) to the oldest waiting request's goroutine, which runs it as
+// the next batch. Batches grow only when requests arrive faster than the
+// database commits them. docs/architecture.md, "Group commit", says what
+// the knobs trade.
+type Batcher[T any] struct {
+	k    *Keeper
+	work BatchWork[T]
+	cfg  BatchConfig
+
+	mu      sync.Mutex
+	idle    sync.Cond     // running fell to 0: for Close
+	running int           // batches running; while below Concurrency, nothing waits
+	queue   []*pending[T] // oldest first; holds given-up requests until compacted
+	waiting int           // requests in queue still waiting to be taken
+	stale   int           // requests in queue that gave up
+	closed  bool
+
+	testHooks batchHooks
+}
+
+// batchHooks let tests see the batches without sleeping; set only by
+// export_test.go, before the batcher is used, and nil in production.
+type batchHooks struct {
+	// queued is called with each request's key once it waits in the queue.
+	queued func(Key)
+	// attempt is called with the keys of each transaction a batch
+	// begins, before it begins it.
+	attempt func([]Key)
+	// commit, when set, commits tx in place of tx.Commit: a test makes a
+	// commit fail after it happened.
+	commit func(ctx context.Context, tx driver.TxCloser) error
+}
+
+// BatchWork is the work of a batch of first arrivals, run inside the one
+// transaction that claims all their keys. It writes through tx for each
+// item and returns one ItemResult per item, in order; it must not commit or
+// roll back tx. A result for each item is required: anything else is a bug,
+// reported as an error.
+//
+// Returning an error, or panicking, rolls the whole batch back; the keeper
+// then tries the items again in smaller batches, down to one item, so the
+// work must be safe to run again for an item after a rollback, as Work is
+// for a retry. The error (a panic: a *PanicError) reaches only the request
+// whose work fails alone.
+//
+// ctx is the batch's: it carries none of the callers' values, and is done
+// only when every caller in the batch gave up. Put what the work needs to
+// know of a request in its item.
+type BatchWork[T any] func(ctx context.Context, tx driver.Tx, items []T) ([]ItemResult, error)
+
+// ItemResult is the answer of a batch's work for one item.
+type ItemResult struct {
+	// Outcome is stored with the item's key, committed with the batch and
+	// answered to the request.
+	Outcome Outcome
+	// Err, when set, refuses this item without storing anything: its claim
+	// is released inside the batch's transaction, the key stays free for a
+	// retry, and Do returns Err. The work must have written nothing for
+	// the item, since the rest of the batch commits.
+	Err error
+}
+
+// BatchConfig configures a Batcher. The zero value is usable.
+type BatchConfig struct {
+	// MaxBatch bounds the requests one transaction carries: a larger batch
+	// spends fewer commits but holds its rows' locks longer and costs more
+	// to retry when one request fails. Default 128; bound 1..1000.
+	MaxBatch int
+	// Concurrency is how many batches run at once, each on a connection of
+	// its own. More batches answer sooner when clients are few; fewer make
+	// larger batches, and spend fewer transactions, when they are many.
+	// Default 4, or 1 on SQLite: with one writer a second batch only
+	// queues for it, holding requests that would have joined the next
+	// batch. Bound 1..64.
+	Concurrency int
+	// MaxQueued bounds the requests waiting to be taken into a batch; the
+	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
+	// 1..100000.
+	MaxQueued int
+	// MaxWait bounds how long a request waits to be taken into a batch
+	// before it gets ErrBusy, nothing stored: a queue that long means the
+	// database is not keeping up, and the client is better told to retry.
+	// Default 1s; bound 1ms..60s.
+	MaxWait time.Duration
+}
+
+func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 128
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+		if w := d.Writers(); w > 0 {
+			c.Concurrency = min(c.Concurrency, w)
+		}
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = 1000
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = time.Second
+	}
+	return c
+}
+
+func (c BatchConfig) validate() error {
+	switch {
+	case c.MaxBatch < 1 || c.MaxBatch > 1000:
+		return fmt.Errorf("idem: MaxBatch %d is outside 1..1000", c.MaxBatch)
+	case c.Concurrency < 1 || c.Concurrency > 64:
+		return fmt.Errorf("idem: Concurrency %d is outside 1..64", c.Concurrency)
+	case c.MaxQueued < 1 || c.MaxQueued > 100000:
+		return fmt.Errorf("idem: MaxQueued %d is outside 1..100000", c.MaxQueued)
+	case c.MaxWait < time.Millisecond || c.MaxWait > time.Minute:
+		return fmt.Errorf("idem: MaxWait %s is outside 1ms..60s", c.MaxWait)
+	}
+	return nil
+}
+
+// pending is one request from the moment it is submitted until its batch
+// answers it. taken and gaveUp are guarded by Batcher.mu; res and err are
+// written before done is closed and read only after.
+type pending[T any] struct {
+	ctx      context.Context // the caller's; its span is linked from the batch's
+	key      Key
+	fp       []byte
+	item     T
+	deadline time.Time          // its waits for row locks, over all its attempts, end by then
+	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
+	taken    bool               // it is in a batch, which answers it
+	gaveUp   bool               // MaxWait or the caller's ctx ended its wait first
+	next     chan []*pending[T] // the batch its goroutine is to run (it is the first in it)
+	done     chan struct{}
+	res      Result
+	err      error
+}
+
+func (p *pending[T]) answer(res Result, err error) {
+	p.res, p.err = res, err
+	close(p.done) // a second answer panics here: it would be a bug
+}
+
+// NewBatcher returns a Batcher that runs work for the first arrivals of k's
+// keys. It starts no goroutine.
+func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[T], error) {
+	if k == nil {
+		return nil, errors.New("idem: nil keeper")
+	}
+	if work == nil {
+		return nil, errors.New("idem: nil batch work")
+	}
+	cfg = cfg.withDefaults(k.d)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Batcher[T]{k: k, work: work, cfg: cfg}
+	b.idle.L = &b.mu
+	return b, nil
+}
+
+// Config returns the batcher's configuration with defaults applied.
+func (b *Batcher[T]) Config() BatchConfig { return b.cfg }
+
+// Close stops taking requests (Do then gets ErrBusy), lets those already
+// queued run in their batches, and returns once every batch has answered.
+// Calling it again does nothing.
+func (b *Batcher[T]) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for b.running > 0 {
+		b.idle.Wait()
+	}
+}
+
+// Do is Keeper.Do with item done by the batcher's work, in a transaction
+// shared with the other first arrivals of the moment.
+//
+// A replay, a reuse (*ReusedError) and a copy that joins an in-process twin
+// are answered as Keeper.Do answers them, without a batch. A first arrival
+// waits to be taken into a batch, bounded by BatchConfig (ErrBusy), and is
+// answered once its batch committed: with the outcome the work gave it, or
+// with its ItemResult.Err, nothing stored. When the work fails for it alone
+// Do returns what Keeper.Do would: the work's error, a *PanicError, or
+// ErrInFlight when a twin in another process held the key past Config.Wait.
+//
+// Once a request is taken into a batch, Do waits for the batch's answer
+// even if ctx ends meanwhile, so that it never says "nothing stored" of a
+// request its batch then commits; a batch stops early only when all its
+// callers have gone.
+func (b *Batcher[T]) Do(ctx context.Context, req Request, item T) (Result, error) {
+	return b.DoFunc(ctx, req, func(context.Context) (T, error) { return item, nil })
+}
+
+// DoFunc is Do with the item made by makeItem, called only when the request
+// goes into a batch: not for a replay, a reuse, or a copy answered by an
+// in-process twin. An error from makeItem is returned as is, nothing
+// stored; in-process twins waiting on the request then try for themselves.
+// idemhttp's Batched decodes a request's body this way, after the checks
+// that refuse a reused key.
+func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(context.Context) (T, error)) (res Result, err error) {
+	ctx, span := b.k.start(ctx, "idem.Do", req.Key)
+	defer func() { endSpan(span, res, err) }()
+	return b.k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
+		item, err := makeItem(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		return b.submit(ctx, key, fp, item, lockWait)
+	})
+}
+
+// submit runs a request in a batch of its own when fewer than Concurrency
+// run, or queues it, and returns its answer.
+func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, lockWait time.Duration) (Result, error) {
+	p := &pending[T]{ctx: ctx, key: key, fp: fp, item: item, deadline: time.Now().Add(lockWait),
+		next: make(chan []*pending[T], 1), done: make(chan struct{})}
+	b.mu.Lock()
+	switch {
+	case b.closed:
+		b.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
+	case b.running < b.cfg.Concurrency:
+		// Nothing waits while a batch could start (a batch that ends hands
+		// the queue on), so this request is alone: it runs now.
+		b.running++
+		p.taken = true
+		b.mu.Unlock()
+		b.lead([]*pending[T]{p})
+		return p.res, p.err
+	case b.waiting >= b.cfg.MaxQueued:
+		b.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
+	}
+	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
+	b.queue = append(b.queue, p)
+	b.waiting++
+	b.mu.Unlock()
+	if h := b.testHooks.queued; h != nil {
+		h(key)
+	}
+
+	timer := time.NewTimer(b.cfg.MaxWait)
+	defer timer.Stop()
+	expired, gone := timer.C, ctx.Done()
+	for {
+		select {
+		case <-p.done:
+			return p.res, p.err
+		case batch := <-p.next:
+			b.lead(batch)
+			<-p.done
+			return p.res, p.err
+		case <-expired:
+			if b.giveUp(p) {
+				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
+			}
+			expired = nil // taken meanwhile: its batch answers it
+		case <-gone:
+			if b.giveUp(p) {
+				return Result{}, ctx.Err()
+			}
+			gone = nil
+		}
+	}
+}
+
+// giveUp withdraws p from the queue unless it was taken into a batch.
+func (b *Batcher[T]) giveUp(p *pending[T]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.taken {
+		return false
+	}
+	p.gaveUp = true
+	p.queued.End()
+	b.waiting--
+	// Given-up requests stay in the queue until a batch passes them; when
+	// they are most of it, drop them now, so that the queue stays bounded
+	// however long the batches take.
+	if b.stale++; b.stale > len(b.queue)/2 {
+		n := 0
+		for _, q := range b.queue {
+			if !q.gaveUp {
+				b.queue[n] = q
+				n++
+			}
+		}
+		clear(b.queue[n:])
+		b.queue, b.stale = b.queue[:n], 0
+	}
+	return true
+}
+
+// lead runs batch in the calling goroutine, then hands whatever waits to
+// the oldest waiting request's goroutine as the next batch, or frees its
+// place among the Concurrency batches when nothing waits.
+func (b *Batcher[T]) lead(batch []*pending[T]) {
+	defer func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.waiting == 0 {
+			if b.running--; b.running == 0 {
+				b.idle.Broadcast()
+			}
+			return
+		}
+		next := b.take()
+		next[0].next <- next
+	}()
+	b.run(batch)
+}
+
+// take removes up to MaxBatch waiting requests from the head of the queue.
+// b.mu is held and b.waiting is above 0.
+func (b *Batcher[T]) take() []*pending[T] {
+	batch := make([]*pending[T], 0, min(b.waiting, b.cfg.MaxBatch))
+	i := 0
+	for ; i < len(b.queue) && len(batch) < b.cfg.MaxBatch; i++ {
+		p := b.queue[i]
+		if p.gaveUp {
+			b.stale--
+			continue
+		}
+		p.taken = true
+		p.queued.End()
+		batch = append(batch, p)
+	}
+	n := copy(b.queue, b.queue[i:])
+	clear(b.queue[n:])
+	b.queue = b.queue[:n]
+	b.waiting -= len(batch)
+	return batch
+}
+
+// run runs one batch and answers each of its requests once.
+func (b *Batcher[T]) run(batch []*pending[T]) {
+	defer func() {
+		// A panic outside the work is a bug of the batcher's. It goes on to
+		// the caller, but the batch's other requests must not wait forever.
+		if v := recover(); v != nil {
+			for _, p := range batch {
+				select {
+				case <-p.done:
+				default:
+					p.answer(Result{}, fmt.Errorf("idem: the batch ended without an answer: %v", v))
+				}
+			}
+			panic(v)
+		}
+	}()
+	// The batch runs under a context of its own, ended only when every
+	// caller in it has gone: one caller's hang-up must not roll back its
+	// neighbours.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	for _, p := range batch {
+		stop := context.AfterFunc(p.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	ctx, span := b.k.tracer.Start(ctx, "idem.batch")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
+		for _, p := range batch {
+			span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(p.ctx)})
+		}
+	}
+	defer span.End()
+	b.attempt(ctx, batch)
+}
+
+// attempt tries ps in one transaction. When that fails for a reason one
+// of them may have caused, it tries each half in turn, down to single
+// requests, which get the error.
+func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
+	answers, whole, err := b.try(ctx, ps)
+	switch {
+	case err == nil:
+		for i, p := range ps {
+			p.answer(answers[i].res, answers[i].err)
+		}
+	case len(ps) == 1 || whole || ctx.Err() != nil:
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		for _, p := range ps {
+			p.answer(Result{}, err)
+		}
+	default:
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.AddEvent("idem.batch.split", trace.WithAttributes(
+				attribute.Int("idem.batch.size", len(ps)), attribute.String("error", err.Error())))
+		}
+		half := len(ps) / 2
+		b.attempt(ctx, ps[:half])
+		b.attempt(ctx, ps[half:])
+	}
+}
+
+// answer is one request's answer in a batch that committed.
+type answer struct {
+	res Result
+	err error
+}
+
+// try is one transaction for ps: claim all their keys in one statement,
+// answer those a live record holds, run the work for the rest, store
+// their outcomes and release the refused ones' claims in one statement,
+// commit. whole is set when the error is not any request's doing (the
+// transaction could not begin), so that splitting cannot help.
+func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answer, whole bool, err error) {
+	k := b.k
+	if h := b.testHooks.attempt; h != nil {
+		keys := make([]Key, len(ps))
+		for i, p := range ps {
+			keys[i] = p.key
+		}
+		h(keys)
+	}
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps)})
+	if err != nil {
+		return nil, true, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+
+	now := k.cfg.Clock()
+	expires := now.Add(k.cfg.Retention)
+	claims := make([]driver.KeyClaimItem, len(ps))
+	for i, p := range ps {
+		claims[i] = driver.KeyClaimItem{ID: p.key.id(), Fingerprint: p.fp}
+	}
+	_, span := k.tracer.Start(ctx, "idem.claim")
+	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	span.End()
+	if err != nil {
+		if len(ps) == 1 && errors.Is(err, driver.ErrLockTimeout) {
+			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+		}
+		return nil, false, err
+	}
+
+	answers = make([]answer, len(ps))
+	var todo []int // the requests whose keys this transaction claimed
+	for i, c := range claimed {
+		if c.Claimed {
+			todo = append(todo, i)
+			continue
+		}
+		answers[i].res, answers[i].err = replay(ps[i].key, c.Existing, ps[i].fp)
+	}
+	if len(todo) == 0 {
+		return answers, false, nil // nothing written: the rollback ends it
+	}
+	items := make([]T, len(todo))
+	for j, i := range todo {
+		items[j] = ps[i].item
+	}
+	results, err := b.runWork(ctx, tx, ps, items)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(results) != len(items) {
+		return nil, false, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(items))
+	}
+
+	var store driver.KeyRecordBatchParams
+	for j, i := range todo {
+		r := results[j]
+		if r.Err != nil {
+			store.Release = append(store.Release, ps[i].key.id())
+			answers[i].err = r.Err
+			continue
+		}
+		rec, err := record(ps[i].key, r.Outcome)
+		if err != nil {
+			return nil, false, err
+		}
+		store.Records = append(store.Records, rec)
+		answers[i].res = Result{Outcome: r.Outcome, ExpiresAt: expires}
+	}
+	if len(store.Records) == 0 {
+		return answers, false, nil // every claim refused: the rollback releases them
+	}
+	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
+		return nil, false, err
+	}
+	failpoint.Hit("keeper.before_commit")
+	commit := tx.Commit
+	if h := b.testHooks.commit; h != nil {
+		commit = func(ctx context.Context) error { return h(ctx, tx) }
+	}
+	if err := commit(ctx); err != nil {
+		// The commit may have happened all the same (the connection was
+		// lost on the way back): the retry that splitting makes then finds
+		// the records and answers them as replays of their own outcomes.
+		return nil, false, err
+	}
+	return answers, false, nil
+}
+
+// lockWait bounds the waits of ps's transaction for row locks. Each
+// request's waits, over all the attempts its batch splits into, end by its
+// deadline (Config.Wait after it came, as in Do). A batch of several takes
+// half of what its most pressed request has left, so that when a key held
+// in another process makes it wait, the halves it splits into still have
+// time: the held key's request gets ErrInFlight within its bound, and its
+// neighbours commit.
+func lockWait[T any](ps []*pending[T]) time.Duration {
+	left := time.Until(ps[0].deadline)
+	for _, p := range ps[1:] {
+		left = min(left, time.Until(p.deadline))
+	}
+	if len(ps) > 1 {
+		left /= 2
+	}
+	return max(left, time.Millisecond)
+}
+
+// runWork runs the batch's work. A panic is recovered: for a single
+// request it becomes that request's *PanicError, logged as Do logs it; for
+// several it is an error that splits the batch, not logged, since it is
+// not yet known whose it is.
+func (b *Batcher[T]) runWork(ctx context.Context, tx driver.Tx, ps []*pending[T], items []T) (results []ItemResult, err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if len(ps) == 1 {
+			err = b.k.panicked(ctx, ps[0].key, v)
+			return
+		}
+		err = fmt.Errorf("idem: batch work panicked: %v", v)
+	}()
+	return b.work(ctx, tx, items)
+}
