@@ -317,6 +317,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	if s.writes != nil {
+		s.writes.Close() // the drained requests' batches have answered
+	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
