@@ -110,6 +110,8 @@ func TestGroupCommitEquivalence(t *testing.T) {
 				len(order), shared)
 		}
 
+		t.Logf("%d requests applied, %d transactions shared by several", len(order), shared)
+
 		// The same requests, one at a time, group commit off.
 		ref := drivertest.Open(t, d.Dialect())
 		single := gcServer(t, ref, false, nil)
