@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
@@ -27,13 +29,16 @@ import (
 type ledgerWrite struct {
 	key idem.Key
 	op  ledger.Op
+	// trace is the request's span: its events continue the request's
+	// trace, not the batch's.
+	trace trace.SpanContext
 }
 
 // writeOf is the write of r's op, under r's Idempotency-Key.
 func writeOf(r *http.Request, op ledger.Op) ledgerWrite {
 	key, _ := idemhttp.KeyFrom(r.Context())
 	op.Tenant = tenantFrom(r.Context())
-	return ledgerWrite{key: key, op: op}
+	return ledgerWrite{key: key, op: op, trace: trace.SpanContextFromContext(r.Context())}
 }
 
 // decodeAccount reads POST /v1/accounts. A refusal is answered as invalid
@@ -151,16 +156,25 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 	}
 	out := make([]idem.ItemResult, len(ops))
 	var events []outbox.Message
+	var trc trace.SpanContext
+	batchTrace := trace.SpanContextFromContext(ctx).TraceID()
 	event := func(tenant, typ, key string, resource any) error {
 		payload, err := json.Marshal(resource)
 		if err != nil {
 			return fmt.Errorf("encode %s event: %w", typ, err)
 		}
-		events = append(events, outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload})
+		events = append(events, outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload, Trace: trc})
 		return nil
 	}
 	for i, r := range res {
 		op := &ops[i]
+		// An event continues its request's trace: from the outbox.Enqueue
+		// span when the request runs in its own transaction, from the
+		// request's span when it shares a batch's (a trace of its own).
+		trc = trace.SpanContext{}
+		if ws[i].trace.TraceID() != batchTrace {
+			trc = ws[i].trace
+		}
 		switch {
 		case r.Err != nil:
 			out[i] = refusal(r.Err, op.Reversal != nil)
