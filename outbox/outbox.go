@@ -78,6 +78,10 @@ type Message struct {
 	Payload json.RawMessage
 	// Headers travel with the message where the broker has headers.
 	Headers map[string]string
+	// Trace, when valid, is the span the message's trace continues from in
+	// place of Enqueue's own: for one Enqueue of the messages of several
+	// requests, each in its request's trace (a group-commit batch).
+	Trace trace.SpanContext
 	// CreatedAt is set by Enqueue.
 	CreatedAt time.Time
 }
@@ -223,7 +227,8 @@ func NewID() string { return uuid.Must(uuid.NewV7()).String() }
 // or one of another database than the outbox's, is refused (driver.CheckTx).
 //
 // Each row stores the W3C trace context of the outbox.Enqueue span (a
-// child of ctx's span), or none when tracing is off and ctx holds no span.
+// child of ctx's span), or none when tracing is off and ctx holds no span;
+// a message with a valid Trace stores that instead.
 func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (err error) {
 	if err := driver.CheckTx(o.d, tx); err != nil {
 		return fmt.Errorf("outbox: %w", err)
@@ -253,6 +258,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (er
 			return err
 		}
 		row.TraceParent, row.TraceState = parent, state
+		if m.Trace.IsValid() {
+			row.TraceParent, row.TraceState = tracing.Format(trace.ContextWithSpanContext(ctx, m.Trace))
+		}
 		rows[i] = row
 	}
 	return o.d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows})

@@ -52,6 +52,12 @@ var settings = []setting{
 		durationSetter(func(c *Config) *time.Duration { return &c.KeyRetention })},
 	{"in-flight-wait", "IDEM_IN_FLIGHT_WAIT", "in_flight_wait", "how long a duplicate waits for its running twin (default 5s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.InFlightWait })},
+	{"group-commit", "IDEM_GROUP_COMMIT", "group_commit", "share one transaction among concurrent ledger writes (default true)",
+		func(c *Config, v string) (err error) { c.GroupCommit, err = strconv.ParseBool(v); return err }},
+	{"batch-max", "IDEM_BATCH_MAX", "batch_max", "most requests one group-commit transaction carries (default 128)",
+		func(c *Config, v string) (err error) { c.BatchMax, err = strconv.Atoi(v); return err }},
+	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 4 on PostgreSQL, 1 on SQLite)",
+		func(c *Config, v string) (err error) { c.BatchConcurrency, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "IDEM_LOG_LEVEL", "log_level", "debug, info, warn or error (default info)",
@@ -85,7 +91,7 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 // settingTypes are the types --help shows for settings that are not
 // strings.
 var settingTypes = map[string]string{
-	"migrate": "bool", "relay": "bool",
+	"migrate": "bool", "relay": "bool", "group-commit": "bool",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
@@ -101,7 +107,8 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr.
 var ServeSettings = slices.Concat([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "shutdown-timeout", "currency-exponents"}, relayShared)
+	"key-retention", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "shutdown-timeout",
+	"currency-exponents"}, relayShared)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

@@ -21,8 +21,15 @@ import (
 // (EUR) and an empty wallet w (EUR) that may not go below zero.
 func inputServer(t *testing.T, d driver.Driver) *httptest.Server {
 	t.Helper()
+	return inputServerWith(t, d, true)
+}
+
+// inputServerWith is inputServer with group commit on or off.
+func inputServerWith(t *testing.T, d driver.Driver, groupCommit bool) *httptest.Server {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Relay = false
+	cfg.GroupCommit = groupCommit
 	s, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -14,124 +13,6 @@ import (
 	"github.com/idemhq/idem/internal/inspect"
 	"github.com/idemhq/idem/ledger"
 )
-
-func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
-	var in ledger.NewAccount
-	if err := decode(r, &in); err != nil {
-		invalid(w, r, err.Error())
-		return
-	}
-	if in.ID == "" {
-		in.ID = derivedID(r, "account")
-	}
-	tx := idemhttp.Tx(r.Context())
-	tenant := tenantFrom(r.Context())
-	a, err := s.ledger.CreateAccount(r.Context(), tx, tenant, in)
-	if err == nil && !a.Existing {
-		err = s.emit(r.Context(), tx, tenant, "account.created", "account/"+a.ID, a)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/v1/accounts/"+a.ID)
-	writeJSON(w, http.StatusCreated, a)
-}
-
-// transferRequest is POST /v1/transfers's body.
-type transferRequest struct {
-	ID              string          `json:"id"`
-	DebitAccountID  string          `json:"debit_account_id"`
-	CreditAccountID string          `json:"credit_account_id"`
-	Amount          json.RawMessage `json:"amount"` // integer reads it: a JSON number, never a string
-	Currency        string          `json:"currency"`
-	Metadata        json.RawMessage `json:"metadata"`
-}
-
-func (s *Server) postTransfer(w http.ResponseWriter, r *http.Request) {
-	var in transferRequest
-	if err := decode(r, &in); err != nil {
-		invalid(w, r, err.Error())
-		return
-	}
-	amount, err := integer("amount", in.Amount)
-	if err != nil {
-		invalid(w, r, err.Error()+"; want a positive integer number of minor units")
-		return
-	}
-	id := in.ID
-	if id == "" {
-		// Derived from (tenant, Idempotency-Key): a retry that arrives after
-		// the key's retention still finds this transfer instead of making a
-		// second one.
-		id = derivedID(r, "transfer")
-	}
-	tx := idemhttp.Tx(r.Context())
-	tenant := tenantFrom(r.Context())
-	ts, err := s.ledger.Post(r.Context(), tx, tenant, ledger.NewTransfer{
-		ID: id, DebitAccountID: in.DebitAccountID, CreditAccountID: in.CreditAccountID,
-		Amount: amount, Currency: in.Currency, Metadata: in.Metadata,
-	})
-	if err == nil && !ts[0].Existing {
-		err = s.emit(r.Context(), tx, tenant, "transfer.created", "transfer/"+ts[0].ID, ts[0])
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	t := ts[0]
-	w.Header().Set("Location", "/v1/transfers/"+t.ID)
-	writeJSON(w, http.StatusCreated, t)
-}
-
-// reversalRequest is POST /v1/transfers/{id}/reversals's body.
-type reversalRequest struct {
-	ID       string          `json:"id"`
-	Amount   json.RawMessage `json:"amount"` // absent or null: all that remains
-	Reason   string          `json:"reason"`
-	Metadata json.RawMessage `json:"metadata"`
-}
-
-func (s *Server) reverseTransfer(w http.ResponseWriter, r *http.Request) {
-	var in reversalRequest
-	if err := decode(r, &in); err != nil {
-		invalid(w, r, err.Error())
-		return
-	}
-	var amount int64
-	if len(in.Amount) > 0 && string(in.Amount) != "null" {
-		const want = "want a positive integer number of minor units, or no amount to reverse all that remains"
-		var err error
-		if amount, err = integer("amount", in.Amount); err != nil {
-			invalid(w, r, err.Error()+"; "+want)
-			return
-		}
-		if amount <= 0 {
-			invalid(w, r, "amount: "+want)
-			return
-		}
-	}
-	id := in.ID
-	if id == "" {
-		id = derivedID(r, "reversal")
-	}
-	tx := idemhttp.Tx(r.Context())
-	tenant := tenantFrom(r.Context())
-	t, err := s.ledger.Reverse(r.Context(), tx, tenant, ledger.NewReversal{
-		TransferID: r.PathValue("id"), ID: id, Amount: amount, Reason: in.Reason, Metadata: in.Metadata,
-	})
-	if err == nil && !t.Existing {
-		// Keyed by the original, so a reversal's event never overtakes the
-		// event of the transfer it reverses.
-		err = s.emit(r.Context(), tx, tenant, "transfer.reversed", "transfer/"+t.ReversesID, t)
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/v1/transfers/"+t.ID)
-	writeJSON(w, http.StatusCreated, t)
-}
 
 // derivedID names a resource created without an id after the request's
 // tenant and Idempotency-Key: the same key always names the same resource.

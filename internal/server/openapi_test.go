@@ -70,6 +70,18 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	c.post("/v1/transfers", "t-1b", `{"id":"t1","debit_account_id":"a","credit_account_id":"b","amount":501,"currency":"EUR"}`, 422)
 	c.get("/v1/transfers/t1", 200)
 	c.get("/v1/transfers/ghost", 404)
+	batch := `{"transfers":[{"id":"tb1","debit_account_id":"a","credit_account_id":"b","amount":3,"currency":"EUR"},` +
+		`{"id":"t1","debit_account_id":"a","credit_account_id":"b","amount":500,"currency":"EUR"},` +
+		`{"debit_account_id":"w","credit_account_id":"b","amount":1,"currency":"EUR"}]}`
+	br := c.post("/v1/transfers/batch", "tb-1", batch, 200)
+	for _, want := range []string{`"status":"created"`, `"status":"existing"`, `"status":"refused"`, `"code":"insufficient_funds"`} {
+		if !bytes.Contains(br.Body, []byte(want)) {
+			t.Errorf("POST /v1/transfers/batch: no %s in %s", want, br.Body)
+		}
+	}
+	c.post("/v1/transfers/batch", "tb-1", batch, 200)
+	c.post("/v1/transfers/batch", "tb-2", `{"transfers":[]}`, 400)
+	c.post("/v1/transfers/batch", "tb-3", `{"transfers":[{"debit_account_id":"a","credit_account_id":"b","amount":"3","currency":"EUR"}]}`, 400)
 	if tr.Header.Get("Location") != "/v1/transfers/t1" {
 		t.Errorf("Location = %q", tr.Header.Get("Location"))
 	}

@@ -185,14 +185,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var le *ledger.Error
 	switch {
 	case errors.As(err, &le):
-		switch {
-		case errors.Is(le, ledger.ErrInvalidRequest), errors.Is(le, ledger.ErrInvalidAmount):
+		p, isInvalid := ledgerProblem(le, r.PathValue("id") != "")
+		if isInvalid {
 			invalid(w, r, le.Message)
-		case errors.Is(le, ledger.ErrTransferNotFound) && r.PathValue("id") != "":
-			problem.Write(w, http.StatusNotFound, codeNotFound, le.Message) // the path's transfer
-		default:
-			problem.Write(w, http.StatusUnprocessableEntity, le.Code, le.Message)
+			return
 		}
+		p.Write(w)
 	case errors.Is(err, ledger.ErrNotFound):
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such resource")
 	default:

@@ -42,6 +42,9 @@ type Server struct {
 	ledger *ledger.Ledger
 	outbox *outbox.Outbox
 	guard  *idemhttp.Middleware
+	// writes is the group commit of the ledger's writes; nil when
+	// cfg.GroupCommit is off.
+	writes *idem.Batcher[ledgerWrite]
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
 	relay      *outbox.Relay
@@ -57,6 +60,16 @@ type Server struct {
 	// Run runs its outbox sampler, and replays are reported to it.
 	console *console.Console
 	handler http.Handler
+
+	testHooks testHooks
+}
+
+// testHooks let tests see inside the server; set only by tests, before
+// the server is used, and nil in production.
+type testHooks struct {
+	// applied is called, inside the transaction, with the keys of the
+	// writes applyWrites has just applied, in the order it applied them.
+	applied func([]idem.Key)
 }
 
 // New builds the service on a migrated database, with the outbox relay and
@@ -69,7 +82,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	l, err := ledger.New(d, ledger.Config{})
+	// A group-commit batch is one Apply call: its ops bound is the batch's.
+	l, err := ledger.New(d, ledger.Config{MaxBatch: maxLedgerBatch})
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +129,13 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	if cfg.GroupCommit {
+		s.writes, err = idem.NewBatcher(keeper, s.applyWrites, idem.BatchConfig{
+			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency})
+		if err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Relay {
 		if s.relay, s.closeRelay, err = NewRelay(ctx, cfg, d, log, reg, os.Stdout); err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
@@ -145,13 +166,23 @@ func (s *Server) routes() http.Handler {
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
 	}
-	write("POST /v1/accounts", s.createAccount)
+	// The ledger's writes share transactions (group commit) unless it is
+	// off: then each runs in its own, as any guarded handler.
+	ledgerRoute := func(pattern string, decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) {
+		if s.writes == nil {
+			write(pattern, s.writeOne(decode))
+			return
+		}
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(idemhttp.Batched(s.guard, s.writes, decode)))))
+	}
+	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)
 	read("GET /v1/accounts/{id}/balance", s.getBalance)
 	read("GET /v1/accounts/{id}/entries", s.listEntries)
-	write("POST /v1/transfers", s.postTransfer)
+	ledgerRoute("POST /v1/transfers", s.decodeTransfer)
+	write("POST /v1/transfers/batch", s.postTransferBatch)
 	read("GET /v1/transfers/{id}", s.getTransfer)
-	write("POST /v1/transfers/{id}/reversals", s.reverseTransfer)
+	ledgerRoute("POST /v1/transfers/{id}/reversals", s.decodeReversal)
 	read("GET /v1/events", s.listEvents)
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
@@ -285,6 +316,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	if s.writes != nil {
+		s.writes.Close() // the drained requests' batches have answered
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err

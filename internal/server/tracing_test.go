@@ -43,16 +43,28 @@ func traceSpans(t *testing.T) *tracetest.InMemoryExporter {
 // One trace runs from the client's POST /v1/transfers, through the keeper,
 // the ledger write and the outbox row, across the relay's publish to NATS,
 // to the consumer's inbox.Process: the message carries the publish span's
-// traceparent, and every span has the parent the hop gives it.
+// traceparent, and every span has the parent the hop gives it. With group
+// commit, the batch's transaction is a trace of its own, linked to each
+// request's idem.Do span, and the request's event continues the request's
+// trace from idem.Do.
 func TestTraceAcrossOutbox(t *testing.T) {
+	for _, groupCommit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one at a time", true: "group commit"}[groupCommit], func(t *testing.T) {
+			traceAcrossOutbox(t, groupCommit)
+		})
+	}
+}
+
+func traceAcrossOutbox(t *testing.T, groupCommit bool) {
 	exp := traceSpans(t)
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
-		ts := inputServer(t, d)
+		ts := inputServerWith(t, d, groupCommit)
 
 		// The client's own span: the request continues its trace.
 		client := trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, byte(len(d.Dialect()))}, SpanID: trace.SpanID{0x0f, 0x06},
+			TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, byte(len(d.Dialect())), map[bool]byte{false: 1, true: 2}[groupCommit]},
+			SpanID:     trace.SpanID{0x0f, 0x06},
 			TraceFlags: trace.FlagsSampled})
 		req, err := http.NewRequest("POST", ts.URL+"/v1/transfers",
 			strings.NewReader(`{"debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR"}`))
@@ -162,23 +174,56 @@ func TestTraceAcrossOutbox(t *testing.T) {
 		}
 		httpSpan := span("POST /v1/transfers")
 		keeper := span("idem.Do")
-		claim := span("idem.claim")
-		post := span("ledger.Post")
-		enqueue := span("outbox.Enqueue")
 		publish := span("publish idem.default.transfer.created")
 		process := span("process projector")
-		for _, c := range []struct {
+		type link struct {
 			child, parent tracetest.SpanStub
 			parentID      trace.SpanID
-		}{
+		}
+		chain := []link{
 			{child: httpSpan, parentID: client.SpanID()},
 			{child: keeper, parent: httpSpan},
-			{child: claim, parent: keeper},
-			{child: post, parent: keeper},
-			{child: enqueue, parent: keeper},
-			{child: publish, parent: enqueue},
 			{child: process, parent: publish},
-		} {
+		}
+		// The spans of the transaction: in the request's trace, or in the
+		// batch's, whose idem.batch span links to the request's idem.Do.
+		inTx := func(name string) tracetest.SpanStub { return span(name) }
+		txParent := keeper
+		var storedFrom tracetest.SpanStub
+		if groupCommit {
+			var batch tracetest.SpanStub
+			for _, s := range exp.GetSpans() {
+				for _, l := range s.Links {
+					if s.Name == "idem.batch" && l.SpanContext.SpanID() == keeper.SpanContext.SpanID() {
+						batch = s
+					}
+				}
+			}
+			if batch.Name == "" {
+				t.Fatal("no idem.batch span linked to the request's idem.Do")
+			}
+			inTx = func(name string) tracetest.SpanStub {
+				t.Helper()
+				for _, s := range exp.GetSpans() {
+					if s.Name == name && s.SpanContext.TraceID() == batch.SpanContext.TraceID() {
+						return s
+					}
+				}
+				t.Fatalf("no span %q in the batch's trace", name)
+				return tracetest.SpanStub{}
+			}
+			txParent = batch
+			storedFrom = keeper
+			chain = append(chain, link{child: publish, parent: keeper})
+		}
+		claim, apply, enqueue := inTx("idem.claim"), inTx("ledger.Apply"), inTx("outbox.Enqueue")
+		chain = append(chain, link{child: claim, parent: txParent}, link{child: apply, parent: txParent},
+			link{child: enqueue, parent: txParent})
+		if !groupCommit {
+			storedFrom = enqueue
+			chain = append(chain, link{child: publish, parent: enqueue})
+		}
+		for _, c := range chain {
 			want := c.parentID
 			if !want.IsValid() {
 				want = c.parent.SpanContext.SpanID()
@@ -190,8 +235,8 @@ func TestTraceAcrossOutbox(t *testing.T) {
 		if httpSpan.SpanKind != trace.SpanKindServer || publish.SpanKind != trace.SpanKindProducer || process.SpanKind != trace.SpanKindConsumer {
 			t.Errorf("kinds: http %s, publish %s, process %s", httpSpan.SpanKind, publish.SpanKind, process.SpanKind)
 		}
-		if want := "00-" + client.TraceID().String() + "-" + enqueue.SpanContext.SpanID().String() + "-01"; stored != want {
-			t.Errorf("stored traceparent %q, want the enqueue span's %q", stored, want)
+		if want := "00-" + client.TraceID().String() + "-" + storedFrom.SpanContext.SpanID().String() + "-01"; stored != want {
+			t.Errorf("stored traceparent %q, want the %s span's %q", stored, storedFrom.Name, want)
 		}
 		if want := "00-" + client.TraceID().String() + "-" + publish.SpanContext.SpanID().String() + "-01"; header != want {
 			t.Errorf("message traceparent %q, want the publish span's %q", header, want)
