@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,15 +10,15 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// emit writes the event of a change in the change's own transaction: the
-// event exists if and only if the change commits. payload is the resource
+// newEvent is the event of a change, to enqueue in the change's own
+// transaction: it exists if and only if the change commits. resource is
 // as the API returns it; key orders the events of one resource.
-func (s *Server) emit(ctx context.Context, tx driver.Tx, tenant, typ, key string, resource any) error {
+func newEvent(tenant, typ, key string, resource any) (outbox.Message, error) {
 	payload, err := json.Marshal(resource)
 	if err != nil {
-		return fmt.Errorf("encode %s event: %w", typ, err)
+		return outbox.Message{}, fmt.Errorf("encode %s event: %w", typ, err)
 	}
-	return s.outbox.Enqueue(ctx, tx, outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload})
+	return outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload}, nil
 }
 
 // listEvents answers GET /v1/events: the tenant's events in commit order,

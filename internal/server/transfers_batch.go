@@ -85,13 +85,12 @@ func (s *Server) postTransferBatch(w http.ResponseWriter, r *http.Request) {
 			out[i] = batchResult{Status: "existing", Transfer: &tr.Transfer}
 		default:
 			out[i] = batchResult{Status: "created", Transfer: &tr.Transfer}
-			payload, err := json.Marshal(tr.Transfer)
+			m, err := newEvent(tenant, "transfer.created", "transfer/"+tr.Transfer.ID, tr.Transfer)
 			if err != nil {
-				s.fail(w, r, fmt.Errorf("encode transfer.created event: %w", err))
+				s.fail(w, r, err)
 				return
 			}
-			events = append(events, outbox.Message{Tenant: tenant, Type: "transfer.created",
-				Key: "transfer/" + tr.Transfer.ID, Payload: payload})
+			events = append(events, m)
 		}
 	}
 	if len(events) > 0 {

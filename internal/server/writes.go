@@ -159,12 +159,10 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 	var trc trace.SpanContext
 	batchTrace := trace.SpanContextFromContext(ctx).TraceID()
 	event := func(tenant, typ, key string, resource any) error {
-		payload, err := json.Marshal(resource)
-		if err != nil {
-			return fmt.Errorf("encode %s event: %w", typ, err)
-		}
-		events = append(events, outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload, Trace: trc})
-		return nil
+		m, err := newEvent(tenant, typ, key, resource)
+		m.Trace = trc
+		events = append(events, m)
+		return err
 	}
 	for i, r := range res {
 		op := &ops[i]
