@@ -41,12 +41,18 @@ type chartLimits struct {
 	ScanMax int64
 	// Markers bounds the reversals marked, newest first.
 	Markers int
+	// ParallelMin: a run of at least this many entries read with their
+	// extremes is read in two halves at once, on two connections (0:
+	// never).
+	ParallelMin int64
 }
 
 // defaultChartLimits: 600 columns and 200 points fill the chart's width
 // at about one column per pixel on a laptop's screen; a million entries
-// read in SQL take about 200 ms on Postgres (docs/operations-console.md).
-var defaultChartLimits = chartLimits{AllPoints: 600, Newest: 200, Columns: 600, ScanMax: 1_000_000, Markers: 100}
+// are read in about 250 ms (docs/operations-console.md); below 100,000
+// entries a second connection is not worth taking.
+var defaultChartLimits = chartLimits{AllPoints: 600, Newest: 200, Columns: 600, ScanMax: 1_000_000, Markers: 100,
+	ParallelMin: 100_000}
 
 // The chart's geometry, in the SVG's own units; the style sheet scales it
 // to the page's width.
@@ -129,43 +135,88 @@ type chartTick struct {
 	Label string
 }
 
-// readChart reads an account's chart in tx, which should be a snapshot:
-// entries are immutable, so reading after the page's as-of read shows
-// every entry that read saw.
-func (c *Console) readChart(ctx context.Context, tx driver.Tx, tenant, accountID string, lim chartLimits) (*chart, error) {
+// readChart reads an account's chart. It reads in snapshots of its own,
+// after the page's as-of read: entries never change, so the chart holds
+// every entry that read saw, and its long read never runs in the
+// read-write transaction a recent moment needs (on SQLite, the one
+// writer's).
+func (c *Console) readChart(ctx context.Context, tenant, accountID string, lim chartLimits) (*chart, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var ch *chart
+	var older chan columnsRead // the older half of the columns, when read apart
+	err := inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) (err error) {
+		ch, older, err = c.readChartIn(ctx, tx, tenant, accountID, lim)
+		return err
+	})
+	if older != nil {
+		// Waited for only once the snapshot above is closed: with one
+		// free connection, the other half runs after it.
+		if err != nil {
+			cancel()
+		}
+		r := <-older
+		switch {
+		case err != nil:
+		case r.err != nil:
+			err = fmt.Errorf("console: chart of %q: %w", accountID, r.err)
+		default:
+			ch.Columns = append(r.columns, ch.Columns...)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ch.layout(c.cfg.Currencies)
+	return ch, nil
+}
+
+// columnsRead is the outcome of reading columns apart.
+type columnsRead struct {
+	columns []chartColumn
+	err     error
+}
+
+// readChartIn reads everything in tx but, for a long run of columns, their
+// older half, which it starts reading in a snapshot of its own: the
+// entries up to Split were committed before tx saw the account's newest,
+// and never change, so a transaction begun now reads the same ones, and
+// two connections (two cores) walk the entries in about half the time.
+func (c *Console) readChartIn(ctx context.Context, tx driver.Tx, tenant, accountID string, lim chartLimits) (*chart, chan columnsRead, error) {
 	d := c.cfg.Driver
 	acct, err := d.LedgerAccountGet(ctx, tx, &driver.LedgerAccountGetParams{Tenant: tenant, ID: accountID})
 	if err != nil {
-		return nil, fmt.Errorf("console: chart of %q: %w", accountID, err)
+		return nil, nil, fmt.Errorf("console: chart of %q: %w", accountID, err)
 	}
 	ch := &chart{Limits: lim, Currency: acct.Currency, Entries: acct.Sequence}
 	n := acct.Sequence
 	if n == 0 {
-		return ch, nil
+		return ch, nil, nil
 	}
 	exact := n
 	if n > lim.AllPoints {
 		exact = lim.Newest
 		ch.Split = n - exact
 	}
+	var older chan columnsRead
+	if ch.Split > 0 {
+		if older, err = ch.readColumns(ctx, d, tx, tenant, accountID); err != nil {
+			return nil, older, fmt.Errorf("console: chart of %q: %w", accountID, err)
+		}
+	}
 	newest, err := d.LedgerEntries(ctx, tx, &driver.LedgerEntriesParams{Tenant: tenant, AccountID: accountID,
 		MaxSequence: n, Limit: int(exact)})
 	if err != nil {
-		return nil, fmt.Errorf("console: chart of %q: %w", accountID, err)
+		return nil, older, fmt.Errorf("console: chart of %q: %w", accountID, err)
 	}
 	ch.Points = make([]chartPoint, len(newest))
 	for i, e := range newest {
 		ch.Points[len(newest)-1-i] = chartPoint{LedgerEntry: e, Balance: e.CreditsPosted - e.DebitsPosted}
 	}
-	if ch.Split > 0 {
-		if err := ch.readColumns(ctx, d, tx, tenant, accountID); err != nil {
-			return nil, fmt.Errorf("console: chart of %q: %w", accountID, err)
-		}
-	}
 	revs, err := d.LedgerAccountReversals(ctx, tx, &driver.LedgerAccountReversalsParams{Tenant: tenant, AccountID: accountID,
 		MaxSequence: n, Limit: lim.Markers + 1})
 	if err != nil {
-		return nil, fmt.Errorf("console: reversals of %q: %w", accountID, err)
+		return nil, older, fmt.Errorf("console: reversals of %q: %w", accountID, err)
 	}
 	if len(revs) > lim.Markers {
 		revs, ch.MoreMarkers = revs[:lim.Markers], true
@@ -173,43 +224,69 @@ func (c *Console) readChart(ctx context.Context, tx driver.Tx, tenant, accountID
 	for i := len(revs) - 1; i >= 0; i-- {
 		ch.Markers = append(ch.Markers, chartMarker{LedgerReversalEntry: revs[i]})
 	}
-	ch.layout(c.cfg.Currencies)
-	return ch, nil
+	return ch, older, nil
 }
 
 // readColumns reads entries 1..Split in columns of equal width: the
-// newest Limits.ScanMax of them with their extremes, the older ones by their
-// ends. Both reads use the same grid, so the columns line up.
-func (ch *chart) readColumns(ctx context.Context, d driver.Driver, tx driver.Tx, tenant, accountID string) error {
+// newest Limits.ScanMax of them with their extremes, the older ones by
+// their ends. Both reads use the same grid, so the columns line up. A run
+// of at least Limits.ParallelMin entries with extremes is read in two
+// halves at once: the older one in a snapshot of its own, returned on the
+// channel (see readChartIn); ch.Columns then holds the newer half only.
+func (ch *chart) readColumns(ctx context.Context, d driver.Driver, tx driver.Tx, tenant, accountID string) (chan columnsRead, error) {
 	lim := ch.Limits
 	ch.Width = (ch.Split + lim.Columns - 1) / lim.Columns
 	full := int64(1) // the first entry read with its column's extremes
+	var ends []chartColumn
 	if ch.Split > lim.ScanMax {
 		// The newest ScanMax entries, and the rest of the column holding
 		// the oldest of them.
 		full = 1 + (ch.Split-lim.ScanMax)/ch.Width*ch.Width
 		ch.SampledTo = full - 1
-		ends, err := d.LedgerBalanceBuckets(ctx, tx, &driver.LedgerBalanceBucketsParams{Tenant: tenant, AccountID: accountID,
+		bs, err := d.LedgerBalanceBuckets(ctx, tx, &driver.LedgerBalanceBucketsParams{Tenant: tenant, AccountID: accountID,
 			First: 1, Last: ch.SampledTo, Width: ch.Width})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, b := range ends {
-			ch.Columns = append(ch.Columns, chartColumn{LedgerBalanceBucket: b, Sampled: true})
+		for _, b := range bs {
+			ends = append(ends, chartColumn{LedgerBalanceBucket: b, Sampled: true})
 		}
 	}
 	if full > ch.Split {
-		return nil
+		ch.Columns = ends
+		return nil, nil
 	}
-	cols, err := d.LedgerBalanceBuckets(ctx, tx, &driver.LedgerBalanceBucketsParams{Tenant: tenant, AccountID: accountID,
-		First: full, Last: ch.Split, Width: ch.Width, Extremes: true})
+	p := driver.LedgerBalanceBucketsParams{Tenant: tenant, AccountID: accountID, First: full, Last: ch.Split,
+		Width: ch.Width, Extremes: true}
+	var older chan columnsRead
+	if lim.ParallelMin > 0 && ch.Split-full+1 >= lim.ParallelMin && ch.Split-full+1 > 2*ch.Width {
+		half := p
+		p.First = full + (ch.Split-full+1)/ch.Width/2*ch.Width // the newer half's first column
+		half.Last = p.First - 1
+		older = make(chan columnsRead, 1)
+		sampled := ends
+		go func() {
+			r := columnsRead{columns: sampled}
+			r.err = inspect.Snapshot(ctx, d, func(tx driver.Tx) error {
+				bs, err := d.LedgerBalanceBuckets(ctx, tx, &half)
+				for _, b := range bs {
+					r.columns = append(r.columns, chartColumn{LedgerBalanceBucket: b})
+				}
+				return err
+			})
+			older <- r
+		}()
+		ends = nil
+	}
+	bs, err := d.LedgerBalanceBuckets(ctx, tx, &p)
 	if err != nil {
-		return err
+		return older, err
 	}
-	for _, b := range cols {
+	ch.Columns = ends
+	for _, b := range bs {
 		ch.Columns = append(ch.Columns, chartColumn{LedgerBalanceBucket: b})
 	}
-	return nil
+	return older, nil
 }
 
 // x is where the balance after entry seq is drawn (seq 0: before the
@@ -328,8 +405,7 @@ func (ch *chart) PointRadius() px {
 }
 
 func columnLabel(cur *money.Currencies, c *chartColumn, currency string, scanMax int64) string {
-	span := fmt.Sprintf("entries %s–%s · %s to %s", Count(c.FirstSequence), Count(c.LastSequence),
-		inspect.Time(c.FirstAt), inspect.Time(c.LastAt))
+	span := fmt.Sprintf("entries %s–%s · until %s", Count(c.FirstSequence), Count(c.LastSequence), inspect.Time(c.LastAt))
 	if c.Sampled {
 		return fmt.Sprintf("%s · first %s, last %s (older than the newest %s entries: only the ends are read)", span,
 			cur.Format(c.First, currency), cur.Format(c.Last, currency), Count(scanMax))

@@ -218,15 +218,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 		c.renderTemplate(w, r, http.StatusOK, "account", "partial", data)
 		return
 	}
-	// The chart is read after the as-of answer, in a snapshot of its own:
-	// entries never change, so it holds every entry that answer saw, and
-	// its long read never runs in the read-write transaction a recent
-	// moment needs (on SQLite, the one writer's).
-	var ch *chart
-	err = inspect.Snapshot(ctx, c.cfg.Driver, func(tx driver.Tx) (err error) {
-		ch, err = c.readChart(ctx, tx, tenant, p["id"], defaultChartLimits)
-		return err
-	})
+	ch, err := c.readChart(ctx, tenant, p["id"], defaultChartLimits)
 	if err != nil {
 		c.fail(w, r, err)
 		return
