@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -21,6 +22,89 @@ type InspectDriver interface {
 	// need it on a live database: under READ COMMITTED a transfer committed
 	// between two statements would look like a broken invariant.
 	BeginSnapshot(ctx context.Context) (TxCloser, error)
+	// LedgerBalanceBuckets reads an account's balance history in buckets
+	// of consecutive entries, for the console's chart: each bucket's first
+	// and last entries and, with Extremes, the lowest and highest balance
+	// after any of its entries. With Extremes it reads every entry from
+	// First to Last in one walk of the primary key, aggregated in the
+	// database (one row per bucket leaves it); without, it makes two
+	// primary-key lookups per bucket. Buckets come oldest first; those
+	// past the account's newest entry are left out.
+	LedgerBalanceBuckets(ctx context.Context, tx Tx, p *LedgerBalanceBucketsParams) ([]LedgerBalanceBucket, error)
+	// LedgerAccountReversals lists an account's entries whose transfers
+	// are reversals, newest first, up to MaxSequence, at most Limit. It
+	// walks the tenant's reversals (an index holds only them) and finds
+	// each one's entry by its time, so its cost grows with the tenant's
+	// reversals, never with the account's history.
+	LedgerAccountReversals(ctx context.Context, tx Tx, p *LedgerAccountReversalsParams) ([]LedgerReversalEntry, error)
+}
+
+// MaxBalanceBuckets bounds the buckets one LedgerBalanceBuckets call reads.
+const MaxBalanceBuckets = 4096
+
+// LedgerBalanceBucketsParams selects the buckets of LedgerBalanceBuckets:
+// bucket i holds the entries numbered First+i·Width to First+(i+1)·Width−1,
+// the last one cut at Last.
+type LedgerBalanceBucketsParams struct {
+	Tenant    string
+	AccountID string
+	// First and Last bound the sequences read; 1 <= First <= Last.
+	First, Last int64
+	// Width is the number of entries in a bucket, at least 1; at most
+	// MaxBalanceBuckets buckets fit between First and Last.
+	Width int64
+	// Extremes reads every entry of every bucket for its Min and Max;
+	// without it, Min and Max are those of the bucket's first and last
+	// entries.
+	Extremes bool
+}
+
+// Buckets is the number of buckets p spans, or an error saying which
+// parameter is out of bounds.
+func (p *LedgerBalanceBucketsParams) Buckets() (int64, error) {
+	switch {
+	case p.First < 1 || p.Last < p.First:
+		return 0, fmt.Errorf("driver: balance buckets: sequences %d..%d are not 1 <= first <= last", p.First, p.Last)
+	case p.Width < 1:
+		return 0, fmt.Errorf("driver: balance buckets: width %d is below 1", p.Width)
+	}
+	n := (p.Last-p.First)/p.Width + 1
+	if n > MaxBalanceBuckets {
+		return 0, fmt.Errorf("driver: balance buckets: %d buckets of %d entries exceed %d", n, p.Width, MaxBalanceBuckets)
+	}
+	return n, nil
+}
+
+// LedgerBalanceBucket is a run of an account's consecutive entries. A
+// balance is credits posted minus debits posted after an entry.
+type LedgerBalanceBucket struct {
+	FirstSequence, LastSequence int64
+	FirstAt, LastAt             time.Time
+	// First and Last are the balances after the first and last entries;
+	// Min and Max the lowest and highest after any of them (see
+	// LedgerBalanceBucketsParams.Extremes).
+	First, Last, Min, Max int64
+}
+
+// LedgerAccountReversalsParams selects the entries of
+// LedgerAccountReversals.
+type LedgerAccountReversalsParams struct {
+	Tenant      string
+	AccountID   string
+	MaxSequence int64
+	// Limit bounds the entries returned; callers bound it.
+	Limit int
+}
+
+// LedgerReversalEntry is an account's entry of a reversal.
+type LedgerReversalEntry struct {
+	Sequence  int64
+	CreatedAt time.Time
+	// Balance is the account's balance after the entry.
+	Balance int64
+	// TransferID is the reversal; ReversesID the transfer it reverses.
+	TransferID string
+	ReversesID string
 }
 
 // KeyListParams selects the records of KeyList.

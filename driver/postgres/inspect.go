@@ -154,3 +154,104 @@ func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindPar
 	}
 	return out, rows.Err()
 }
+
+// sqlLedgerBalanceEnds reads each bucket's first and last entries: two
+// primary-key lookups per bucket. $3 first, $4 last, $5 width.
+const sqlLedgerBalanceEnds = `
+SELECT b.first, b.last, f.created_at, l.created_at,
+       f.credits_posted - f.debits_posted, l.credits_posted - l.debits_posted
+  FROM (SELECT $3::bigint + i * $5::bigint AS first, least($3::bigint + (i + 1) * $5::bigint - 1, $4::bigint) AS last
+          FROM generate_series(0::bigint, ($4::bigint - $3::bigint) / $5::bigint) AS i) AS b
+  JOIN ledger_entries f ON f.tenant = $1 AND f.account_id = $2 AND f.sequence = b.first
+  JOIN ledger_entries l ON l.tenant = $1 AND l.account_id = $2 AND l.sequence = b.last
+ ORDER BY b.first`
+
+// sqlLedgerBalanceExtremes adds each bucket's lowest and highest balance:
+// one range of the primary key per bucket, aggregated as it is read. A
+// GROUP BY over the whole range would do the same work, but the planner
+// cannot know the number of buckets and plans for one group per entry (a
+// sort spilling to disk).
+const sqlLedgerBalanceExtremes = `
+SELECT b.first, b.last, f.created_at, l.created_at,
+       f.credits_posted - f.debits_posted, l.credits_posted - l.debits_posted, x.lo, x.hi
+  FROM (SELECT $3::bigint + i * $5::bigint AS first, least($3::bigint + (i + 1) * $5::bigint - 1, $4::bigint) AS last
+          FROM generate_series(0::bigint, ($4::bigint - $3::bigint) / $5::bigint) AS i) AS b
+  JOIN ledger_entries f ON f.tenant = $1 AND f.account_id = $2 AND f.sequence = b.first
+  JOIN ledger_entries l ON l.tenant = $1 AND l.account_id = $2 AND l.sequence = b.last
+ CROSS JOIN LATERAL (
+       SELECT min(e.credits_posted - e.debits_posted) AS lo, max(e.credits_posted - e.debits_posted) AS hi
+         FROM ledger_entries e
+        WHERE e.tenant = $1 AND e.account_id = $2 AND e.sequence BETWEEN b.first AND b.last) AS x
+ ORDER BY b.first`
+
+// sqlJITOff keeps Postgres from compiling the extremes query: for a long
+// history its estimated cost passes jit_above_cost, and compiling costs
+// more than it saves (a million entries on a busy 2-core machine: 350-670
+// ms with JIT, about 200 ms without).
+const sqlJITOff = `SET LOCAL jit = off`
+
+func (d *Driver) LedgerBalanceBuckets(ctx context.Context, tx driver.Tx, p *driver.LedgerBalanceBucketsParams) ([]driver.LedgerBalanceBucket, error) {
+	n, err := p.Buckets()
+	if err != nil {
+		return nil, err
+	}
+	q := sqlLedgerBalanceEnds
+	if p.Extremes {
+		q = sqlLedgerBalanceExtremes
+		if _, err := tx.Exec(ctx, sqlJITOff); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.Query(ctx, q, p.Tenant, p.AccountID, p.First, p.Last, p.Width)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]driver.LedgerBalanceBucket, 0, n)
+	for rows.Next() {
+		var b driver.LedgerBalanceBucket
+		dest := []any{&b.FirstSequence, &b.LastSequence, &b.FirstAt, &b.LastAt, &b.First, &b.Last}
+		if p.Extremes {
+			dest = append(dest, &b.Min, &b.Max)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		if !p.Extremes {
+			b.Min, b.Max = min(b.First, b.Last), max(b.First, b.Last)
+		}
+		b.FirstAt, b.LastAt = b.FirstAt.UTC(), b.LastAt.UTC()
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// sqlLedgerAccountReversals walks the tenant's reversals by their partial
+// index and finds each one's entry on the account by the (account, time)
+// index: an entry is recorded at its transfer's time.
+const sqlLedgerAccountReversals = `
+SELECT e.sequence, e.created_at, e.credits_posted - e.debits_posted, t.id, t.reverses_id
+  FROM ledger_transfers t
+  JOIN ledger_entries e ON e.tenant = t.tenant AND e.account_id = $2 AND e.created_at = t.created_at AND e.transfer_id = t.id
+ WHERE t.tenant = $1 AND t.reverses_id IS NOT NULL AND (t.debit_account_id = $2 OR t.credit_account_id = $2)
+   AND e.sequence <= $3
+ ORDER BY e.sequence DESC
+ LIMIT $4`
+
+func (d *Driver) LedgerAccountReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountReversalsParams) ([]driver.LedgerReversalEntry, error) {
+	rows, err := tx.Query(ctx, sqlLedgerAccountReversals, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerReversalEntry
+	for rows.Next() {
+		var r driver.LedgerReversalEntry
+		if err := rows.Scan(&r.Sequence, &r.CreatedAt, &r.Balance, &r.TransferID, &r.ReversesID); err != nil {
+			return nil, err
+		}
+		r.CreatedAt = r.CreatedAt.UTC()
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -63,11 +64,11 @@ func browser(t *testing.T) context.Context {
 	return bctx
 }
 
-// artifacts is where screenshots go: $IDEM_ARTIFACTS, or the test's temp
-// dir.
+// artifacts is where screenshots go: $IDEM_TEST_ARTIFACTS (or the older
+// $IDEM_ARTIFACTS), else the test's temp dir.
 func artifacts(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("IDEM_ARTIFACTS")
+	dir := cmp.Or(os.Getenv("IDEM_TEST_ARTIFACTS"), os.Getenv("IDEM_ARTIFACTS"))
 	if dir == "" {
 		return t.TempDir()
 	}

@@ -155,7 +155,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	amounts := template.FuncMap{"money": cfg.Currencies.Format}
 	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message", "story", "events", "redrive"} {
-		t, err := template.New("layout.html").Funcs(funcs).Funcs(amounts).Funcs(storyFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		t, err := template.New("layout.html").Funcs(funcs).Funcs(presentFuncs).Funcs(amounts).Funcs(storyFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
 		}

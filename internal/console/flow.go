@@ -157,9 +157,9 @@ func (c *Console) sample(ctx context.Context) {
 	c.flow.add(x)
 }
 
-// chart is a small line chart over the last hour, drawn by the template
+// flowChart is a small line chart over the last hour, drawn by the template
 // as SVG from these precomputed coordinates.
-type chart struct {
+type flowChart struct {
 	ID, Title string
 	Width     int
 	Height    int
@@ -168,23 +168,23 @@ type chart struct {
 	MaxLabel                 string
 	Series                   []chartSeries
 	// Ticks are the time axis' labels.
-	Ticks []chartTick
+	Ticks []flowTick
 }
 
 type chartSeries struct {
 	Name, Class string
 	// Path is the line through the points, broken where a sample failed.
 	Path   string
-	Points []chartPoint
+	Points []flowPoint
 }
 
-type chartPoint struct {
+type flowPoint struct {
 	X, Y  float64
 	Value float64
 	Label string
 }
 
-type chartTick struct {
+type flowTick struct {
 	X     float64
 	Label string
 }
@@ -208,8 +208,8 @@ var (
 	secondsScale = chartScale{niceSeconds, secondsText}
 )
 
-func newChart(id, title string, samples []flowSample, now time.Time, scale chartScale, values ...chartValue) chart {
-	ch := chart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 12, Bottom: 146}
+func newChart(id, title string, samples []flowSample, now time.Time, scale chartScale, values ...chartValue) flowChart {
+	ch := flowChart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 12, Bottom: 146}
 	from := now.Add(-flowHistory)
 	top := 0.0
 	for _, s := range samples {
@@ -237,7 +237,7 @@ func newChart(id, title string, samples []flowSample, now time.Time, scale chart
 				continue
 			}
 			val := v.value(s)
-			p := chartPoint{X: x(s.At), Y: round1(float64(ch.Bottom) - h*val/top), Value: val,
+			p := flowPoint{X: x(s.At), Y: round1(float64(ch.Bottom) - h*val/top), Value: val,
 				Label: inspect.Time(s.At) + ": " + v.format(val)}
 			se.Points = append(se.Points, p)
 			se.Path += fmt.Sprintf("%s%g %g ", pen, p.X, p.Y)
@@ -250,7 +250,7 @@ func newChart(id, title string, samples []flowSample, now time.Time, scale chart
 		if back > 0 {
 			label = "−" + strconv.Itoa(int(back/time.Minute)) + " min"
 		}
-		ch.Ticks = append(ch.Ticks, chartTick{X: x(now.Add(-back)), Label: label})
+		ch.Ticks = append(ch.Ticks, flowTick{X: x(now.Add(-back)), Label: label})
 	}
 	return ch
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -22,9 +23,6 @@ const (
 	// maxParamBytes bounds any one query parameter: ids are at most 128
 	// characters and keys 255, so anything longer names nothing.
 	maxParamBytes = 1024
-	// historyLimit bounds the entries the time slider spans: the account's
-	// newest changes. Older moments are reachable with the exact-time form.
-	historyLimit = 1000
 	// pageEntries bounds the entries listed for one moment.
 	pageEntries = 50
 	// queryTimeout bounds the database work of one page.
@@ -62,6 +60,9 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 	}
 	if _, ok := data["LoggedIn"]; !ok {
 		data["LoggedIn"] = principalFrom(r.Context()) != ""
+	}
+	if _, ok := data["Now"]; !ok {
+		data["Now"] = c.cfg.Clock().UTC() // for the time helpers (present.go)
 	}
 	data["CSRF"] = c.csrfToken(r)
 	data["Session"] = strings.HasPrefix(principalFrom(r.Context()), "session:")
@@ -159,13 +160,6 @@ func transferIn(body json.RawMessage) string {
 	return t.ID
 }
 
-// moment is one position of the time slider: just after the entry with
-// this sequence was recorded (sequence 0: before the first entry).
-type moment struct {
-	Seq int64
-	At  time.Time
-}
-
 // entryRow is an entry with its transfer, which links a reversal to its
 // original and an original to its reversals.
 type entryRow struct {
@@ -203,8 +197,10 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
-	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) error {
-		return c.accountView(ctx, tx, tenant, p["id"], p["at"], asOf, data)
+	var at, balance int64
+	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) (err error) {
+		at, balance, err = c.accountView(ctx, tx, tenant, p["id"], p["at"], asOf, data)
+		return err
 	})
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -216,76 +212,53 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p["partial"] == "1" {
-		// The slider's script swaps in only the part that depends on the
-		// moment.
-		c.renderTemplate(w, r, http.StatusOK, "account", "view", data)
+		// The slider's script swaps in only the parts that depend on the
+		// moment, and moves the chart's cursor itself.
+		c.renderTemplate(w, r, http.StatusOK, "account", "partial", data)
 		return
 	}
+	ch, err := c.readChart(ctx, tenant, p["id"], defaultChartLimits)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	ch.setCursor(at, balance)
+	data["Chart"] = ch
 	c.render(w, r, http.StatusOK, "account", data)
 }
 
-// accountView fills data with the account, the slider's moments, and the
-// balance and entries as believed at the chosen moment: the slider position
-// "at" (an entry sequence), else the exact time *asOf, else now (nil).
-func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atText string, asOf *time.Time, data map[string]any) error {
+// accountView fills data with the account and what the ledger believed at
+// the chosen moment: just after entry "at" was recorded (the slider, over
+// the whole history; 0 is before the first entry), else at the exact time
+// *asOf, else now (nil). It returns the entry the answer is as of (0:
+// none) and the balance then, where the chart's cursor goes.
+func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atText string, asOf *time.Time, data map[string]any) (int64, int64, error) {
 	l := c.cfg.Ledger
 	acct, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: id})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	data["Account"] = acct
-	history, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, Limit: historyLimit})
+	newest, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, Limit: 1})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	// Moments run oldest to newest; sequence 0 ("before any entry") is a
-	// position only when the whole history fits.
-	var moments []moment
-	for i := len(history) - 1; i >= 0; i-- {
-		moments = append(moments, moment{Seq: history[i].Sequence, At: history[i].CreatedAt})
-	}
-	if len(moments) > 0 && moments[0].Seq == 1 {
-		moments = append([]moment{{Seq: 0, At: moments[0].At.Add(-time.Microsecond)}}, moments...)
-	}
-	data["Moments"] = moments
-	if len(moments) == 0 {
+	if len(newest) == 0 {
 		data["Believed"] = ledger.Balance{AccountID: id, AsOf: c.cfg.Clock().UTC()}
 		data["Entries"] = []entryRow{}
-		return nil
+		return 0, 0, nil
 	}
-	first, last := moments[0], moments[len(moments)-1]
-	data["MinSeq"], data["MaxSeq"] = first.Seq, last.Seq
-	at := last.Seq
+	last := newest[0].Sequence
 	if seq, err := strconv.ParseInt(atText, 10, 64); err == nil && atText != "" {
-		at = min(max(seq, first.Seq), last.Seq)
-		for _, m := range moments {
-			if m.Seq == at {
-				asOf = &m.At
-			}
+		t, err := c.momentAfter(ctx, tx, tenant, id, min(max(seq, 0), last))
+		if err != nil {
+			return 0, 0, err
 		}
-	} else if asOf != nil {
-		// The slider shows the newest moment at or before the exact time.
-		at = first.Seq
-		for _, m := range moments {
-			if !m.At.After(*asOf) {
-				at = m.Seq
-			}
-		}
+		asOf = &t
 	}
-	data["At"] = at
-	times := make(map[string]string, len(moments))
-	for _, m := range moments {
-		times[strconv.FormatInt(m.Seq, 10)] = momentLabel(m)
-		if m.Seq == at {
-			data["AtLabel"] = momentLabel(m)
-		}
-	}
-	timesJSON, _ := json.Marshal(times) // strings always encode
-	data["Times"] = string(timesJSON)
-
 	believed, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: id, AsOf: asOf})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	data["Believed"] = believed
 	data["AsOf"] = time.Time{} // the page's "now"
@@ -294,22 +267,54 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 	}
 	entries, next, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, AsOf: asOf, Limit: pageEntries})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	data["More"] = next != ""
 	rows, err := c.entryRows(ctx, tx, tenant, entries)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	data["Entries"] = rows
-	return nil
+	// The slider and the cursor stand where the answer is: after the
+	// newest entry recorded by then. Entries recorded in the same
+	// microsecond are one moment, so a position between them shows the
+	// later one.
+	at := int64(0)
+	if len(entries) > 0 {
+		at = entries[0].Sequence
+	}
+	last = max(last, at) // "now" in a read-write transaction may see newer
+	data["At"], data["MaxSeq"] = at, last
+	data["AtLabel"] = momentLabel(at, last, asOf)
+	return at, believed.Balance, nil
 }
 
-func momentLabel(m moment) string {
-	if m.Seq == 0 {
-		return "before the first entry (" + inspect.Time(m.At) + ")"
+// momentAfter is the moment just after entry seq was recorded, or just
+// before the first entry for seq 0.
+func (c *Console) momentAfter(ctx context.Context, tx driver.Tx, tenant, id string, seq int64) (time.Time, error) {
+	after := strconv.FormatInt(max(seq, 1)+1, 10) // the cursor of the page just below
+	es, _, err := c.cfg.Ledger.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, After: after, Limit: 1})
+	if err != nil {
+		return time.Time{}, err
 	}
-	return "after entry " + strconv.FormatInt(m.Seq, 10) + " at " + inspect.Time(m.At)
+	if len(es) == 0 {
+		return time.Time{}, fmt.Errorf("console: account %q has no entry %d", id, max(seq, 1))
+	}
+	if seq == 0 {
+		return es[0].CreatedAt.Add(-time.Microsecond), nil
+	}
+	return es[0].CreatedAt, nil
+}
+
+// momentLabel names a position of the slider.
+func momentLabel(at, last int64, asOf *time.Time) string {
+	switch {
+	case at == 0:
+		return "before the first entry"
+	case asOf == nil:
+		return "now, after entry " + Count(at) + " of " + Count(last)
+	}
+	return "after entry " + Count(at) + " of " + Count(last) + ", as believed at " + inspect.Time(*asOf)
 }
 
 // entryRows reads each entry's transfer (with its reversals) and, for a
