@@ -303,6 +303,10 @@ func TestBatchedBusy(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		e := newBatchedEnv(t, d, idem.Config{}, idemhttp.Config{}, idem.BatchConfig{Concurrency: 1, MaxWait: time.Millisecond})
 		e.o.entered, e.o.release = make(chan struct{}, 1), make(chan struct{})
+		// Released however the test ends: a held request would keep its
+		// transaction, and the shared database's, open for good.
+		release := sync.OnceFunc(func() { close(e.o.release) })
+		t.Cleanup(release)
 		held := make(chan response, 1)
 		go func() { held <- post(t, e.srv, "/orders", orderBody, "held") }()
 		<-e.o.entered
@@ -311,7 +315,7 @@ func TestBatchedBusy(t *testing.T) {
 		if late.header.Get("Retry-After") != "1" || !strings.Contains(string(late.body), "busy") {
 			t.Fatalf("busy: %v %s", late.header, late.body)
 		}
-		close(e.o.release)
+		release()
 		if r := <-held; r.status != http.StatusCreated {
 			t.Fatalf("held: %d %s", r.status, r.body)
 		}

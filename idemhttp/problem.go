@@ -64,6 +64,10 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// twin's row is in flight, not unavailable.
 		return Problem{Status: http.StatusConflict, Code: CodeInFlight,
 			Detail: "a request with this Idempotency-Key is still being processed; retry later", RetryAfter: retryAfter}
+	case errors.Is(err, idem.ErrBusy):
+		// The service's own queue, not the database: nothing was done.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail: "the service is too busy to take the request; nothing was done, retry later", RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: "the database is unavailable; nothing was stored, retry later", RetryAfter: retryAfter}

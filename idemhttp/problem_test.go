@@ -33,6 +33,8 @@ func TestProblemFor(t *testing.T) {
 			"this Idempotency-Key was already used with a different request (method, path or body)", ""},
 		{"in flight on a lock", fmt.Errorf("%w: %w", idem.ErrInFlight, driver.ErrLockTimeout), 409, "request_in_flight",
 			"a request with this Idempotency-Key is still being processed; retry later", "3"},
+		{"busy", fmt.Errorf("%w: not taken into a batch within 1s (MaxWait)", idem.ErrBusy), 503, "unavailable",
+			"the service is too busy to take the request; nothing was done, retry later", "3"},
 		{"database down", fmt.Errorf("begin: %w", driver.ErrUnavailable), 503, "unavailable",
 			"the database is unavailable; nothing was stored, retry later", "3"},
 		{"serialization", driver.ErrSerialization, 503, "unavailable", "the database is unavailable; nothing was stored, retry later", "3"},
