@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load/chaos"
 	"github.com/idemhq/idem/internal/cli"
-	"github.com/idemhq/idem/internal/load"
-	"github.com/idemhq/idem/internal/load/chaos"
 )
 
 const loadUsage = `Usage:

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemhq/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
