@@ -1,3 +1,22 @@
+// Package load drives duplicate-heavy load at an idem service and verifies
+// afterwards, through the public API only, that every acknowledged operation
+// happened exactly once: transfers exist with the body that acknowledged
+// them, balances and entry counts add up, replays were byte-identical to
+// first answers, and the run's accounts sum to zero per currency.
+//
+// A run has three phases. The account phase creates the run's accounts; the
+// main phase sends transfers and reversals, each operation under its own
+// Idempotency-Key and a share of them several times (late duplicates and
+// bursts of concurrent copies), with clients that retry timeouts, 409 and
+// 5xx with the same key; the settle phase retries, still with the same key,
+// every operation that never got a final answer. Then package verify checks.
+//
+// Operation kinds are a closed list (run.Kind): accounts, transfers, reversals
+// and, with a webhook endpoint configured, Standard Webhooks deliveries
+// (run/webhook.go), signed by the tool itself and redelivered under new
+// timestamps and signatures. A kind adds a generator in generate.go and its
+// checks in verify/verify.go or verify/events.go; the engine and the journal
+// need no change, and the client only signs what it sends.
 package load
 
 import (
@@ -11,6 +30,9 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/cmd/idem/internal/load/verify"
 )
 
 // ErrViolations is returned (wrapped) by the command when a run or a
@@ -19,25 +41,25 @@ var ErrViolations = errors.New("load: violations found")
 
 // engine runs one load run.
 type engine struct {
-	cfg  Config
-	pool *Pool
-	cl   *client
-	st   *stats
+	cfg  run.Config
+	pool *run.Pool
+	cl   *run.Client
+	st   *run.Stats
 	gen  *generator
 	rnd  *mrand.Rand // the dispatching goroutine's
 
 	mu  sync.Mutex
-	ops []*Op
+	ops []*run.Op
 
-	prog *progress
+	prog *run.Progress
 }
 
 // Run sends the run's load at the configured targets, settles, verifies,
 // and returns the report and the journal. Violations are in the report; the
 // error is for a run that could not be made at all.
-func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+func Run(ctx context.Context, cfg run.Config) (*run.Report, *run.Journal, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
 	if cfg.WebhookSecret != "" && cfg.WebhookEndpoint == "" {
@@ -49,23 +71,23 @@ func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
 	}
 	pool := cfg.Pool
 	if pool == nil {
-		pool = NewPool(cfg.Targets...)
+		pool = run.NewPool(cfg.Targets...)
 	}
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	runID := "ld" + hex.EncodeToString(rb[:])
-	st := newStats(seed)
-	e := &engine{cfg: cfg, pool: pool, st: st, cl: newClient(cfg, pool, st, seed),
+	st := run.NewStats(seed)
+	e := &engine{cfg: cfg, pool: pool, st: st, cl: run.NewClient(cfg, pool, st, seed),
 		gen: newGenerator(cfg, runID, seed), rnd: mrand.New(mrand.NewPCG(seed, 5)),
-		prog: newProgress(cfg.Progress, cfg.ProgressBar, st)}
-	defer e.cl.close()
+		prog: run.NewProgress(cfg.Progress, cfg.ProgressBar, st)}
+	defer e.cl.Close()
 	start := time.Now()
-	j := &Journal{Version: journalVersion, RunID: runID, Targets: pool.URLs(), Started: start.UTC()}
+	j := &run.Journal{Version: run.JournalVersion, RunID: runID, Targets: pool.URLs(), Started: start.UTC()}
 
 	// Accounts first: transfers need acknowledged accounts on both sides.
-	e.prog.phase("accounts", cfg.Accounts)
+	e.prog.Phase("accounts", cfg.Accounts)
 	next := 0
-	e.drive(ctx, cfg.Accounts, time.Time{}, func() *Op {
+	e.drive(ctx, cfg.Accounts, time.Time{}, func() *run.Op {
 		o := e.gen.account(next, cfg.Accounts)
 		next++
 		return o
@@ -77,74 +99,38 @@ func Run(ctx context.Context, cfg Config) (*Report, *Journal, error) {
 		}
 	}
 	if !e.gen.ready() {
-		e.prog.stop()
+		e.prog.Stop()
 		return nil, nil, fmt.Errorf("load: the service acknowledged too few accounts to transfer between (targets %v)", pool.URLs())
 	}
 
-	e.prog.phase("transfers", cfg.Operations)
+	e.prog.Phase("transfers", cfg.Operations)
 	e.drive(ctx, cfg.Operations, start.Add(cfg.Duration), e.gen.next)
-	e.prog.phase("settle", 0)
+	e.prog.Phase("settle", 0)
 	e.settle(ctx, e.snapshot())
-	e.prog.stop()
+	e.prog.Stop()
 
 	j.Ops = e.snapshot()
 	if cfg.BeforeVerify != nil {
 		cfg.BeforeVerify()
 	}
-	r := &Report{RunID: runID, Targets: j.Targets}
-	e.prog.phaseOf("verify", len(j.Ops), &st.checked)
-	err := verify(ctx, cfg, e.cl, st, j, r)
-	e.prog.stop()
-	st.fill(r)
+	r := &run.Report{RunID: runID, Targets: j.Targets}
+	e.prog.PhaseOf("verify", len(j.Ops), &st.Checked)
+	err := verify.Check(ctx, cfg, e.cl, st, j, r)
+	e.prog.Stop()
+	st.Fill(r)
 	r.ElapsedSeconds = time.Since(start).Seconds()
 	return r, j, err
 }
 
-// Verify checks a journal recorded by an earlier run against the service.
-func Verify(ctx context.Context, cfg Config, j *Journal) (*Report, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	for _, o := range j.Ops {
-		if o.Kind != KindWebhook {
-			continue
-		}
-		if cfg.WebhookSecret == "" {
-			return nil, errors.New("load verify: the journal holds webhook deliveries; pass --webhook-secret so the probes can sign them")
-		}
-		if !cfg.CheckEvents {
-			return nil, errors.New("load verify: the journal holds webhook deliveries, which are verified through GET /v1/events: drop --check-events=false")
-		}
-		break
-	}
-	pool := cfg.Pool
-	if pool == nil {
-		pool = NewPool(cfg.Targets...)
-	}
-	start := time.Now()
-	st := newStats(uint64(start.UnixNano()))
-	cl := newClient(cfg, pool, st, uint64(start.UnixNano()))
-	defer cl.close()
-	r := &Report{RunID: j.RunID, Targets: pool.URLs()}
-	prog := newProgress(cfg.Progress, cfg.ProgressBar, st)
-	prog.phaseOf("verify", len(j.Ops), &st.checked)
-	err := verify(ctx, cfg, cl, st, j, r)
-	prog.stop()
-	st.fill(r)
-	r.ElapsedSeconds = time.Since(start).Seconds()
-	return r, err
-}
-
-func (e *engine) snapshot() []*Op {
+func (e *engine) snapshot() []*run.Op {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]*Op(nil), e.ops...)
+	return append([]*run.Op(nil), e.ops...)
 }
 
 // task is one dispatch: copies of o sent at the same instant.
 type task struct {
-	o      *Op
+	o      *run.Op
 	copies int
 }
 
@@ -152,7 +138,7 @@ type task struct {
 // (zero: none) or ctx ends, mixing in duplicates so that about
 // cfg.Duplicates of all requests are copies: late copies of operations
 // already sent (some still in flight) and bursts of concurrent copies.
-func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next func() *Op) {
+func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next func() *run.Op) {
 	tasks := make(chan task)
 	var wg sync.WaitGroup
 	for range e.cfg.Concurrency {
@@ -170,7 +156,7 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 	}()
 
 	var (
-		sent    []*Op
+		sent    []*run.Op
 		reqs    float64
 		dups    float64
 		created int
@@ -190,14 +176,14 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 				i = len(sent) - 1 - e.rnd.IntN(min(len(sent), 4*e.cfg.Concurrency))
 			}
 			t = task{o: sent[i], copies: 1}
-			e.st.duplicates.Add(1)
+			e.st.Duplicates.Add(1)
 			dups++
 		} else {
 			o := next()
 			t = task{o: o, copies: 1}
 			if needDup && e.cfg.Burst > 1 {
 				t.copies = 2 + e.rnd.IntN(e.cfg.Burst-1)
-				e.st.duplicates.Add(int64(t.copies - 1))
+				e.st.Duplicates.Add(int64(t.copies - 1))
 				dups += float64(t.copies - 1)
 			}
 			e.mu.Lock()
@@ -227,9 +213,7 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 
 // dispatch sends a task's copies, concurrently when there are several.
 func (e *engine) dispatch(ctx context.Context, t task) {
-	t.o.mu.Lock()
-	t.o.Copies += t.copies
-	t.o.mu.Unlock()
+	t.o.AddCopies(t.copies)
 	if t.copies == 1 {
 		e.one(ctx, t.o)
 		return
@@ -249,8 +233,8 @@ func (e *engine) dispatch(ctx context.Context, t task) {
 }
 
 // one sends one copy and records its final answer.
-func (e *engine) one(ctx context.Context, o *Op) {
-	a, ok := e.cl.send(ctx, o)
+func (e *engine) one(ctx context.Context, o *run.Op) {
+	a, ok := e.cl.Send(ctx, o)
 	if ok {
 		e.record(o, a)
 	}
@@ -258,61 +242,55 @@ func (e *engine) one(ctx context.Context, o *Op) {
 
 // record keeps the first final answer of o and compares every later one
 // with it byte for byte.
-func (e *engine) record(o *Op, a answer) {
-	if a.status == 422 && problemCode(a.body) == "idempotency_key_reused" {
-		e.st.violate(Violation{Check: "key_reused", Key: o.Key, ID: o.ID,
+func (e *engine) record(o *run.Op, a run.Answer) {
+	if a.Status == 422 && problemCode(a.Body) == "idempotency_key_reused" {
+		e.st.Violate(run.Violation{Check: "key_reused", Key: o.Key, ID: o.ID,
 			Detail: "a copy with the identical body was refused as a reused key"})
 	}
-	if o.Kind == KindWebhook && a.status >= 300 && !a.replayed {
+	if o.Kind == run.KindWebhook && a.Status >= 300 && !a.Replayed {
 		// Every delivery is authentic and fresh: a refusal is a wrong
 		// --webhook-secret or endpoint, or a verifier refusing what the
 		// Standard Webhooks spec allows. Either way the run cannot show
 		// exactly-once for it.
-		e.st.violate(Violation{Check: "webhook_refused", Key: o.Key, ID: o.ID,
-			Detail: fmt.Sprintf("a signed delivery was answered %d %s (check --webhook-endpoint and --webhook-secret)", a.status, truncate(a.body))})
+		e.st.Violate(run.Violation{Check: "webhook_refused", Key: o.Key, ID: o.ID,
+			Detail: fmt.Sprintf("a signed delivery was answered %d %s (check --webhook-endpoint and --webhook-secret)", a.Status, run.Truncate(a.Body))})
 	}
-	o.mu.Lock()
-	first := o.Status == 0
+	prevStatus, prev, first := o.Keep(a.Status, string(a.Body))
 	if first {
-		o.Status, o.Answer = a.status, string(a.body)
-	}
-	prevStatus, prev := o.Status, o.Answer
-	o.mu.Unlock()
-	if first {
-		e.st.done.Add(1)
-		if a.status == 201 {
+		e.st.Done.Add(1)
+		if a.Status == 201 {
 			e.gen.acknowledged(o)
 		}
 		return
 	}
-	if a.status != prevStatus || !bytes.Equal(a.body, []byte(prev)) {
-		e.st.violate(Violation{Check: "replay_differs", Key: o.Key, ID: o.ID,
-			Detail: fmt.Sprintf("first answer %d %s; later answer %d %s", prevStatus, truncate([]byte(prev)), a.status, truncate(a.body))})
+	if a.Status != prevStatus || !bytes.Equal(a.Body, []byte(prev)) {
+		e.st.Violate(run.Violation{Check: "replay_differs", Key: o.Key, ID: o.ID,
+			Detail: fmt.Sprintf("first answer %d %s; later answer %d %s", prevStatus, run.Truncate([]byte(prev)), a.Status, run.Truncate(a.Body))})
 	}
 }
 
 // settle sends every unacknowledged operation again with its key until it
 // gets a final answer or cfg.Settle runs out: the client's own remedy for a
 // lost answer, which leaves as few operations unresolved as possible.
-func (e *engine) settle(ctx context.Context, ops []*Op) {
+func (e *engine) settle(ctx context.Context, ops []*run.Op) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Settle)
 	defer cancel()
-	work := make(chan *Op)
+	work := make(chan *run.Op)
 	var wg sync.WaitGroup
 	for range e.cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for o := range work {
-				for !o.acked() && ctx.Err() == nil {
-					e.st.retries.Add(1)
+				for !o.Acked() && ctx.Err() == nil {
+					e.st.Retries.Add(1)
 					e.one(ctx, o)
 				}
 			}
 		}()
 	}
 	for _, o := range ops {
-		if !o.acked() {
+		if !o.Acked() {
 			select {
 			case work <- o:
 			case <-ctx.Done():

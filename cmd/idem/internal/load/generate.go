@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
 )
 
 // reversalShare is the share of main-phase operations that are reversals
@@ -33,10 +36,10 @@ type generator struct {
 	webhooks   int
 
 	mu         sync.Mutex
-	reversible []*Op // transfers acknowledged with 201, not yet reversed
+	reversible []*run.Op // transfers acknowledged with 201, not yet reversed
 }
 
-func newGenerator(cfg Config, runID string, seed uint64) *generator {
+func newGenerator(cfg run.Config, runID string, seed uint64) *generator {
 	g := &generator{runID: runID, refusedShare: cfg.RefusedShare,
 		rnd: rand.New(rand.NewPCG(seed, 3)), accounts: map[string][]string{}}
 	if cfg.WebhookEndpoint != "" {
@@ -49,18 +52,18 @@ var currencies = []string{"EUR", "USD"}
 
 // account makes account i: currencies alternate, so each has at least two
 // accounts when there are four or more.
-func (g *generator) account(i int, total int) *Op {
+func (g *generator) account(i int, total int) *run.Op {
 	cur := currencies[0]
 	if total >= 4 {
 		cur = currencies[i%len(currencies)]
 	}
 	id := fmt.Sprintf("%s-a%d", g.runID, i)
-	return &Op{Kind: KindAccount, Key: fmt.Sprintf("%s-acct-%d", g.runID, i), ID: id,
+	return &run.Op{Kind: run.KindAccount, Key: fmt.Sprintf("%s-acct-%d", g.runID, i), ID: id,
 		Path: "/v1/accounts", Currency: cur, Body: mustJSON(map[string]any{"id": id, "currency": cur})}
 }
 
 // useAccount makes an acknowledged account available to transfers.
-func (g *generator) useAccount(o *Op) {
+func (g *generator) useAccount(o *run.Op) {
 	if len(g.accounts[o.Currency]) == 0 {
 		g.currencies = append(g.currencies, o.Currency)
 	}
@@ -78,7 +81,7 @@ func (g *generator) ready() bool {
 }
 
 // next makes the next main-phase operation.
-func (g *generator) next() *Op {
+func (g *generator) next() *run.Op {
 	if g.webhookEndpoint != "" && g.rnd.Float64() < g.webhookShare {
 		return g.webhookDelivery()
 	}
@@ -90,7 +93,7 @@ func (g *generator) next() *Op {
 	return g.transfer()
 }
 
-func (g *generator) transfer() *Op {
+func (g *generator) transfer() *run.Op {
 	g.transfers++
 	n := g.transfers
 	var cur, debit, credit string
@@ -117,7 +120,7 @@ func (g *generator) transfer() *Op {
 	}
 	id := fmt.Sprintf("%s-t%d", g.runID, n)
 	amount := 1 + g.rnd.Int64N(maxAmount)
-	return &Op{Kind: KindTransfer, Key: fmt.Sprintf("%s-tk%d", g.runID, n), ID: id, Path: "/v1/transfers",
+	return &run.Op{Kind: run.KindTransfer, Key: fmt.Sprintf("%s-tk%d", g.runID, n), ID: id, Path: "/v1/transfers",
 		Currency: cur, Debit: debit, Credit: credit, Amount: amount,
 		Body: mustJSON(map[string]any{"id": id, "debit_account_id": debit, "credit_account_id": credit,
 			"amount": amount, "currency": cur})}
@@ -125,7 +128,7 @@ func (g *generator) transfer() *Op {
 
 // reversal reverses part or all of a random reversible transfer; nil when
 // none is reversible yet.
-func (g *generator) reversal() *Op {
+func (g *generator) reversal() *run.Op {
 	g.mu.Lock()
 	if len(g.reversible) == 0 {
 		g.mu.Unlock()
@@ -141,15 +144,15 @@ func (g *generator) reversal() *Op {
 	n := g.reversals
 	id := fmt.Sprintf("%s-r%d", g.runID, n)
 	amount := 1 + g.rnd.Int64N(t.Amount)
-	return &Op{Kind: KindReversal, Key: fmt.Sprintf("%s-rk%d", g.runID, n), ID: id,
+	return &run.Op{Kind: run.KindReversal, Key: fmt.Sprintf("%s-rk%d", g.runID, n), ID: id,
 		Path: "/v1/transfers/" + t.ID + "/reversals", Currency: t.Currency,
 		Debit: t.Credit, Credit: t.Debit, Amount: amount, Reverses: t.ID,
 		Body: mustJSON(map[string]any{"id": id, "amount": amount, "reason": "idem load"})}
 }
 
 // acknowledged offers a transfer that was applied for reversal.
-func (g *generator) acknowledged(o *Op) {
-	if o.Kind != KindTransfer {
+func (g *generator) acknowledged(o *run.Op) {
+	if o.Kind != run.KindTransfer {
 		return
 	}
 	g.mu.Lock()
@@ -163,4 +166,21 @@ func mustJSON(v any) string {
 		panic(err) // maps of strings and integers always encode
 	}
 	return string(b)
+}
+
+// webhookTypes are the event types deliveries carry, in turn.
+var webhookTypes = []string{"load.order.paid", "load.order.refunded", "load.ping"}
+
+// webhookDelivery makes delivery n to the endpoint: a stable, run-prefixed
+// event id (which is also the operation's key) and a JSON body with a type.
+func (g *generator) webhookDelivery() *run.Op {
+	g.webhooks++
+	n := g.webhooks
+	id := fmt.Sprintf("%s-w%d", g.runID, n)
+	typ := webhookTypes[n%len(webhookTypes)]
+	amount := 1 + g.rnd.Int64N(maxAmount)
+	return &run.Op{Kind: run.KindWebhook, Key: id, ID: id, Path: "/v1/webhooks/" + url.PathEscape(g.webhookEndpoint),
+		Type: typ, Amount: amount,
+		Body: mustJSON(map[string]any{"type": typ, "timestamp": "2026-01-01T00:00:00Z",
+			"data": map[string]any{"order_id": fmt.Sprintf("%s-o%d", g.runID, n), "amount": amount}})}
 }

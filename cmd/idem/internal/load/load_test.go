@@ -2,8 +2,6 @@ package load
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,8 +10,10 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"go.uber.org/goleak"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/cmd/idem/internal/load/verify"
 )
 
 func TestMain(m *testing.M) {
@@ -21,12 +21,12 @@ func TestMain(m *testing.M) {
 }
 
 // small is a quick run's configuration against url.
-func small(url string) Config {
-	return Config{Targets: []string{url}, Accounts: 6, Operations: 150, Duplicates: 0.3, Concurrency: 8,
+func small(url string) run.Config {
+	return run.Config{Targets: []string{url}, Accounts: 6, Operations: 150, Duplicates: 0.3, Concurrency: 8,
 		Seed: 42, Timeout: 5 * time.Second, BackoffMax: 20 * time.Millisecond, Settle: 10 * time.Second, RefusedShare: 0.1, EventsWait: time.Second}
 }
 
-func checks(r *Report) map[string]int {
+func checks(r *run.Report) map[string]int {
 	m := map[string]int{}
 	for _, v := range r.Details {
 		m[v.Check]++
@@ -79,7 +79,7 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 			} else if got[c.want] == 0 {
 				t.Fatalf("want a %s violation; got %v", c.want, r.Details)
 			}
-			if c.bugs.webhookTwice && !slices.ContainsFunc(r.Details, func(v Violation) bool {
+			if c.bugs.webhookTwice && !slices.ContainsFunc(r.Details, func(v run.Violation) bool {
 				return v.Check == "event_doubled" && strings.Contains(v.Detail, "redelivery was applied again")
 			}) {
 				t.Fatalf("no doubled webhook delivery reported: %v", r.Details)
@@ -105,7 +105,7 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 				defer f.mu.Unlock()
 				applied := 0
 				for _, o := range j.Ops {
-					if (o.Kind == KindTransfer || o.Kind == KindReversal) && o.Applied() {
+					if (o.Kind == run.KindTransfer || o.Kind == run.KindReversal) && o.Applied() {
 						applied++
 						if f.transfers[o.ID] == nil {
 							t.Errorf("applied %s missing from the service", o.ID)
@@ -124,13 +124,13 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 // deliveries: the copies of a delivery were real redeliveries (several
 // distinct signatures for one id), and, for a correct service, each applied
 // delivery left exactly one event.
-func checkWebhookEffects(t *testing.T, f *fake, r *Report, j *Journal, correct bool) {
+func checkWebhookEffects(t *testing.T, f *fake, r *run.Report, j *run.Journal, correct bool) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	applied, resigned := 0, 0
 	for _, o := range j.Ops {
-		if o.Kind != KindWebhook || !o.Applied() {
+		if o.Kind != run.KindWebhook || !o.Applied() {
 			continue
 		}
 		applied++
@@ -138,7 +138,7 @@ func checkWebhookEffects(t *testing.T, f *fake, r *Report, j *Journal, correct b
 			resigned++
 		}
 	}
-	if applied == 0 || r.Operations[KindWebhook] < applied {
+	if applied == 0 || r.Operations[run.KindWebhook] < applied {
 		t.Fatalf("%d webhook deliveries applied; report %v", applied, r.Operations)
 	}
 	if resigned == 0 {
@@ -150,57 +150,16 @@ func checkWebhookEffects(t *testing.T, f *fake, r *Report, j *Journal, correct b
 	events := map[string]int{}
 	for _, ev := range f.events {
 		if strings.HasPrefix(ev.Type, "webhook.standard.") {
-			events[payloadID(ev.Payload)]++
+			events[verify.PayloadID(ev.Payload)]++
 		}
 	}
 	for _, o := range j.Ops {
-		if o.Kind == KindWebhook && o.Applied() && events[o.ID] != 1 {
+		if o.Kind == run.KindWebhook && o.Applied() && events[o.ID] != 1 {
 			t.Errorf("delivery %s left %d events", o.ID, events[o.ID])
 		}
 	}
 	if len(events) != applied || r.WebhookEvents != applied {
 		t.Errorf("%d deliveries applied; the fake holds events of %d, the report counts %d", applied, len(events), r.WebhookEvents)
-	}
-}
-
-// The tool's Standard Webhooks signer agrees with the specification's
-// reference library, and the service's verifier accepts what it signs and
-// refuses it with another secret.
-func TestSignStandard(t *testing.T) {
-	t.Parallel()
-	key, err := webhookKey(fakeWebhookSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := standardwebhooks.NewWebhook(fakeWebhookSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Now()
-	body := []byte(`{"type":"load.ping","data":{"n":1}}`)
-	h := signStandard(key, "ld1-w1", ts, body)
-	want, err := ref.Sign("ld1-w1", ts, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := h.Get("Webhook-Signature"); got != want {
-		t.Fatalf("signature %q; the reference library signs %q", got, want)
-	}
-	if err := ref.Verify(body, h); err != nil {
-		t.Fatalf("reference library refuses: %v", err)
-	}
-	// A redelivery a second later: same id and body, another signature.
-	if again := signStandard(key, "ld1-w1", ts.Add(time.Second), body); again.Get("Webhook-Signature") == h.Get("Webhook-Signature") {
-		t.Fatal("a new timestamp made the same signature")
-	}
-	other, _ := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte("another-secret-of-thirty-two-by!")))
-	if err := other.Verify(body, h); err == nil {
-		t.Fatal("another secret verified the signature")
-	}
-	for _, bad := range []string{"whsec_!!!", "whsec_" + base64.StdEncoding.EncodeToString([]byte("short"))} {
-		if _, err := webhookKey(bad); err == nil {
-			t.Errorf("secret %q accepted", bad)
-		}
 	}
 }
 
@@ -217,14 +176,14 @@ func TestVerifyJournal(t *testing.T) {
 	if err := j.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadJournal(path)
+	back, err := run.ReadJournal(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(back.Ops) != len(j.Ops) || back.Ops[3].Answer != j.Ops[3].Answer {
 		t.Fatal("journal did not round-trip")
 	}
-	r2, err := Verify(context.Background(), Config{Targets: []string{srv.URL}, Probes: 1000}, back)
+	r2, err := verify.Journal(context.Background(), run.Config{Targets: []string{srv.URL}, Probes: 1000}, back)
 	if err != nil || r2.Violations != 0 || r2.Applied != r.Applied {
 		t.Fatalf("verify: %v %+v", err, r2)
 	}
@@ -232,12 +191,12 @@ func TestVerifyJournal(t *testing.T) {
 	// Tamper with one acknowledged transfer's answer: the probe's replay
 	// and the GET no longer match it.
 	for _, o := range back.Ops {
-		if o.Kind == KindTransfer && o.Applied() {
+		if o.Kind == run.KindTransfer && o.Applied() {
 			o.Answer = strings.Replace(o.Answer, `"amount":`, `"amount":9`, 1)
 			break
 		}
 	}
-	r3, err := Verify(context.Background(), Config{Targets: []string{srv.URL}, Probes: 1000}, back)
+	r3, err := verify.Journal(context.Background(), run.Config{Targets: []string{srv.URL}, Probes: 1000}, back)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +244,7 @@ func TestNATSCheck(t *testing.T) {
 			}
 			// The stream itself, read independently: one message per
 			// listed event in the correct case.
-			counts, err := streamMsgIDs(context.Background(), url)
+			counts, err := verify.ReadStream(context.Background(), url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,94 +283,4 @@ func startNATS(t *testing.T) (string, nats.JetStreamContext) {
 		t.Fatal(err)
 	}
 	return ns.ClientURL(), js
-}
-
-func TestConfigValidation(t *testing.T) {
-	t.Parallel()
-	ok := Config{Targets: []string{"http://127.0.0.1:1"}}
-	cases := []struct {
-		name   string
-		mutate func(*Config)
-		want   string
-	}{
-		{"defaults", func(*Config) {}, ""},
-		{"no target", func(c *Config) { c.Targets = nil }, "no target"},
-		{"bad target", func(c *Config) { c.Targets = []string{"127.0.0.1:80"} }, "want http(s)"},
-		{"duplicates", func(c *Config) { c.Duplicates = 0.95 }, "duplicates"},
-		{"one account", func(c *Config) { c.Accounts = 1 }, "accounts"},
-		{"burst", func(c *Config) { c.Burst = 65 }, "burst"},
-		{"rate", func(c *Config) { c.Rate = -1 }, "rate"},
-		{"timeout", func(c *Config) { c.Timeout = time.Millisecond }, "timeout"},
-		{"webhooks", func(c *Config) { c.WebhookEndpoint, c.WebhookSecret, c.CheckEvents = "hooks", fakeWebhookSecret, true }, ""},
-		{"webhook without secret", func(c *Config) { c.WebhookEndpoint, c.CheckEvents = "hooks", true }, "--webhook-secret"},
-		{"webhook without events", func(c *Config) { c.WebhookEndpoint, c.WebhookSecret = "hooks", fakeWebhookSecret }, "--check-events"},
-		{"webhook endpoint name", func(c *Config) {
-			c.WebhookEndpoint, c.WebhookSecret, c.CheckEvents = "a/b", fakeWebhookSecret, true
-		}, "endpoint"},
-		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_abc" }, "webhook secret"},
-		{"webhook share", func(c *Config) { c.WebhookEndpoint, c.WebhookShare = "hooks", 2 }, "webhook share"},
-	}
-	for _, c := range cases {
-		cfg := ok
-		c.mutate(&cfg)
-		err := cfg.withDefaults().validate()
-		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: %v, want %q", c.name, err, c.want)
-		}
-	}
-	// With Explicit, a zero is kept where it is a value, and refused where
-	// it is not; without, it takes the default.
-	zero := Config{Targets: ok.Targets, Accounts: 2, Operations: 1, Duration: time.Second, Burst: 1, Concurrency: 1,
-		Timeout: time.Second, BackoffMax: time.Second, Explicit: true}
-	if err := zero.withDefaults().validate(); err != nil {
-		t.Errorf("explicit zeros: %v", err)
-	}
-	if c := zero.withDefaults(); c.Duplicates != 0 || c.Retries != 0 || c.Settle != 0 || c.RefusedShare != 0 ||
-		c.Probes != 0 || c.EventsWait != 0 || c.WebhookShare != 0 {
-		t.Errorf("explicit zeros replaced: %+v", c)
-	}
-	if c := (Config{}).withDefaults(); c.Settle != defaultSettle || c.RefusedShare != defaultRefusedShare {
-		t.Errorf("zero config: settle %s, refused share %g, want the defaults", c.Settle, c.RefusedShare)
-	}
-	if err := (Config{Targets: ok.Targets, Explicit: true}).withDefaults().validate(); err == nil || !strings.Contains(err.Error(), "accounts 0") {
-		t.Errorf("explicit zero accounts: %v", err)
-	}
-}
-
-// The JSON report has an integer violations member and the details beside it.
-func TestReportJSON(t *testing.T) {
-	t.Parallel()
-	st := newStats(1)
-	st.observe(outcomeFirst, 3*time.Millisecond)
-	st.violate(Violation{Check: "zero_sum", Detail: "x"})
-	var r Report
-	st.fill(&r)
-	b, err := json.Marshal(&r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	if m["violations"] != float64(1) || len(m["violation_details"].([]any)) != 1 {
-		t.Fatalf("report JSON: %s", b)
-	}
-	var sb strings.Builder
-	r.WriteTable(&sb)
-	if !strings.Contains(sb.String(), "violations: 1") || !strings.Contains(sb.String(), "first") {
-		t.Fatalf("table:\n%s", sb.String())
-	}
-}
-
-// Defaults holds every default (the command line's flags show them) and
-// takes zeros as given.
-func TestConfigDefaults(t *testing.T) {
-	t.Parallel()
-	d := Defaults()
-	if !d.Explicit || d.Accounts != defaultAccounts || d.Duplicates != defaultDuplicates || d.Settle != defaultSettle ||
-		d.RefusedShare != defaultRefusedShare || d.Retries != defaultRetries || d.WebhookShare != defaultWebhookShare ||
-		d.BackoffMax != defaultBackoffMax || d.Probes != defaultProbes {
-		t.Errorf("Defaults: %+v", d)
-	}
 }

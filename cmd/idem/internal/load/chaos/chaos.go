@@ -22,7 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemhq/idem/cmd/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
 )
 
 // Config configures a Supervisor. Each field's comment states its
@@ -151,7 +151,7 @@ func (c Config) validate() error {
 // nodes down, each fault on a schedule of its own.
 type Supervisor struct {
 	cfg  Config
-	pool *load.Pool
+	pool *run.Pool
 	rnd  *rand.Rand // the SIGKILL schedule's, used by its goroutine only
 
 	// nats is the cluster the servers publish to (nil without cfg.NATS).
@@ -198,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: chaos: %w", err)
 	}
-	s := &Supervisor{cfg: cfg, pool: load.NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13)), dir: dir}
+	s := &Supervisor{cfg: cfg, pool: run.NewPool(), rnd: rand.New(rand.NewPCG(uint64(cfg.Seed), 13)), dir: dir}
 	if cfg.NATS {
 		s.nats, err = startNATSCluster(ctx, dir, cfg.StartTimeout)
 		if err != nil {
@@ -224,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (*Supervisor, error) {
 }
 
 // Pool is the live servers.
-func (s *Supervisor) Pool() *load.Pool { return s.pool }
+func (s *Supervisor) Pool() *run.Pool { return s.pool }
 
 // Kills is how many SIGKILLs were sent.
 func (s *Supervisor) Kills() int {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem/cmd/idem/internal/broker"
-	"github.com/idemhq/idem/cmd/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load/verify"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -78,7 +78,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		counts, err := load.ReadStream(ctx, c.URL())
+		counts, err := verify.ReadStream(ctx, c.URL())
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
@@ -123,7 +123,7 @@ func TestNATSClusterFailover(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	st, err := js.Stream(ctx, load.NATSStream)
+	st, err := js.Stream(ctx, verify.NATSStream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package load
+package verify
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
 )
 
 // event is one entry of GET /v1/events.
@@ -33,16 +35,16 @@ const (
 )
 
 // eventType is the event an applied operation of each kind emits.
-var eventType = map[Kind]string{
-	KindAccount:  "account.created",
-	KindTransfer: "transfer.created",
-	KindReversal: "transfer.reversed",
+var eventType = map[run.Kind]string{
+	run.KindAccount:  "account.created",
+	run.KindTransfer: "transfer.created",
+	run.KindReversal: "transfer.reversed",
 }
 
 // opEventType is the event o emits when applied.
-func opEventType(o *Op) string {
-	if o.Kind == KindWebhook {
-		return webhookEventType(o.Type)
+func opEventType(o *run.Op) string {
+	if o.Kind == run.KindWebhook {
+		return run.WebhookEventType(o.Type)
 	}
 	return eventType[o.Kind]
 }
@@ -55,7 +57,7 @@ func opEventType(o *Op) string {
 // waits up to cfg.EventsWait for the relay to publish them. It returns the
 // events of the run checked, and how many of them were webhook events.
 func (v *verifier) events(ctx context.Context) (int, int, error) {
-	want := map[string]*Op{} // type + " " + resource id
+	want := map[string]*run.Op{} // type + " " + resource id
 	for _, o := range v.j.Ops {
 		want[opEventType(o)+" "+o.ID] = o
 	}
@@ -71,7 +73,7 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 		complete := true
 		found := map[string]bool{}
 		for _, ev := range all {
-			id := payloadID(ev.Payload)
+			id := PayloadID(ev.Payload)
 			if !strings.HasPrefix(id, prefix) {
 				continue // another run's or the deployment's own
 			}
@@ -100,14 +102,14 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 	ids := map[string]int{}
 	webhooks := 0
 	for _, ev := range ours {
-		k := ev.Type + " " + payloadID(ev.Payload)
+		k := ev.Type + " " + PayloadID(ev.Payload)
 		count[k]++
 		ids[ev.ID]++
 		o, ok := want[k]
 		switch {
 		case !ok:
 			v.violate("event_unexpected", nil, "event %s (%s) names no operation of this run", ev.ID, k)
-		case o.Kind == KindWebhook && !o.Acknowledged():
+		case o.Kind == run.KindWebhook && !o.Acknowledged():
 			// Unresolved: the server may have committed it and died
 			// before answering. One event is its effect; more are checked
 			// below.
@@ -115,7 +117,7 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 			v.checkWebhookPayload(o, ev)
 		case !v.isApplied(o):
 			v.violate("event_unexpected", o, "event %s (%s) for an operation that was not applied", ev.ID, ev.Type)
-		case o.Kind == KindWebhook:
+		case o.Kind == run.KindWebhook:
 			webhooks++
 			v.checkWebhookPayload(o, ev)
 		}
@@ -124,7 +126,7 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 		switch n := count[k]; {
 		case v.isApplied(o) && n == 0:
 			v.violate("event_missing", o, "no %s event", opEventType(o))
-		case n > 1 && o.Kind == KindWebhook:
+		case n > 1 && o.Kind == run.KindWebhook:
 			v.violate("event_doubled", o, "%d %s events for one delivery id: a redelivery was applied again", n, opEventType(o))
 		case n > 1:
 			v.violate("event_doubled", o, "%d %s events", n, opEventType(o))
@@ -146,14 +148,14 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 // isApplied reports whether o's effect must be there: an account that
 // exists, a transfer or reversal found applied, a webhook delivery
 // acknowledged with 2xx.
-func (v *verifier) isApplied(o *Op) bool {
+func (v *verifier) isApplied(o *run.Op) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch o.Kind {
-	case KindAccount:
+	case run.KindAccount:
 		_, exists := v.balances[o.ID]
 		return exists
-	case KindWebhook:
+	case run.KindWebhook:
 		return o.Applied()
 	}
 	return v.applied[o]
@@ -161,7 +163,7 @@ func (v *verifier) isApplied(o *Op) bool {
 
 // checkWebhookPayload checks a webhook event carries the delivery it
 // claims: the provider, the endpoint, the type and the body as sent.
-func (v *verifier) checkWebhookPayload(o *Op, ev event) {
+func (v *verifier) checkWebhookPayload(o *run.Op, ev event) {
 	var p struct {
 		Provider string          `json:"provider"`
 		Endpoint string          `json:"endpoint"`
@@ -175,17 +177,17 @@ func (v *verifier) checkWebhookPayload(o *Op, ev event) {
 	got, gerr := decodeObject(p.Body)
 	want, werr := decodeObject([]byte(o.Body))
 	switch {
-	case p.Provider != webhookProvider || "/v1/webhooks/"+url.PathEscape(p.Endpoint) != o.Path || p.Type != o.Type:
+	case p.Provider != run.WebhookProvider || "/v1/webhooks/"+url.PathEscape(p.Endpoint) != o.Path || p.Type != o.Type:
 		v.violate("webhook_differs", o, "event %s names provider %q, endpoint %q, type %q; the delivery went to %s with type %q",
 			ev.ID, p.Provider, p.Endpoint, p.Type, o.Path, o.Type)
 	case gerr != nil || werr != nil || !reflect.DeepEqual(got, want):
-		v.violate("webhook_differs", o, "event %s carries body %s; the delivery sent %s", ev.ID, truncate(p.Body), truncate([]byte(o.Body)))
+		v.violate("webhook_differs", o, "event %s carries body %s; the delivery sent %s", ev.ID, run.Truncate(p.Body), run.Truncate([]byte(o.Body)))
 	}
 }
 
-// payloadID is the id an event's payload names: the resource's id, or a
+// PayloadID is the id an event's payload names: the resource's id, or a
 // webhook event's event_id (the delivery's stable id).
-func payloadID(p json.RawMessage) string {
+func PayloadID(p json.RawMessage) string {
 	var m struct {
 		ID      string `json:"id"`
 		EventID string `json:"event_id"`
@@ -209,12 +211,12 @@ func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
 		if after != "" {
 			path += "&after=" + url.QueryEscape(after)
 		}
-		status, body, err := v.cl.get(ctx, path)
+		status, body, err := v.cl.Get(ctx, path)
 		if err != nil {
 			return nil, err
 		}
 		if status != 200 {
-			return nil, fmt.Errorf("load: GET %s: %d %s (does the service serve events yet? run without --check-events)", path, status, truncate(body))
+			return nil, fmt.Errorf("load: GET %s: %d %s (does the service serve events yet? run without --check-events)", path, status, run.Truncate(body))
 		}
 		var p struct {
 			Data       []event `json:"data"`
@@ -241,9 +243,9 @@ func (v *verifier) natsCheck(ctx context.Context, evs []event) error {
 	for _, ev := range evs {
 		switch n := counts[ev.ID]; {
 		case n == 0:
-			v.violate("nats_missing", nil, "event %s (%s %s) has no message in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), NATSStream)
+			v.violate("nats_missing", nil, "event %s (%s %s) has no message in stream %s", ev.ID, ev.Type, PayloadID(ev.Payload), NATSStream)
 		case n > 1:
-			v.violate("nats_doubled", nil, "event %s (%s %s) has %d messages in stream %s", ev.ID, ev.Type, payloadID(ev.Payload), n, NATSStream)
+			v.violate("nats_doubled", nil, "event %s (%s %s) has %d messages in stream %s", ev.ID, ev.Type, PayloadID(ev.Payload), n, NATSStream)
 		}
 	}
 	return nil

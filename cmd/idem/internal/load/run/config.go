@@ -1,23 +1,11 @@
-// Package load drives duplicate-heavy load at an idem service and verifies
-// afterwards, through the public API only, that every acknowledged operation
-// happened exactly once: transfers exist with the body that acknowledged
-// them, balances and entry counts add up, replays were byte-identical to
-// first answers, and the run's accounts sum to zero per currency.
-//
-// A run has three phases. The account phase creates the run's accounts; the
-// main phase sends transfers and reversals, each operation under its own
-// Idempotency-Key and a share of them several times (late duplicates and
-// bursts of concurrent copies), with clients that retry timeouts, 409 and
-// 5xx with the same key; the settle phase retries, still with the same key,
-// every operation that never got a final answer. Then Verify checks.
-//
-// Operation kinds are a closed list (Kind): accounts, transfers, reversals
-// and, with a webhook endpoint configured, Standard Webhooks deliveries
-// (webhook.go), signed by the tool itself and redelivered under new
-// timestamps and signatures. A kind adds a generator in generate.go and its
-// checks in verify.go or events.go; the engine and the journal need no
-// change, and the client only signs what it sends.
-package load
+// Package run holds what a load run and its verification share: the
+// configuration (Config), the client that sends operations to the service
+// with bounded retries (Client, Pool), the journal of operations (Journal,
+// Op, Kind), the counters and violations (Stats) and the report. The
+// generator (package load) and the verifier (package verify) both stand on
+// it, so the verifier needs nothing of the generator, and a journal written
+// by one run can be verified again later.
+package run
 
 import (
 	"errors"
@@ -153,12 +141,14 @@ const (
 // target and Explicit set: where a command line starts, its flags carrying
 // these values as their defaults.
 func Defaults() Config {
-	c := Config{}.withDefaults()
+	c := Config{}.WithDefaults()
 	c.Explicit = true
 	return c
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults fills in the zero fields' defaults (none when Explicit is
+// set).
+func (c Config) WithDefaults() Config {
 	if c.NATS != "" {
 		c.CheckEvents = true
 	}
@@ -210,7 +200,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
+// Validate checks every field against its bound.
+func (c Config) Validate() error {
 	if len(c.Targets) == 0 && c.Pool == nil {
 		return errors.New("load: no target: pass --target URL (or --chaos to run servers)")
 	}

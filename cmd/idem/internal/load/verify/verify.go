@@ -1,30 +1,41 @@
-package load
+// Package verify checks, through the service's public API only, that every
+// acknowledged operation of a load run's journal happened exactly once:
+// probes replay a sample and expect the stored answer; transfers exist with
+// the body that acknowledged them; balances and entry counts add up; the
+// run's accounts sum to zero per currency; and, with events checked, every
+// change left one event (and one message in the NATS stream). It depends on
+// package run alone: Journal checks a journal written earlier, and the load
+// generator calls Check at the end of a run.
+package verify
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"reflect"
 	"sort"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
 )
 
 // verifier checks, through the API only, that a journal's acknowledged
 // operations happened exactly once.
 type verifier struct {
-	cfg Config
-	cl  *client
-	st  *stats
-	j   *Journal
+	cfg run.Config
+	cl  *run.Client
+	st  *run.Stats
+	j   *run.Journal
 
 	mu sync.Mutex
 	// applied holds the operations whose effect must be in the ledger: the
 	// ones acknowledged with 2xx and the unresolved ones found to exist.
-	applied map[*Op]bool
+	applied map[*run.Op]bool
 	// reversalsOf maps a transfer id to the reversal ids the service lists.
 	reversalsOf map[string][]string
 	// balances holds each existing run account's currency and balance.
@@ -39,13 +50,13 @@ type accountState struct {
 // maxEntryPages bounds the entries pages read for one account.
 const maxEntryPages = 100_000
 
-// verify runs every check and fills r's operation counts. Violations go to
-// st; the error reports a verification that could not be completed (the
-// service unreachable), never a violation.
-func verify(ctx context.Context, cfg Config, cl *client, st *stats, j *Journal, r *Report) error {
-	v := &verifier{cfg: cfg, cl: cl, st: st, j: j, applied: map[*Op]bool{},
+// Check runs every check of the operations in j through cl and fills r's
+// operation counts. Violations go to st; the error reports a verification
+// that could not be completed (the service unreachable), never a violation.
+func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j *run.Journal, r *run.Report) error {
+	v := &verifier{cfg: cfg, cl: cl, st: st, j: j, applied: map[*run.Op]bool{},
 		reversalsOf: map[string][]string{}, balances: map[string]accountState{}}
-	r.Operations = map[Kind]int{}
+	r.Operations = map[run.Kind]int{}
 	for _, o := range j.Ops {
 		r.Operations[o.Kind]++
 		switch {
@@ -84,20 +95,20 @@ func verify(ctx context.Context, cfg Config, cl *client, st *stats, j *Journal, 
 	return nil
 }
 
-func (v *verifier) violate(check string, o *Op, format string, args ...any) {
-	viol := Violation{Check: check, Detail: fmt.Sprintf(format, args...)}
+func (v *verifier) violate(check string, o *run.Op, format string, args ...any) {
+	viol := run.Violation{Check: check, Detail: fmt.Sprintf(format, args...)}
 	if o != nil {
 		viol.Key, viol.ID = o.Key, o.ID
 	}
-	v.st.violate(viol)
+	v.st.Violate(viol)
 }
 
 // parallel runs fn for every op with cfg.Concurrency workers and returns
 // the first error.
-func (v *verifier) parallel(ctx context.Context, ops []*Op, fn func(ctx context.Context, o *Op) error) error {
+func (v *verifier) parallel(ctx context.Context, ops []*run.Op, fn func(ctx context.Context, o *run.Op) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan *Op)
+	work := make(chan *run.Op)
 	var (
 		wg    sync.WaitGroup
 		once  sync.Once
@@ -129,7 +140,7 @@ func (v *verifier) parallel(ctx context.Context, ops []*Op, fn func(ctx context.
 // key and checks the stored answer comes back byte-identical, marked as a
 // replay. Its requests are not counted in the run's request figures.
 func (v *verifier) probe(ctx context.Context) (int, error) {
-	var acked []*Op
+	var acked []*run.Op
 	for _, o := range v.j.Ops {
 		if o.Acknowledged() {
 			acked = append(acked, o)
@@ -139,31 +150,29 @@ func (v *verifier) probe(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	step := max(1, len(acked)/v.cfg.Probes)
-	var sample []*Op
+	var sample []*run.Op
 	for i := 0; i < len(acked) && len(sample) < v.cfg.Probes; i += step {
 		sample = append(sample, acked[i])
 	}
-	pst := newStats(1)
-	pcl := &client{http: v.cl.http, pool: v.cl.pool, apiKey: v.cl.apiKey, cfg: v.cl.cfg, st: pst, whKey: v.cl.whKey, rnd: rand.New(rand.NewPCG(2, 11))}
-	err := v.parallel(ctx, sample, func(ctx context.Context, o *Op) error {
-		a, ok := pcl.send(ctx, o)
+	pst := run.NewStats(1)
+	pcl := v.cl.WithStats(pst, 2)
+	err := v.parallel(ctx, sample, func(ctx context.Context, o *run.Op) error {
+		a, ok := pcl.Send(ctx, o)
 		if !ok {
 			return fmt.Errorf("load: probe %s: no final answer within the retries", o.Key)
 		}
 		switch {
-		case a.status != o.Status || !bytes.Equal(a.body, []byte(o.Answer)):
+		case a.Status != o.Status || !bytes.Equal(a.Body, []byte(o.Answer)):
 			v.violate("replay_differs", o, "probe answered %d %s; first answer was %d %s",
-				a.status, truncate(a.body), o.Status, truncate([]byte(o.Answer)))
-		case !a.replayed:
+				a.Status, run.Truncate(a.Body), o.Status, run.Truncate([]byte(o.Answer)))
+		case !a.Replayed:
 			v.violate("probe_not_replayed", o, "a copy sent after the run was not marked Idempotent-Replayed: the key was forgotten or the work ran again")
 		}
 		return nil
 	})
-	pst.vmu.Lock()
-	for _, d := range pst.details {
-		v.st.violate(d)
+	for _, d := range pst.Violations() {
+		v.st.Violate(d)
 	}
-	pst.vmu.Unlock()
 	return len(sample), err
 }
 
@@ -182,28 +191,28 @@ func decodeObject(b []byte) (map[string]any, error) {
 // the acknowledged body, a refused one does not exist, an unresolved one is
 // looked up and counted if it exists.
 func (v *verifier) transfers(ctx context.Context) error {
-	var ops []*Op
+	var ops []*run.Op
 	for _, o := range v.j.Ops {
-		if o.Kind == KindTransfer || o.Kind == KindReversal {
+		if o.Kind == run.KindTransfer || o.Kind == run.KindReversal {
 			ops = append(ops, o)
 		}
 	}
-	return v.parallel(ctx, ops, func(ctx context.Context, o *Op) error {
-		v.st.checked.Add(1)
-		status, body, err := v.cl.get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
+	return v.parallel(ctx, ops, func(ctx context.Context, o *run.Op) error {
+		v.st.Checked.Add(1)
+		status, body, err := v.cl.Get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
 		if err != nil {
 			return err
 		}
 		exists := status == 200
 		if status != 200 && status != 404 {
-			return fmt.Errorf("load: GET transfer %s: %d %s", o.ID, status, truncate(body))
+			return fmt.Errorf("load: GET transfer %s: %d %s", o.ID, status, run.Truncate(body))
 		}
 		switch {
 		case o.Applied() && !exists:
 			v.violate("acknowledged_lost", o, "acknowledged with %d but GET answers %d", o.Status, status)
 			return nil
 		case o.Acknowledged() && !o.Applied() && exists:
-			v.violate("refused_applied", o, "refused with %d %s but the transfer exists", o.Status, truncate([]byte(o.Answer)))
+			v.violate("refused_applied", o, "refused with %d %s but the transfer exists", o.Status, run.Truncate([]byte(o.Answer)))
 		case !exists:
 			return nil // refused or never applied
 		}
@@ -227,7 +236,7 @@ func (v *verifier) transfers(ctx context.Context) error {
 				}
 			}
 			if !reflect.DeepEqual(want, gotBare) {
-				v.violate("transfer_differs", o, "acknowledged %s; GET answers %s", truncate([]byte(o.Answer)), truncate(body))
+				v.violate("transfer_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
 			}
 		} else {
 			// Unresolved but applied: it must be the transfer the request asked for.
@@ -235,7 +244,7 @@ func (v *verifier) transfers(ctx context.Context) error {
 		}
 		v.mu.Lock()
 		v.applied[o] = true
-		if o.Kind == KindTransfer {
+		if o.Kind == run.KindTransfer {
 			var ids []string
 			if revs, ok := got["reversals"].([]any); ok {
 				for _, r := range revs {
@@ -253,7 +262,7 @@ func (v *verifier) transfers(ctx context.Context) error {
 }
 
 // checkAnswer checks that a transfer body says what the request asked.
-func (v *verifier) checkAnswer(o *Op, m map[string]any) {
+func (v *verifier) checkAnswer(o *run.Op, m map[string]any) {
 	str := func(k string) string { s, _ := m[k].(string); return s }
 	amount, _ := m["amount"].(json.Number)
 	want := map[string]string{"id": o.ID, "debit_account_id": o.Debit, "credit_account_id": o.Credit,
@@ -273,11 +282,11 @@ func (v *verifier) checkAnswer(o *Op, m map[string]any) {
 func (v *verifier) reversals() {
 	want := map[string][]string{}
 	for _, o := range v.j.Ops {
-		if o.Kind == KindReversal && v.applied[o] {
+		if o.Kind == run.KindReversal && v.applied[o] {
 			want[o.Reverses] = append(want[o.Reverses], o.ID)
 		}
 	}
-	byID := map[string]*Op{}
+	byID := map[string]*run.Op{}
 	for _, o := range v.j.Ops {
 		byID[o.ID] = o
 	}
@@ -313,7 +322,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 		return e
 	}
 	for _, o := range v.j.Ops {
-		if (o.Kind != KindTransfer && o.Kind != KindReversal) || !v.applied[o] {
+		if (o.Kind != run.KindTransfer && o.Kind != run.KindReversal) || !v.applied[o] {
 			continue
 		}
 		d, c := get(o.Debit), get(o.Credit)
@@ -324,15 +333,15 @@ func (v *verifier) accounts(ctx context.Context) error {
 		c.entries++
 		c.transfers[o.ID] = true
 	}
-	var accts []*Op
+	var accts []*run.Op
 	for _, o := range v.j.Ops {
-		if o.Kind == KindAccount {
+		if o.Kind == run.KindAccount {
 			accts = append(accts, o)
 		}
 	}
-	return v.parallel(ctx, accts, func(ctx context.Context, o *Op) error {
-		v.st.checked.Add(1)
-		status, body, err := v.cl.get(ctx, "/v1/accounts/"+url.PathEscape(o.ID))
+	return v.parallel(ctx, accts, func(ctx context.Context, o *run.Op) error {
+		v.st.Checked.Add(1)
+		status, body, err := v.cl.Get(ctx, "/v1/accounts/"+url.PathEscape(o.ID))
 		if err != nil {
 			return err
 		}
@@ -347,7 +356,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 		case status == 404:
 			return nil
 		case status != 200:
-			return fmt.Errorf("load: GET account %s: %d %s", o.ID, status, truncate(body))
+			return fmt.Errorf("load: GET account %s: %d %s", o.ID, status, run.Truncate(body))
 		case o.Acknowledged() && !o.Applied():
 			v.violate("refused_applied", o, "account creation refused with %d but the account exists", o.Status)
 		}
@@ -373,7 +382,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 			}
 			_ = json.Unmarshal([]byte(o.Answer), &first)
 			if first.ID != a.ID || first.Currency != a.Currency || first.CreatedAt != a.CreatedAt || !bytes.Equal(first.Flags, a.Flags) {
-				v.violate("account_differs", o, "acknowledged %s; GET answers %s", truncate([]byte(o.Answer)), truncate(body))
+				v.violate("account_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
 			}
 		}
 		if a.DebitsPosted != e.debits || a.CreditsPosted != e.credits || a.Balance != a.CreditsPosted-a.DebitsPosted {
@@ -403,7 +412,7 @@ type entry struct {
 
 // entries reads every entries page of the account (newest first) and
 // checks them against the expectation and the account's totals.
-func (v *verifier) entries(ctx context.Context, o *Op, e *expectation, debits, credits int64) error {
+func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debits, credits int64) error {
 	var all []entry
 	after := ""
 	for page := 0; ; page++ {
@@ -414,12 +423,12 @@ func (v *verifier) entries(ctx context.Context, o *Op, e *expectation, debits, c
 		if after != "" {
 			path += "&after=" + url.QueryEscape(after)
 		}
-		status, body, err := v.cl.get(ctx, path)
+		status, body, err := v.cl.Get(ctx, path)
 		if err != nil {
 			return err
 		}
 		if status != 200 {
-			return fmt.Errorf("load: GET %s: %d %s", path, status, truncate(body))
+			return fmt.Errorf("load: GET %s: %d %s", path, status, run.Truncate(body))
 		}
 		var p struct {
 			Data       []entry `json:"data"`
@@ -494,4 +503,40 @@ func (v *verifier) zeroSum() {
 			v.violate("zero_sum", nil, "the run's %s accounts sum to %d, not 0", cur, s)
 		}
 	}
+}
+
+// Journal checks a journal recorded by an earlier run against the service.
+func Journal(ctx context.Context, cfg run.Config, j *run.Journal) (*run.Report, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, o := range j.Ops {
+		if o.Kind != run.KindWebhook {
+			continue
+		}
+		if cfg.WebhookSecret == "" {
+			return nil, errors.New("load verify: the journal holds webhook deliveries; pass --webhook-secret so the probes can sign them")
+		}
+		if !cfg.CheckEvents {
+			return nil, errors.New("load verify: the journal holds webhook deliveries, which are verified through GET /v1/events: drop --check-events=false")
+		}
+		break
+	}
+	pool := cfg.Pool
+	if pool == nil {
+		pool = run.NewPool(cfg.Targets...)
+	}
+	start := time.Now()
+	st := run.NewStats(uint64(start.UnixNano()))
+	cl := run.NewClient(cfg, pool, st, uint64(start.UnixNano()))
+	defer cl.Close()
+	r := &run.Report{RunID: j.RunID, Targets: pool.URLs()}
+	prog := run.NewProgress(cfg.Progress, cfg.ProgressBar, st)
+	prog.PhaseOf("verify", len(j.Ops), &st.Checked)
+	err := Check(ctx, cfg, cl, st, j, r)
+	prog.Stop()
+	st.Fill(r)
+	r.ElapsedSeconds = time.Since(start).Seconds()
+	return r, err
 }

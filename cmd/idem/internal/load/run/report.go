@@ -1,4 +1,4 @@
-package load
+package run
 
 import (
 	"fmt"
@@ -69,11 +69,11 @@ type Report struct {
 	Details        []Violation        `json:"violation_details"`
 }
 
-// stats counts what a run sends and receives. Safe for concurrent use.
-type stats struct {
-	requests, duplicates, replays, retries atomic.Int64
-	done                                   atomic.Int64 // unique operations acknowledged
-	checked                                atomic.Int64 // operations the verifier has checked
+// Stats counts what a run sends and receives. Safe for concurrent use.
+type Stats struct {
+	Requests, Duplicates, Replays, Retries atomic.Int64
+	Done                                   atomic.Int64 // unique operations acknowledged
+	Checked                                atomic.Int64 // operations the verifier has checked
 
 	mu  sync.Mutex
 	lat map[string]*Latency
@@ -84,8 +84,9 @@ type stats struct {
 	details    []Violation
 }
 
-func newStats(seed uint64) *stats {
-	s := &stats{lat: map[string]*Latency{}, rnd: rand.New(rand.NewPCG(seed, 7))}
+// NewStats returns empty counters; seed drives the latency sampling.
+func NewStats(seed uint64) *Stats {
+	s := &Stats{lat: map[string]*Latency{}, rnd: rand.New(rand.NewPCG(seed, 7))}
 	for _, o := range outcomes {
 		s.lat[o] = &Latency{}
 	}
@@ -94,7 +95,7 @@ func newStats(seed uint64) *stats {
 
 // observe records one exchange's latency under its outcome, keeping a
 // bounded reservoir sample.
-func (s *stats) observe(outcome string, d time.Duration) {
+func (s *Stats) observe(outcome string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lat[outcome]
@@ -106,7 +107,8 @@ func (s *stats) observe(outcome string, d time.Duration) {
 	}
 }
 
-func (s *stats) violate(v Violation) {
+// Violate records a violation, in detail for the first maxDetails.
+func (s *Stats) Violate(v Violation) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
 	s.violations++
@@ -115,16 +117,24 @@ func (s *stats) violate(v Violation) {
 	}
 }
 
-func (s *stats) violationCount() int {
+// Violations returns the violations recorded in detail.
+func (s *Stats) Violations() []Violation {
+	s.vmu.Lock()
+	defer s.vmu.Unlock()
+	return slices.Clone(s.details)
+}
+
+// ViolationCount is how many violations were recorded.
+func (s *Stats) ViolationCount() int {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
 	return s.violations
 }
 
-// fill copies the counters and percentiles into r.
-func (s *stats) fill(r *Report) {
-	r.Requests, r.Duplicates = s.requests.Load(), s.duplicates.Load()
-	r.Replays, r.Retries = s.replays.Load(), s.retries.Load()
+// Fill copies the counters and percentiles into r.
+func (s *Stats) Fill(r *Report) {
+	r.Requests, r.Duplicates = s.Requests.Load(), s.Duplicates.Load()
+	r.Replays, r.Retries = s.Replays.Load(), s.Retries.Load()
 	s.mu.Lock()
 	r.Latency = map[string]Latency{}
 	for name, l := range s.lat {

@@ -1,4 +1,4 @@
-package load
+package run
 
 import (
 	"encoding/json"
@@ -59,17 +59,39 @@ type Op struct {
 // Acknowledged reports whether the service gave the operation a final answer.
 func (o *Op) Acknowledged() bool { return o.Status != 0 }
 
-func (o *Op) acked() bool {
+// Acked is Acknowledged under the operation's lock, for while copies of it
+// are in flight.
+func (o *Op) Acked() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.Status != 0
 }
 
+// AddCopies counts n more copies sent.
+func (o *Op) AddCopies(n int) {
+	o.mu.Lock()
+	o.Copies += n
+	o.mu.Unlock()
+}
+
+// Keep keeps status and answer when they are the operation's first final
+// answer, and returns the first one (these or the earlier) and whether it
+// was these.
+func (o *Op) Keep(status int, answer string) (firstStatus int, firstAnswer string, first bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first = o.Status == 0
+	if first {
+		o.Status, o.Answer = status, answer
+	}
+	return o.Status, o.Answer, first
+}
+
 // Applied reports whether the final answer says the work was done.
 func (o *Op) Applied() bool { return o.Status >= 200 && o.Status < 300 }
 
-// journalVersion is the journal format's version.
-const journalVersion = 1
+// JournalVersion is the journal format's version.
+const JournalVersion = 1
 
 // Journal is what a run recorded: enough for Verify to check the service
 // again later (idem load verify).
@@ -118,8 +140,8 @@ func ReadJournal(path string) (*Journal, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("load: journal %s: %w", path, err)
 	}
-	if j.Version != journalVersion {
-		return nil, fmt.Errorf("load: journal %s has version %d; this idem reads version %d", path, j.Version, journalVersion)
+	if j.Version != JournalVersion {
+		return nil, fmt.Errorf("load: journal %s has version %d; this idem reads version %d", path, j.Version, JournalVersion)
 	}
 	if j.RunID == "" {
 		return nil, errors.New("load: journal has no run id")

@@ -1,4 +1,4 @@
-package load
+package run
 
 import (
 	"fmt"
@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// progress reports a run's progress: a bar redrawn in place on a terminal,
+// Progress reports a run's progress: a bar redrawn in place on a terminal,
 // a plain line every few seconds otherwise.
-type progress struct {
+type Progress struct {
 	w     io.Writer
 	bar   bool
-	st    *stats
+	st    *Stats
 	mu    sync.Mutex
 	name  string
 	total int
@@ -24,20 +24,21 @@ type progress struct {
 	done  chan struct{}
 }
 
-func newProgress(w io.Writer, bar bool, st *stats) *progress {
-	return &progress{w: w, bar: bar, st: st}
+// NewProgress reports to w (nil: nowhere), as a bar when bar is set.
+func NewProgress(w io.Writer, bar bool, st *Stats) *Progress {
+	return &Progress{w: w, bar: bar, st: st}
 }
 
-// phase starts reporting a phase of total operations acknowledged (0: no
+// Phase starts reporting a phase of total operations acknowledged (0: no
 // total).
-func (p *progress) phase(name string, total int) { p.phaseOf(name, total, &p.st.done) }
+func (p *Progress) Phase(name string, total int) { p.PhaseOf(name, total, &p.st.Done) }
 
-// phaseOf starts reporting a phase of total units counted by count.
-func (p *progress) phaseOf(name string, total int, count *atomic.Int64) {
+// PhaseOf starts reporting a phase of total units counted by count.
+func (p *Progress) PhaseOf(name string, total int, count *atomic.Int64) {
 	if p.w == nil {
 		return
 	}
-	p.stop()
+	p.Stop()
 	p.mu.Lock()
 	p.name, p.total, p.count, p.base = name, total, count, count.Load()
 	p.stopc, p.done = make(chan struct{}), make(chan struct{})
@@ -63,8 +64,8 @@ func (p *progress) phaseOf(name string, total int, count *atomic.Int64) {
 	}()
 }
 
-// stop ends the current phase's reporting.
-func (p *progress) stop() {
+// Stop ends the current phase's reporting.
+func (p *Progress) Stop() {
 	p.mu.Lock()
 	stopc, done := p.stopc, p.done
 	p.stopc, p.done = nil, nil
@@ -75,13 +76,13 @@ func (p *progress) stop() {
 	}
 }
 
-func (p *progress) draw(final bool) {
+func (p *Progress) draw(final bool) {
 	p.mu.Lock()
 	name, total, count, base := p.name, p.total, p.count, p.base
 	p.mu.Unlock()
 	done := int(count.Load() - base)
 	counts := fmt.Sprintf("%d req, %d dup, %d replayed, %d retries, %d violations",
-		p.st.requests.Load(), p.st.duplicates.Load(), p.st.replays.Load(), p.st.retries.Load(), p.st.violationCount())
+		p.st.Requests.Load(), p.st.Duplicates.Load(), p.st.Replays.Load(), p.st.Retries.Load(), p.st.ViolationCount())
 	if !p.bar {
 		if total > 0 {
 			fmt.Fprintf(p.w, "load: %s %d/%d ops, %s\n", name, done, total, counts)

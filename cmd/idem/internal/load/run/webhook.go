@@ -1,4 +1,4 @@
-package load
+package run
 
 import (
 	"crypto/hmac"
@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -20,8 +19,8 @@ import (
 // id and body under a new timestamp and so a new signature. A service that
 // deduplicated by a hash of the delivery would apply each copy.
 
-// webhookProvider is the provider profile the load tool signs for.
-const webhookProvider = "standard"
+// WebhookProvider is the provider profile the load tool signs for.
+const WebhookProvider = "standard"
 
 // Bounds of a Standard Webhooks secret, as the service's standard profile
 // holds them: the base64 after whsec_ decodes to 24 to 64 bytes.
@@ -36,9 +35,6 @@ const (
 	// signature; 120 s stays well inside the spec's 5 minute tolerance.
 	redeliverySpread = 120
 )
-
-// webhookTypes are the event types deliveries carry, in turn.
-var webhookTypes = []string{"load.order.paid", "load.order.refunded", "load.ping"}
 
 // webhookKey decodes a whsec_ secret into the HMAC key.
 func webhookKey(secret string) ([]byte, error) {
@@ -91,20 +87,6 @@ func signStandard(key []byte, id string, ts time.Time, body []byte) http.Header 
 	return h
 }
 
-// webhookDelivery makes delivery n to the endpoint: a stable, run-prefixed
-// event id (which is also the operation's key) and a JSON body with a type.
-func (g *generator) webhookDelivery() *Op {
-	g.webhooks++
-	n := g.webhooks
-	id := fmt.Sprintf("%s-w%d", g.runID, n)
-	typ := webhookTypes[n%len(webhookTypes)]
-	amount := 1 + g.rnd.Int64N(maxAmount)
-	return &Op{Kind: KindWebhook, Key: id, ID: id, Path: "/v1/webhooks/" + url.PathEscape(g.webhookEndpoint),
-		Type: typ, Amount: amount,
-		Body: mustJSON(map[string]any{"type": typ, "timestamp": "2026-01-01T00:00:00Z",
-			"data": map[string]any{"order_id": fmt.Sprintf("%s-o%d", g.runID, n), "amount": amount}})}
-}
-
-// webhookEventType is the event the service writes for a delivery of typ
+// WebhookEventType is the event the service writes for a delivery of typ
 // (the load tool's types need none of the service's sanitising).
-func webhookEventType(typ string) string { return "webhook." + webhookProvider + "." + typ }
+func WebhookEventType(typ string) string { return "webhook." + WebhookProvider + "." + typ }

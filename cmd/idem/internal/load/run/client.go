@@ -1,4 +1,4 @@
-package load
+package run
 
 import (
 	"bytes"
@@ -68,20 +68,20 @@ func (p *Pool) pick() (string, bool) {
 	return p.urls[p.next.Add(1)%uint64(len(p.urls))], true
 }
 
-// answer is one final HTTP answer.
-type answer struct {
-	status   int
-	body     []byte
-	replayed bool
+// Answer is one final HTTP answer.
+type Answer struct {
+	Status   int
+	Body     []byte
+	Replayed bool
 }
 
-// client sends requests with bounded retries and records what happened.
-type client struct {
+// Client sends requests with bounded retries and records what happened.
+type Client struct {
 	http   *http.Client
 	pool   *Pool
 	apiKey string
 	cfg    Config
-	st     *stats
+	st     *Stats
 	// whKey signs webhook deliveries (nil: the run sends none).
 	whKey []byte
 
@@ -89,7 +89,9 @@ type client struct {
 	rnd *rand.Rand
 }
 
-func newClient(cfg Config, pool *Pool, st *stats, seed uint64) *client {
+// NewClient returns a client for cfg that sends to pool's targets and
+// records into st.
+func NewClient(cfg Config, pool *Pool, st *Stats, seed uint64) *Client {
 	var whKey []byte
 	if cfg.WebhookSecret != "" {
 		whKey, _ = webhookKey(cfg.WebhookSecret) // validated with the config
@@ -99,11 +101,19 @@ func newClient(cfg Config, pool *Pool, st *stats, seed uint64) *client {
 		MaxIdleConnsPerHost: 2 * cfg.Concurrency * cfg.Burst,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &client{http: &http.Client{Transport: tr, Timeout: cfg.Timeout}, pool: pool,
+	return &Client{http: &http.Client{Transport: tr, Timeout: cfg.Timeout}, pool: pool,
 		apiKey: cfg.APIKey, cfg: cfg, st: st, whKey: whKey, rnd: rand.New(rand.NewPCG(seed, 11))}
 }
 
-func (c *client) close() { c.http.CloseIdleConnections() }
+// WithStats returns a client that shares c's connections and settings and
+// records into st, with its own random source seeded by seed.
+func (c *Client) WithStats(st *Stats, seed uint64) *Client {
+	return &Client{http: c.http, pool: c.pool, apiKey: c.apiKey, cfg: c.cfg, st: st, whKey: c.whKey,
+		rnd: rand.New(rand.NewPCG(seed, 11))}
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 // errNoTarget is returned while every server is down.
 var errNoTarget = errors.New("load: no live target")
@@ -118,7 +128,7 @@ type exchange struct {
 
 // roundTrip sends one request with hdr (nil for a GET: then only the API
 // key) to the next live target.
-func (c *client) roundTrip(ctx context.Context, method, path string, hdr http.Header, body []byte) (exchange, error) {
+func (c *Client) roundTrip(ctx context.Context, method, path string, hdr http.Header, body []byte) (exchange, error) {
 	base, ok := c.pool.pick()
 	if !ok {
 		return exchange{}, errNoTarget
@@ -169,14 +179,14 @@ func retryable(status int) bool {
 	return status >= 500
 }
 
-// send sends one copy of o, retrying transient failures with the same key
+// Send sends one copy of o, retrying transient failures with the same key
 // and body. It returns false when the retries ran out (or ctx ended)
 // without a final answer.
-func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
+func (c *Client) Send(ctx context.Context, o *Op) (Answer, bool) {
 	body := []byte(o.Body)
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			c.st.retries.Add(1)
+			c.st.Retries.Add(1)
 		}
 		start := time.Now()
 		ex, err := c.roundTrip(ctx, http.MethodPost, o.Path, c.headers(o), body)
@@ -185,14 +195,14 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
-				return answer{}, false
+				return Answer{}, false
 			}
 			if !errors.Is(err, errNoTarget) {
-				c.st.requests.Add(1)
+				c.st.Requests.Add(1)
 				c.st.observe(outcomeError, elapsed)
 			}
 		case retryable(ex.status):
-			c.st.requests.Add(1)
+			c.st.Requests.Add(1)
 			if ex.status == http.StatusConflict {
 				c.st.observe(outcomeInFlight, elapsed)
 			} else {
@@ -201,18 +211,18 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 			if ex.status == http.StatusInternalServerError {
 				// The contract never answers 500 to a duplicate, and a
 				// 500 for a first copy is a bug the run must not hide.
-				c.st.violate(Violation{Check: "internal_error", Key: o.Key, ID: o.ID,
-					Detail: fmt.Sprintf("500: %s", truncate(ex.body))})
+				c.st.Violate(Violation{Check: "internal_error", Key: o.Key, ID: o.ID,
+					Detail: fmt.Sprintf("500: %s", Truncate(ex.body))})
 			}
 			wait = min(ex.retryAfter, c.cfg.BackoffMax)
 		default:
-			c.st.requests.Add(1)
-			a := answer{status: ex.status, body: ex.body, replayed: ex.header.Get("Idempotent-Replayed") == "true"}
+			c.st.Requests.Add(1)
+			a := Answer{Status: ex.status, Body: ex.body, Replayed: ex.header.Get("Idempotent-Replayed") == "true"}
 			switch {
-			case a.replayed:
-				c.st.replays.Add(1)
+			case a.Replayed:
+				c.st.Replays.Add(1)
 				c.st.observe(outcomeReplayed, elapsed)
-			case a.status < 300:
+			case a.Status < 300:
 				c.st.observe(outcomeFirst, elapsed)
 			default:
 				c.st.observe(outcomeRefused, elapsed)
@@ -220,14 +230,14 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 			return a, true
 		}
 		if attempt >= c.cfg.Retries {
-			return answer{}, false
+			return Answer{}, false
 		}
 		if wait == 0 {
 			wait = c.backoff(attempt)
 		}
 		select {
 		case <-ctx.Done():
-			return answer{}, false
+			return Answer{}, false
 		case <-time.After(wait):
 		}
 	}
@@ -239,7 +249,7 @@ func (c *client) send(ctx context.Context, o *Op) (answer, bool) {
 // own (each copy and retry steps one second further back, within the
 // spec's tolerance), so no two copies in a row share a signature and only
 // the stable webhook-id can make them one.
-func (c *client) headers(o *Op) http.Header {
+func (c *Client) headers(o *Op) http.Header {
 	if o.Kind == KindWebhook {
 		o.mu.Lock()
 		o.attempts++
@@ -258,7 +268,7 @@ func (c *client) headers(o *Op) http.Header {
 
 // backoff is exponential with full jitter, from BackoffMax/40 up to
 // BackoffMax.
-func (c *client) backoff(attempt int) time.Duration {
+func (c *Client) backoff(attempt int) time.Duration {
 	base := max(c.cfg.BackoffMax/40, time.Millisecond)
 	ceil := min(base<<min(attempt, 20), c.cfg.BackoffMax)
 	c.rmu.Lock()
@@ -266,9 +276,9 @@ func (c *client) backoff(attempt int) time.Duration {
 	return time.Duration(c.rnd.Int64N(int64(ceil))) + time.Millisecond
 }
 
-// get reads path, retrying transport errors and 5xx; a 2xx or 4xx answer is
+// Get reads path, retrying transport errors and 5xx; a 2xx or 4xx answer is
 // returned as it is.
-func (c *client) get(ctx context.Context, path string) (int, []byte, error) {
+func (c *Client) Get(ctx context.Context, path string) (int, []byte, error) {
 	var lastErr error
 	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
 		if attempt > 0 {
@@ -284,7 +294,7 @@ func (c *client) get(ctx context.Context, path string) (int, []byte, error) {
 			continue
 		}
 		if ex.status >= 500 || ex.status == http.StatusTooManyRequests {
-			lastErr = fmt.Errorf("GET %s: %d %s", path, ex.status, truncate(ex.body))
+			lastErr = fmt.Errorf("GET %s: %d %s", path, ex.status, Truncate(ex.body))
 			continue
 		}
 		return ex.status, ex.body, nil
@@ -292,7 +302,8 @@ func (c *client) get(ctx context.Context, path string) (int, []byte, error) {
 	return 0, nil, fmt.Errorf("load: GET %s: retries exhausted: %w", path, lastErr)
 }
 
-func truncate(b []byte) string {
+// Truncate shortens a body for a message.
+func Truncate(b []byte) string {
 	const n = 300
 	s := strings.TrimSpace(string(b))
 	if len(s) > n {
