@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 GO ?= go
 
-.PHONY: help run build image test vet fmt bench
+.PHONY: help run build image test vet tidy fmt bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -21,11 +21,16 @@ test: ## run every test with -race against a real PostgreSQL (started if needed)
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+# `work` is every package of every module in go.work; ./... would be the
+# library's module alone.
 vet: ## go vet, the gofmt check, staticcheck, and docs that point nowhere outside the repository
-	$(GO) vet ./...
+	$(GO) vet work
 	@test -z "$$(gofmt -l .)" || (echo "gofmt would change:"; gofmt -l .; exit 1)
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) work
 	@! git grep -n -I -e 'DESIGN\.md' -e '\.\./shared' -- . ':!Makefile' || (echo "the repository's text must stand alone"; exit 1)
+
+tidy: ## go mod tidy in every module (scripts/tidy)
+	scripts/tidy
 
 fmt: ## gofmt every Go file
 	gofmt -w .

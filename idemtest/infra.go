@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/internal/embeddednats"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
@@ -76,20 +76,33 @@ type Msg struct {
 // or missing Nats-Msg-Id) is: which is what "reached the broker once" means.
 func NATS(t testing.TB) (natsURL string, messages func() []Msg) {
 	t.Helper()
-	s, err := embeddednats.Start(embeddednats.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	// The server the idem binary embeds (its internal/embeddednats), less
+	// what a test does not need: the data directory is the test's own, so
+	// it takes no lock.
+	s, err := natsserver.NewServer(&natsserver.Options{ServerName: "idemtest", JetStream: true,
+		StoreDir: t.TempDir(), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
 	if err != nil {
 		t.Fatalf("idemtest: start NATS: %v", err)
 	}
-	nc, err := s.Connect()
-	if err != nil {
+	go s.Start()
+	shutdown := func() {
 		s.Shutdown()
+		s.WaitForShutdown()
+	}
+	if !s.ReadyForConnections(10 * time.Second) {
+		shutdown()
+		t.Fatalf("idemtest: start NATS: not ready in 10s")
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.Name("idemtest"))
+	if err != nil {
+		shutdown()
 		t.Fatalf("idemtest: connect to NATS: %v", err)
 	}
 	var once sync.Once
 	t.Cleanup(func() {
 		once.Do(func() {
 			nc.Close()
-			s.Shutdown()
+			shutdown()
 		})
 	})
 	js, err := jetstream.New(nc)

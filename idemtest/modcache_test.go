@@ -16,41 +16,50 @@ import (
 // A user's module depends on idem through the module cache, where every
 // file is read-only and none is executable, and runs its tests with
 // IDEM_TEST_DATABASE_URL unset: idemtest.Postgres starts its own cluster
-// from there, and writes nothing into the module. The copy of this module
-// is laid out like the module cache, and a throwaway module replaces idem
-// with it.
+// from there, and writes nothing into the modules. The copies of idem's
+// module and of idemtest's are laid out like the module cache, and a
+// throwaway module replaces both with them. The user's tests run as built
+// plainly and with -trimpath, where a source file's path is no path on disk.
 func TestKitFromReadOnlyModule(t *testing.T) {
 	t.Parallel()
-	root, err := filepath.Abs("..")
+	kit, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	root := filepath.Dir(kit)
 	mod := filepath.Join(t.TempDir(), "idem")
 	copyModule(t, root, mod)
-	before := tree(t, mod)
+	kitMod := filepath.Join(t.TempDir(), "idemtest")
+	copyModule(t, kit, kitMod)
+	before := append(tree(t, mod), tree(t, kitMod)...)
 	readOnly(t, mod)
+	readOnly(t, kitMod)
 
 	user := t.TempDir()
 	write(t, filepath.Join(user, "go.mod"), "module example.com/kituser\n\ngo 1.26.0\n\n"+
-		"require github.com/idemhq/idem v0.0.0\n\nreplace github.com/idemhq/idem => "+mod+"\n")
+		"require (\n\tgithub.com/idemhq/idem v0.0.0\n\tgithub.com/idemhq/idem/idemtest v0.0.0\n)\n\n"+
+		"replace github.com/idemhq/idem => "+mod+"\n\n"+
+		"replace github.com/idemhq/idem/idemtest => "+kitMod+"\n")
 	write(t, filepath.Join(user, "kit_test.go"), kitUserTest)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "./...")
-	cmd.Dir = user
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "IDEM_TEST_DATABASE_URL=") || strings.HasPrefix(kv, "GOFLAGS=")
-	}), "GOFLAGS=-mod=mod", "GOWORK=off")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go test in a module that imports idemtest from a read-only copy: %v\n%s", err, out)
+	for _, flags := range [][]string{nil, {"-trimpath"}} {
+		ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+		cmd := exec.CommandContext(ctx, "go", append(append([]string{"test", "-count=1"}, flags...), "./...")...)
+		cmd.Dir = user
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, "IDEM_TEST_DATABASE_URL=") || strings.HasPrefix(kv, "GOFLAGS=")
+		}), "GOFLAGS=-mod=mod", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("go test %v in a module that imports idemtest from a read-only copy: %v\n%s", flags, err, out)
+		}
+		if !bytes.Contains(out, []byte("ok")) {
+			t.Fatalf("go test %v ran no test:\n%s", flags, out)
+		}
 	}
-	if !bytes.Contains(out, []byte("ok")) {
-		t.Fatalf("go test ran no test:\n%s", out)
-	}
-	if after := tree(t, mod); !slices.Equal(before, after) {
-		t.Fatalf("the kit wrote into the module: %d entries before, %d after", len(before), len(after))
+	if after := append(tree(t, mod), tree(t, kitMod)...); !slices.Equal(before, after) {
+		t.Fatalf("the kit wrote into the modules: %d entries before, %d after", len(before), len(after))
 	}
 }
 
@@ -87,14 +96,26 @@ func TestKit(t *testing.T) {
 }
 `
 
-// copyModule copies the files git tracks in root to dst.
+// copyModule copies the files git tracks in the module at root to dst,
+// less the directories of nested modules, as the module's zip leaves them
+// out.
 func copyModule(t *testing.T, root, dst string) {
 	t.Helper()
 	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
 	if err != nil {
 		t.Fatalf("git ls-files: %v", err)
 	}
-	for name := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
+	names := strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
+	var nested []string
+	for _, name := range names {
+		if dir := filepath.Dir(name); filepath.Base(name) == "go.mod" && dir != "." {
+			nested = append(nested, dir+string(filepath.Separator))
+		}
+	}
+	for _, name := range names {
+		if slices.ContainsFunc(nested, func(dir string) bool { return strings.HasPrefix(name, dir) }) {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(root, name))
 		if os.IsNotExist(err) {
 			continue // deleted in the work tree, not yet in the index

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemhq/idem/internal/embeddednats"
+	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
 )
 
 // startNATS is a real NATS server with JetStream on a loopback port, for

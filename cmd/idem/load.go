@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load/chaos"
+	loadrun "github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/cmd/idem/internal/load/verify"
 	"github.com/idemhq/idem/internal/cli"
-	"github.com/idemhq/idem/internal/load"
-	"github.com/idemhq/idem/internal/load/chaos"
 )
 
 const loadUsage = `Usage:
@@ -106,7 +108,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		args = args[1:]
 	}
 	l := &loadFlags{fs: cli.NewFlagSetUsage("load", loadUsage), getenv: os.Getenv}
-	def := load.Defaults()
+	def := loadrun.Defaults()
 	var (
 		target      = l.str("target", "", "base URL(s) of the service, comma-separated")
 		apiKey      = l.str("api-key", "", "API key sent as Authorization: Bearer")
@@ -178,7 +180,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	var (
-		report *load.Report
+		report *loadrun.Report
 		err    error
 	)
 	switch {
@@ -186,14 +188,14 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *journal == "" {
 			return errors.New("load verify: --journal FILE is required")
 		}
-		j, rerr := load.ReadJournal(*journal)
+		j, rerr := loadrun.ReadJournal(*journal)
 		if rerr != nil {
 			return rerr
 		}
 		if len(cfg.Targets) == 0 {
 			cfg.Targets = j.Targets
 		}
-		report, err = load.Verify(ctx, cfg, j)
+		report, err = verify.Journal(ctx, cfg, j)
 	default:
 		var sup *chaos.Supervisor
 		if *serveCfg != "" && !*chaosRun {
@@ -262,7 +264,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runLoad runs the load (with the chaos supervisor killing servers while
 // it sends, and calm during verification) and writes the journal.
-func runLoad(ctx context.Context, cfg load.Config, sup *chaos.Supervisor, journal string) (*load.Report, error) {
+func runLoad(ctx context.Context, cfg loadrun.Config, sup *chaos.Supervisor, journal string) (*loadrun.Report, error) {
 	if sup != nil {
 		sup.Run(ctx)
 		cfg.BeforeVerify = sup.Calm

@@ -15,17 +15,18 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemhq/idem/internal/load"
+	"github.com/idemhq/idem/cmd/idem/internal/load"
+	loadrun "github.com/idemhq/idem/cmd/idem/internal/load/run"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
 // loadRun runs `idem load args... --json` in this process and returns the
 // report it printed and the command's error.
-func loadRun(t *testing.T, args ...string) (load.Report, error) {
+func loadRun(t *testing.T, args ...string) (loadrun.Report, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), append(append([]string{"load"}, args...), "--json"), &stdout, &stderr)
-	var r load.Report
+	var r loadrun.Report
 	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
 		t.Fatalf("load %v: %v (%v); stdout %q\nstderr:\n%s", args, err, jerr, stdout.String(), stderr.String())
 	}
@@ -92,7 +93,7 @@ func TestLoad(t *testing.T) {
 		for _, n := range r.Operations {
 			ops += n
 		}
-		hooks := r.Operations[load.KindWebhook]
+		hooks := r.Operations[loadrun.KindWebhook]
 		if ops != 1016 || r.Unresolved != 0 || r.Duplicates == 0 || r.Replays < r.Duplicates || r.Probes == 0 {
 			t.Fatalf("report: %+v", r)
 		}
@@ -126,12 +127,12 @@ func TestLoad(t *testing.T) {
 
 		// A journal that claims an acknowledgement the service never gave
 		// fails verification with a non-zero exit.
-		j, err := load.ReadJournal(journal)
+		j, err := loadrun.ReadJournal(journal)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, o := range j.Ops {
-			if o.Kind == load.KindTransfer && o.Applied() {
+			if o.Kind == loadrun.KindTransfer && o.Applied() {
 				o.Answer = strings.Replace(o.Answer, `"amount":`, `"amount":7`, 1)
 				break
 			}
@@ -163,11 +164,11 @@ func TestLoadChaos(t *testing.T) {
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("chaos: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Restarts < 3 || r.Applied == 0 || r.Duplicates == 0 || r.Operations[load.KindWebhook] == 0 || r.WebhookEvents == 0 {
+	if r.Restarts < 3 || r.Applied == 0 || r.Duplicates == 0 || r.Operations[loadrun.KindWebhook] == 0 || r.WebhookEvents == 0 {
 		t.Fatalf("chaos report: %+v", r)
 	}
 	t.Logf("chaos: %d kills, %d operations applied (%d webhook deliveries), %d requests, %d retries, %d unresolved",
-		r.Restarts, r.Applied, r.Operations[load.KindWebhook], r.Requests, r.Retries, r.Unresolved)
+		r.Restarts, r.Applied, r.Operations[loadrun.KindWebhook], r.Requests, r.Retries, r.Unresolved)
 }
 
 // idem load --chaos with every fault at once, on a Postgres cluster of the
@@ -277,7 +278,7 @@ func TestLoadExplicitZero(t *testing.T) {
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Refused != 0 || r.Applied != r.Acknowledged || r.Operations[load.KindTransfer] == 0 || r.Probes != 0 {
+	if r.Refused != 0 || r.Applied != r.Acknowledged || r.Operations[loadrun.KindTransfer] == 0 || r.Probes != 0 {
 		t.Errorf("--refused 0 --probes 0: report %+v", r)
 	}
 }

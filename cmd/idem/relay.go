@@ -13,11 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem/cmd/idem/internal/broker"
+	"github.com/idemhq/idem/cmd/idem/internal/server"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/config"
-	"github.com/idemhq/idem/internal/server"
 	"github.com/idemhq/idem/internal/storage"
-	"github.com/idemhq/idem/outbox/broker"
 )
 
 // relay runs the outbox relay alone, for deployments that run it apart from

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem/cmd/idem/internal/server"
 	"github.com/idemhq/idem/internal/config"
-	"github.com/idemhq/idem/internal/server"
 	"github.com/idemhq/idem/internal/storage"
 )
 

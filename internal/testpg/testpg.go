@@ -4,22 +4,25 @@
 // schema of its own, dropped when it ends. There is no skip: a test that
 // needs Postgres and cannot have it fails, saying what to install.
 //
-// It works from a read-only copy of the module (a user's module cache):
-// scripts/pg is run with bash, so it needs no exec bit, and everything it
-// writes goes under the temporary directory. Test code never installs
-// anything; scripts/test does, before go test.
+// It works wherever the user's tests are built: the script (pg.bash, which
+// scripts/pg runs) is embedded, written into the cluster's temporary
+// directory and run with bash from there, so no source tree is looked for —
+// not in a read-only module cache, a vendor directory, or a binary built
+// with -trimpath, whose source paths are no paths on disk. Everything it
+// writes goes under that directory. Test code never installs anything;
+// scripts/test does, before go test.
 package testpg
 
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +61,8 @@ func URL(tb testing.TB) string {
 func Main(m interface{ Run() int }) int {
 	code := m.Run()
 	if dir != "" {
-		_ = pg("stop", dir).Run()
+		_ = pg(filepath.Dir(dir), "stop", dir).Run()
+		_ = os.RemoveAll(filepath.Dir(dir))
 	}
 	return code
 }
@@ -79,15 +83,18 @@ func start() (string, error) {
 	if err := os.Chmod(parent, 0o755); err != nil {
 		return "", err
 	}
+	if err := writeScript(parent); err != nil {
+		return "", err
+	}
 	dir = filepath.Join(parent, "pg")
-	out, err := pg("start", dir).Output()
+	out, err := pg(parent, "start", dir).Output()
 	if err != nil {
-		return "", fmt.Errorf("start PostgreSQL with %s: %w %s", script(), err, stderrOf(err))
+		return "", fmt.Errorf("start PostgreSQL with %s: %w %s", script(parent), err, stderrOf(err))
 	}
 	return strings.TrimSpace(string(out)), nil
 }
 
-// installed reports whether scripts/pg can find PostgreSQL's initdb, where
+// installed reports whether pg.bash can find PostgreSQL's initdb, where
 // it looks: pg_config's bindir, Debian's /usr/lib/postgresql/*/bin, PATH.
 func installed() bool {
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
@@ -110,20 +117,33 @@ func isExecutable(path string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// pg runs scripts/pg with bash: in a module cache the script is read-only
-// and has no exec bit. IDEM_PG_NO_INSTALL keeps the script from installing
-// PostgreSQL, which is scripts/test's job, never a test's.
-func pg(args ...string) *exec.Cmd {
-	cmd := exec.Command("bash", append([]string{script()}, args...)...)
-	cmd.Env = append(os.Environ(), "IDEM_PG_NO_INSTALL=1")
-	return cmd
+// pgScript is scripts/pg's script. It is embedded rather than looked for
+// beside this file: runtime.Caller's path is no path on disk under
+// -trimpath, and a vendor directory holds no scripts/.
+//
+//go:embed pg.bash
+var pgScript []byte
+
+// writeScript writes the script into parent, the temporary directory that
+// holds a cluster, so that it lives as long as the cluster does (for
+// Cluster.RestartCommand's other processes too).
+func writeScript(parent string) error {
+	if err := os.WriteFile(script(parent), pgScript, 0o644); err != nil {
+		return fmt.Errorf("write the PostgreSQL script: %w", err)
+	}
+	return nil
 }
 
-// script is the path of scripts/pg in this module: in the source tree, or
-// in the module cache when the module is a dependency.
-func script() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pg")
+// script is the script's path in parent.
+func script(parent string) string { return filepath.Join(parent, "pg.bash") }
+
+// pg runs the script in parent with bash (it has no exec bit).
+// IDEM_PG_NO_INSTALL keeps it from installing PostgreSQL, which is
+// scripts/test's job, never a test's.
+func pg(parent string, args ...string) *exec.Cmd {
+	cmd := exec.Command("bash", append([]string{script(parent)}, args...)...)
+	cmd.Env = append(os.Environ(), "IDEM_PG_NO_INSTALL=1")
+	return cmd
 }
 
 // Schema creates an empty schema for tb, dropped at its end, and returns
@@ -183,15 +203,21 @@ func NewCluster(tb testing.TB) *Cluster {
 	if err := os.Chmod(parent, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	if err := writeScript(parent); err != nil {
+		tb.Fatalf("testpg: %v", err)
+	}
 	c := &Cluster{dir: filepath.Join(parent, "pg")}
-	out, err := pg("start", c.dir, "--crash-safe").Output()
+	out, err := c.pg("start", c.dir, "--crash-safe").Output()
 	if err != nil {
 		tb.Fatalf("testpg: start cluster: %v %s", err, stderrOf(err))
 	}
 	c.URL = strings.TrimSpace(string(out))
-	tb.Cleanup(func() { _ = pg("stop", c.dir).Run() })
+	tb.Cleanup(func() { _ = c.pg("stop", c.dir).Run() })
 	return c
 }
+
+// pg runs the script that started c, beside its directory.
+func (c *Cluster) pg(args ...string) *exec.Cmd { return pg(filepath.Dir(c.dir), args...) }
 
 // Pause stops the server (fast shutdown: sessions are cut), keeping data.
 func (c *Cluster) Pause(tb testing.TB) { c.run(tb, "pause") }
@@ -207,7 +233,7 @@ func (c *Cluster) Restart(tb testing.TB) { c.run(tb, "restart") }
 // a process that restarts the cluster itself (idem load
 // --chaos-db-restart).
 func (c *Cluster) RestartCommand() string {
-	return "bash " + shellQuote(script()) + " restart " + shellQuote(c.dir)
+	return "bash " + shellQuote(script(filepath.Dir(c.dir))) + " restart " + shellQuote(c.dir)
 }
 
 // shellQuote quotes s for sh.
@@ -217,7 +243,7 @@ func shellQuote(s string) string {
 
 func (c *Cluster) run(tb testing.TB, cmd string) {
 	tb.Helper()
-	if _, err := pg(cmd, c.dir).Output(); err != nil {
+	if _, err := c.pg(cmd, c.dir).Output(); err != nil {
 		tb.Fatalf("testpg: %s: %v %s", cmd, err, stderrOf(err))
 	}
 }

@@ -1,0 +1,141 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/testpg"
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/natspub"
+)
+
+// TestMain runs the tests on a throwaway Postgres, then fails the run if a
+// goroutine outlived them (a relay, consumer or connection left running).
+func TestMain(m *testing.M) {
+	code := testpg.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// A consumer commits its effect and dies before acking: JetStream
+// redelivers the message, and the inbox makes the redelivery a no-op.
+func TestRedeliveryAppliedOnce(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		srv, err := embeddednats.Start(embeddednats.Config{DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		pub, err := natspub.New(ctx, nc, natspub.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := outbox.Message{ID: outbox.NewID(), Tenant: "default", Type: "thing.done", Key: "k", Payload: json.RawMessage(`{"n":1}`)}
+		if errs := pub.Publish(ctx, []outbox.Message{m}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		js, _ := jetstream.New(nc)
+		cons, err := js.CreateOrUpdateConsumer(ctx, "IDEM", jetstream.ConsumerConfig{
+			Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied := 0
+		deliveries := 0
+		for deliveries < 2 {
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for jm := range batch.Messages() {
+				deliveries++
+				tx, err := d.Begin(ctx, driver.BeginOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "ledger-projector", MessageID: jm.Headers().Get("Nats-Msg-Id")}, func(ctx context.Context, tx driver.Tx) error {
+					applied++
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if deliveries == 1 {
+					if dup {
+						t.Fatal("first delivery reported as duplicate")
+					}
+					continue // "crash": committed, never acked; JetStream redelivers
+				}
+				if !dup {
+					t.Fatal("redelivery not recognised as duplicate")
+				}
+				_ = jm.Ack()
+			}
+		}
+		if applied != 1 {
+			t.Fatalf("applied %d times, want 1", applied)
+		}
+		// The record is the effect's witness: exactly one row for the id.
+		n, err := in.DeleteBefore(ctx, time.Now().Add(time.Hour), 100)
+		if err != nil || n != 1 {
+			t.Fatalf("inbox rows = %d (%v), want 1", n, err)
+		}
+	})
+}
+
+// A rolled-back transaction forgets the claim: the next delivery applies.
+func TestRollbackForgets(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, wantDup := range []bool{false, false, true} {
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: "c", MessageID: "m1"}, func(context.Context, driver.Tx) error { return nil })
+			if err != nil || dup != wantDup {
+				t.Fatalf("call %d: dup=%v err=%v, want dup=%v", i, dup, err, wantDup)
+			}
+			if i == 0 {
+				_ = tx.Rollback(ctx)
+				continue
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,542 @@
+// Package verify checks, through the service's public API only, that every
+// acknowledged operation of a load run's journal happened exactly once:
+// probes replay a sample and expect the stored answer; transfers exist with
+// the body that acknowledged them; balances and entry counts add up; the
+// run's accounts sum to zero per currency; and, with events checked, every
+// change left one event (and one message in the NATS stream). It depends on
+// package run alone: Journal checks a journal written earlier, and the load
+// generator calls Check at the end of a run.
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"reflect"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+)
+
+// verifier checks, through the API only, that a journal's acknowledged
+// operations happened exactly once.
+type verifier struct {
+	cfg run.Config
+	cl  *run.Client
+	st  *run.Stats
+	j   *run.Journal
+
+	mu sync.Mutex
+	// applied holds the operations whose effect must be in the ledger: the
+	// ones acknowledged with 2xx and the unresolved ones found to exist.
+	applied map[*run.Op]bool
+	// reversalsOf maps a transfer id to the reversal ids the service lists.
+	reversalsOf map[string][]string
+	// balances holds each existing run account's currency and balance.
+	balances map[string]accountState
+}
+
+type accountState struct {
+	currency string
+	balance  int64
+}
+
+// maxEntryPages bounds the entries pages read for one account.
+const maxEntryPages = 100_000
+
+// Check runs every check of the operations in j through cl and fills r's
+// operation counts. Violations go to st; the error reports a verification
+// that could not be completed (the service unreachable), never a violation.
+func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j *run.Journal, r *run.Report) error {
+	v := &verifier{cfg: cfg, cl: cl, st: st, j: j, applied: map[*run.Op]bool{},
+		reversalsOf: map[string][]string{}, balances: map[string]accountState{}}
+	r.Operations = map[run.Kind]int{}
+	for _, o := range j.Ops {
+		r.Operations[o.Kind]++
+		switch {
+		case o.Applied():
+			r.Acknowledged++
+			r.Applied++
+		case o.Acknowledged():
+			r.Acknowledged++
+			r.Refused++
+		default:
+			r.Unresolved++
+		}
+	}
+	// Probes first: a replay that wrongly does the work again shows up in
+	// the balances checked after it.
+	n, err := v.probe(ctx)
+	r.Probes = n
+	if err != nil {
+		return err
+	}
+	if err := v.transfers(ctx); err != nil {
+		return err
+	}
+	v.reversals()
+	if err := v.accounts(ctx); err != nil {
+		return err
+	}
+	v.zeroSum()
+	if cfg.CheckEvents {
+		n, w, err := v.events(ctx)
+		r.EventsChecked, r.WebhookEvents = n, w
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v *verifier) violate(check string, o *run.Op, format string, args ...any) {
+	viol := run.Violation{Check: check, Detail: fmt.Sprintf(format, args...)}
+	if o != nil {
+		viol.Key, viol.ID = o.Key, o.ID
+	}
+	v.st.Violate(viol)
+}
+
+// parallel runs fn for every op with cfg.Concurrency workers and returns
+// the first error.
+func (v *verifier) parallel(ctx context.Context, ops []*run.Op, fn func(ctx context.Context, o *run.Op) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan *run.Op)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range v.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				if err := fn(ctx, o); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+	for _, o := range ops {
+		select {
+		case work <- o:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+
+// probe sends up to cfg.Probes acknowledged operations once more with their
+// key and checks the stored answer comes back byte-identical, marked as a
+// replay. Its requests are not counted in the run's request figures.
+func (v *verifier) probe(ctx context.Context) (int, error) {
+	var acked []*run.Op
+	for _, o := range v.j.Ops {
+		if o.Acknowledged() {
+			acked = append(acked, o)
+		}
+	}
+	if len(acked) == 0 || v.cfg.Probes <= 0 {
+		return 0, nil
+	}
+	step := max(1, len(acked)/v.cfg.Probes)
+	var sample []*run.Op
+	for i := 0; i < len(acked) && len(sample) < v.cfg.Probes; i += step {
+		sample = append(sample, acked[i])
+	}
+	pst := run.NewStats(1)
+	pcl := v.cl.WithStats(pst, 2)
+	err := v.parallel(ctx, sample, func(ctx context.Context, o *run.Op) error {
+		a, ok := pcl.Send(ctx, o)
+		if !ok {
+			return fmt.Errorf("load: probe %s: no final answer within the retries", o.Key)
+		}
+		switch {
+		case a.Status != o.Status || !bytes.Equal(a.Body, []byte(o.Answer)):
+			v.violate("replay_differs", o, "probe answered %d %s; first answer was %d %s",
+				a.Status, run.Truncate(a.Body), o.Status, run.Truncate([]byte(o.Answer)))
+		case !a.Replayed:
+			v.violate("probe_not_replayed", o, "a copy sent after the run was not marked Idempotent-Replayed: the key was forgotten or the work ran again")
+		}
+		return nil
+	})
+	for _, d := range pst.Violations() {
+		v.st.Violate(d)
+	}
+	return len(sample), err
+}
+
+// decodeObject decodes a JSON object keeping numbers exact.
+func decodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// transfers checks every transfer and reversal: an applied one exists with
+// the acknowledged body, a refused one does not exist, an unresolved one is
+// looked up and counted if it exists.
+func (v *verifier) transfers(ctx context.Context) error {
+	var ops []*run.Op
+	for _, o := range v.j.Ops {
+		if o.Kind == run.KindTransfer || o.Kind == run.KindReversal {
+			ops = append(ops, o)
+		}
+	}
+	return v.parallel(ctx, ops, func(ctx context.Context, o *run.Op) error {
+		v.st.Checked.Add(1)
+		status, body, err := v.cl.Get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
+		if err != nil {
+			return err
+		}
+		exists := status == 200
+		if status != 200 && status != 404 {
+			return fmt.Errorf("load: GET transfer %s: %d %s", o.ID, status, run.Truncate(body))
+		}
+		switch {
+		case o.Applied() && !exists:
+			v.violate("acknowledged_lost", o, "acknowledged with %d but GET answers %d", o.Status, status)
+			return nil
+		case o.Acknowledged() && !o.Applied() && exists:
+			v.violate("refused_applied", o, "refused with %d %s but the transfer exists", o.Status, run.Truncate([]byte(o.Answer)))
+		case !exists:
+			return nil // refused or never applied
+		}
+		got, err := decodeObject(body)
+		if err != nil {
+			v.violate("transfer_differs", o, "GET body is not a JSON object: %v", err)
+			return nil
+		}
+		if o.Applied() {
+			want, err := decodeObject([]byte(o.Answer))
+			if err != nil {
+				v.violate("answer_mismatch", o, "acknowledged body is not a JSON object: %v", err)
+				return nil
+			}
+			v.checkAnswer(o, want)
+			delete(want, "reversals")
+			gotBare := make(map[string]any, len(got))
+			for k, val := range got {
+				if k != "reversals" {
+					gotBare[k] = val
+				}
+			}
+			if !reflect.DeepEqual(want, gotBare) {
+				v.violate("transfer_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
+			}
+		} else {
+			// Unresolved but applied: it must be the transfer the request asked for.
+			v.checkAnswer(o, got)
+		}
+		v.mu.Lock()
+		v.applied[o] = true
+		if o.Kind == run.KindTransfer {
+			var ids []string
+			if revs, ok := got["reversals"].([]any); ok {
+				for _, r := range revs {
+					if m, ok := r.(map[string]any); ok {
+						id, _ := m["id"].(string)
+						ids = append(ids, id)
+					}
+				}
+			}
+			v.reversalsOf[o.ID] = ids
+		}
+		v.mu.Unlock()
+		return nil
+	})
+}
+
+// checkAnswer checks that a transfer body says what the request asked.
+func (v *verifier) checkAnswer(o *run.Op, m map[string]any) {
+	str := func(k string) string { s, _ := m[k].(string); return s }
+	amount, _ := m["amount"].(json.Number)
+	want := map[string]string{"id": o.ID, "debit_account_id": o.Debit, "credit_account_id": o.Credit,
+		"currency": o.Currency, "reverses_id": o.Reverses}
+	for k, w := range want {
+		if str(k) != w {
+			v.violate("answer_mismatch", o, "%s is %q, the request asked %q", k, str(k), w)
+		}
+	}
+	if string(amount) != strconv.FormatInt(o.Amount, 10) {
+		v.violate("answer_mismatch", o, "amount is %s, the request asked %d", amount, o.Amount)
+	}
+}
+
+// reversals checks each applied transfer lists exactly its applied
+// reversals, each once.
+func (v *verifier) reversals() {
+	want := map[string][]string{}
+	for _, o := range v.j.Ops {
+		if o.Kind == run.KindReversal && v.applied[o] {
+			want[o.Reverses] = append(want[o.Reverses], o.ID)
+		}
+	}
+	byID := map[string]*run.Op{}
+	for _, o := range v.j.Ops {
+		byID[o.ID] = o
+	}
+	for tid, got := range v.reversalsOf {
+		w := append([]string(nil), want[tid]...)
+		g := append([]string(nil), got...)
+		sort.Strings(w)
+		sort.Strings(g)
+		if !reflect.DeepEqual(w, g) && !(len(w) == 0 && len(g) == 0) {
+			v.violate("reversals_differ", byID[tid], "transfer lists reversals %v; applied reversals are %v", g, w)
+		}
+	}
+}
+
+// expectation is what an account must show after the run.
+type expectation struct {
+	debits, credits int64
+	entries         int
+	transfers       map[string]bool
+}
+
+// accounts checks each run account: totals equal the applied transfers and
+// reversals, and the entries pages hold one entry per applied posting with
+// contiguous sequences and running totals that add up.
+func (v *verifier) accounts(ctx context.Context) error {
+	exp := map[string]*expectation{}
+	get := func(id string) *expectation {
+		e := exp[id]
+		if e == nil {
+			e = &expectation{transfers: map[string]bool{}}
+			exp[id] = e
+		}
+		return e
+	}
+	for _, o := range v.j.Ops {
+		if (o.Kind != run.KindTransfer && o.Kind != run.KindReversal) || !v.applied[o] {
+			continue
+		}
+		d, c := get(o.Debit), get(o.Credit)
+		d.debits += o.Amount
+		d.entries++
+		d.transfers[o.ID] = true
+		c.credits += o.Amount
+		c.entries++
+		c.transfers[o.ID] = true
+	}
+	var accts []*run.Op
+	for _, o := range v.j.Ops {
+		if o.Kind == run.KindAccount {
+			accts = append(accts, o)
+		}
+	}
+	return v.parallel(ctx, accts, func(ctx context.Context, o *run.Op) error {
+		v.st.Checked.Add(1)
+		status, body, err := v.cl.Get(ctx, "/v1/accounts/"+url.PathEscape(o.ID))
+		if err != nil {
+			return err
+		}
+		e := exp[o.ID]
+		if e == nil {
+			e = &expectation{transfers: map[string]bool{}}
+		}
+		switch {
+		case status == 404 && o.Applied():
+			v.violate("acknowledged_lost", o, "account acknowledged with %d but GET answers 404", o.Status)
+			return nil
+		case status == 404:
+			return nil
+		case status != 200:
+			return fmt.Errorf("load: GET account %s: %d %s", o.ID, status, run.Truncate(body))
+		case o.Acknowledged() && !o.Applied():
+			v.violate("refused_applied", o, "account creation refused with %d but the account exists", o.Status)
+		}
+		var a struct {
+			ID            string          `json:"id"`
+			Currency      string          `json:"currency"`
+			CreatedAt     string          `json:"created_at"`
+			Flags         json.RawMessage `json:"flags"`
+			DebitsPosted  int64           `json:"debits_posted"`
+			CreditsPosted int64           `json:"credits_posted"`
+			Balance       int64           `json:"balance"`
+		}
+		if err := json.Unmarshal(body, &a); err != nil {
+			v.violate("account_differs", o, "GET body: %v", err)
+			return nil
+		}
+		if o.Applied() {
+			var first struct {
+				ID        string          `json:"id"`
+				Currency  string          `json:"currency"`
+				CreatedAt string          `json:"created_at"`
+				Flags     json.RawMessage `json:"flags"`
+			}
+			_ = json.Unmarshal([]byte(o.Answer), &first)
+			if first.ID != a.ID || first.Currency != a.Currency || first.CreatedAt != a.CreatedAt || !bytes.Equal(first.Flags, a.Flags) {
+				v.violate("account_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
+			}
+		}
+		if a.DebitsPosted != e.debits || a.CreditsPosted != e.credits || a.Balance != a.CreditsPosted-a.DebitsPosted {
+			check := "balance_mismatch"
+			if a.DebitsPosted > e.debits || a.CreditsPosted > e.credits {
+				check = "applied_twice"
+			}
+			v.violate(check, o, "debits %d credits %d balance %d; applied transfers and reversals make debits %d credits %d",
+				a.DebitsPosted, a.CreditsPosted, a.Balance, e.debits, e.credits)
+		}
+		v.mu.Lock()
+		v.balances[o.ID] = accountState{currency: a.Currency, balance: a.Balance}
+		v.mu.Unlock()
+		return v.entries(ctx, o, e, a.DebitsPosted, a.CreditsPosted)
+	})
+}
+
+type entry struct {
+	TransferID    string `json:"transfer_id"`
+	Sequence      int64  `json:"sequence"`
+	Amount        int64  `json:"amount"`
+	Direction     string `json:"direction"`
+	DebitsPosted  int64  `json:"debits_posted"`
+	CreditsPosted int64  `json:"credits_posted"`
+	Balance       int64  `json:"balance"`
+}
+
+// entries reads every entries page of the account (newest first) and
+// checks them against the expectation and the account's totals.
+func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debits, credits int64) error {
+	var all []entry
+	after := ""
+	for page := 0; ; page++ {
+		if page == maxEntryPages {
+			return fmt.Errorf("load: account %s has more than %d entries pages", o.ID, maxEntryPages)
+		}
+		path := "/v1/accounts/" + url.PathEscape(o.ID) + "/entries?limit=1000"
+		if after != "" {
+			path += "&after=" + url.QueryEscape(after)
+		}
+		status, body, err := v.cl.Get(ctx, path)
+		if err != nil {
+			return err
+		}
+		if status != 200 {
+			return fmt.Errorf("load: GET %s: %d %s", path, status, run.Truncate(body))
+		}
+		var p struct {
+			Data       []entry `json:"data"`
+			NextCursor *string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			v.violate("entries_page", o, "entries page: %v", err)
+			return nil
+		}
+		all = append(all, p.Data...)
+		if p.NextCursor == nil || len(p.Data) == 0 {
+			break
+		}
+		after = *p.NextCursor
+	}
+	if len(all) != e.entries {
+		check := "entries_count"
+		if len(all) > e.entries {
+			check = "applied_twice"
+		}
+		v.violate(check, o, "%d entries; applied transfers and reversals make %d", len(all), e.entries)
+	}
+	seen := map[string]bool{}
+	var prevD, prevC int64
+	// Oldest first: sequences 1, 2, … and running totals that grow by each
+	// entry's amount on its side.
+	for i := len(all) - 1; i >= 0; i-- {
+		en := all[i]
+		want := int64(len(all) - i)
+		if en.Sequence != want {
+			v.violate("entry_sequence", o, "entry %d of %d (oldest first) has sequence %d", want, len(all), en.Sequence)
+			return nil
+		}
+		d, c := prevD, prevC
+		switch en.Direction {
+		case "debit":
+			d += en.Amount
+		case "credit":
+			c += en.Amount
+		default:
+			v.violate("running_balance", o, "entry %d has direction %q", en.Sequence, en.Direction)
+		}
+		if en.Amount <= 0 || en.DebitsPosted != d || en.CreditsPosted != c || en.Balance != c-d {
+			v.violate("running_balance", o, "entry %d (%s %d) shows debits %d credits %d balance %d; the entries before it make debits %d credits %d",
+				en.Sequence, en.Direction, en.Amount, en.DebitsPosted, en.CreditsPosted, en.Balance, d, c)
+			return nil
+		}
+		prevD, prevC = d, c
+		if seen[en.TransferID] {
+			v.violate("applied_twice", o, "transfer %s has two entries on this account", en.TransferID)
+		}
+		seen[en.TransferID] = true
+		if !e.transfers[en.TransferID] {
+			v.violate("entry_unexpected", o, "entry %d belongs to transfer %s, which was not applied by this run", en.Sequence, en.TransferID)
+		}
+	}
+	if len(all) > 0 && (prevD != debits || prevC != credits) {
+		v.violate("running_balance", o, "newest entry shows debits %d credits %d; the account shows %d and %d", prevD, prevC, debits, credits)
+	}
+	return nil
+}
+
+// zeroSum checks the run's accounts sum to zero in each currency: every
+// transfer moved money between two of them.
+func (v *verifier) zeroSum() {
+	sum := map[string]int64{}
+	for _, a := range v.balances {
+		sum[a.currency] += a.balance
+	}
+	for cur, s := range sum {
+		if s != 0 {
+			v.violate("zero_sum", nil, "the run's %s accounts sum to %d, not 0", cur, s)
+		}
+	}
+}
+
+// Journal checks a journal recorded by an earlier run against the service.
+func Journal(ctx context.Context, cfg run.Config, j *run.Journal) (*run.Report, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, o := range j.Ops {
+		if o.Kind != run.KindWebhook {
+			continue
+		}
+		if cfg.WebhookSecret == "" {
+			return nil, errors.New("load verify: the journal holds webhook deliveries; pass --webhook-secret so the probes can sign them")
+		}
+		if !cfg.CheckEvents {
+			return nil, errors.New("load verify: the journal holds webhook deliveries, which are verified through GET /v1/events: drop --check-events=false")
+		}
+		break
+	}
+	pool := cfg.Pool
+	if pool == nil {
+		pool = run.NewPool(cfg.Targets...)
+	}
+	start := time.Now()
+	st := run.NewStats(uint64(start.UnixNano()))
+	cl := run.NewClient(cfg, pool, st, uint64(start.UnixNano()))
+	defer cl.Close()
+	r := &run.Report{RunID: j.RunID, Targets: pool.URLs()}
+	prog := run.NewProgress(cfg.Progress, cfg.ProgressBar, st)
+	prog.PhaseOf("verify", len(j.Ops), &st.Checked)
+	err := Check(ctx, cfg, cl, st, j, r)
+	prog.Stop()
+	st.Fill(r)
+	r.ElapsedSeconds = time.Since(start).Seconds()
+	return r, err
+}

@@ -1,0 +1,327 @@
+// Package server is the idem HTTP service: the ledger API behind the
+// Idempotency-Key middleware, tenants from API keys, the webhook intake
+// (verified provider deliveries deduplicated by their event id), health,
+// readiness and metrics. cmd/idem's serve wires it to a database and a listener.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/console"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/money"
+	"github.com/idemhq/idem/internal/problem"
+	"github.com/idemhq/idem/ledger"
+	"github.com/idemhq/idem/outbox"
+)
+
+// retryAfter is the Retry-After of the service's 409 and 503 answers: the
+// middleware's, the webhook intake's and its own (idemhttp.ProblemFor).
+const retryAfter = time.Second
+
+// Server serves the HTTP API.
+type Server struct {
+	cfg    config.Config
+	d      driver.Driver
+	keeper *idem.Keeper
+	ledger *ledger.Ledger
+	outbox *outbox.Outbox
+	guard  *idemhttp.Middleware
+	// writes is the group commit of the ledger's writes; nil when
+	// cfg.GroupCommit is off.
+	writes *idem.Batcher[ledgerWrite]
+	// relay publishes the outbox when cfg.Relay; closeRelay closes its
+	// publisher after it stopped.
+	relay      *outbox.Relay
+	closeRelay func()
+	metrics    *metrics
+	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
+	webhooks *webhooks
+	log      *slog.Logger
+	tenants  map[[sha256.Size]byte]string
+	// currencies are the exponents the console shows amounts with.
+	currencies *money.Currencies
+	// console is the operator console (nil when it could not be built):
+	// Run runs its outbox sampler, and replays are reported to it.
+	console *console.Console
+	handler http.Handler
+
+	testHooks testHooks
+}
+
+// testHooks let tests see inside the server; set only by tests, before
+// the server is used, and nil in production.
+type testHooks struct {
+	// applied is called, inside the transaction, with the keys of the
+	// writes applyWrites has just applied, in the order it applied them.
+	applied func([]idem.Key)
+}
+
+// New builds the service on a migrated database, with the outbox relay and
+// its publisher when cfg.Relay. Metrics register on reg.
+func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	// A group-commit batch is one Apply call: its ops bound is the batch's.
+	l, err := ledger.New(d, ledger.Config{MaxBatch: maxLedgerBatch})
+	if err != nil {
+		return nil, err
+	}
+	ob, err := outbox.New(d, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
+		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
+	for _, k := range cfg.APIKeys {
+		s.tenants[k.Hash] = k.Tenant
+	}
+	if s.currencies, err = money.New(cfg.CurrencyExponents); err != nil {
+		return nil, err
+	}
+	if s.metrics, err = newMetrics(reg, d); err != nil {
+		return nil, err
+	}
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
+	}
+	s.guard, err = idemhttp.New(idemhttp.Config{
+		Keeper:       keeper,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		RetryAfter:   retryAfter,
+		Logger:       log,
+		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
+			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
+			// A first arrival has just committed, maybe with events: wake
+			// the relay now rather than at its next poll.
+			if kind == idemhttp.KindFirst && s.relay != nil {
+				s.relay.Notify()
+			}
+			// A replay leaves no trace in the database: the console
+			// remembers the newest ones for the request's story.
+			if kind == idemhttp.KindReplayed && s.console != nil {
+				if key, err := idem.ParseKey(r.Header.Get(idemhttp.HeaderKey)); err == nil {
+					s.console.NoteReplay(tenantFrom(r.Context()), operationOf(r), key)
+				}
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.GroupCommit {
+		s.writes, err = idem.NewBatcher(keeper, s.applyWrites, idem.BatchConfig{
+			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Relay {
+		if s.relay, s.closeRelay, err = NewRelay(ctx, cfg, d, log, reg, os.Stdout); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Keeper is the service's keeper (its janitor runs beside the server).
+func (s *Server) Keeper() *idem.Keeper { return s.keeper }
+
+// Console is the service's operator console, served under /ui/; nil when
+// it could not be built (the service log says why).
+func (s *Server) Console() *console.Console { return s.console }
+
+// Handler is the service's root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// Writes go through the Idempotency-Key middleware: the handler runs in
+	// the transaction that claims the key and stores the answer. A body
+	// declared as something other than JSON is refused before.
+	write := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(h)))))
+	}
+	read := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.observe(s.authenticate(h)))
+	}
+	// The ledger's writes share transactions (group commit) unless it is
+	// off: then each runs in its own, as any guarded handler.
+	ledgerRoute := func(pattern string, decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) {
+		if s.writes == nil {
+			write(pattern, s.writeOne(decode))
+			return
+		}
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(idemhttp.Batched(s.guard, s.writes, decode)))))
+	}
+	ledgerRoute("POST /v1/accounts", s.decodeAccount)
+	read("GET /v1/accounts/{id}", s.getAccount)
+	read("GET /v1/accounts/{id}/balance", s.getBalance)
+	read("GET /v1/accounts/{id}/entries", s.listEntries)
+	ledgerRoute("POST /v1/transfers", s.decodeTransfer)
+	write("POST /v1/transfers/batch", s.postTransferBatch)
+	read("GET /v1/transfers/{id}", s.getTransfer)
+	ledgerRoute("POST /v1/transfers/{id}/reversals", s.decodeReversal)
+	read("GET /v1/events", s.listEvents)
+	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
+	// the provider's signature authenticates them, the endpoint's
+	// configuration names their tenant, and their stable event id is the key.
+	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(s.webhooks.intake))
+
+	s.mountConsole(mux)
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /readyz", readyz(s.d))
+	mux.HandleFunc("GET /openapi.json", s.openapi)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	})))
+	return s.protect(mux)
+}
+
+// authenticate puts the request's tenant in its context: the one whose API
+// key it bears, or idem.DefaultTenant when no keys are configured.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := idem.DefaultTenant
+		if len(s.tenants) > 0 {
+			token, ok := bearer(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+				problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "an Authorization: Bearer API key is required")
+				return
+			}
+			// Keys are kept only as SHA-256 hashes and looked up by the
+			// presented token's hash: the lookup's timing says nothing about
+			// the tokens themselves.
+			t, found := s.tenants[sha256.Sum256([]byte(token))]
+			if !found {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="idem", error="invalid_token"`)
+				problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "the API key is not valid")
+				return
+			}
+			tenant = t
+		}
+		next.ServeHTTP(w, r.WithContext(withTenant(idemhttp.WithScope(r.Context(), tenant), tenant)))
+	})
+}
+
+// operationOf is the operation idemhttp stores a request's key under (its
+// default Config.Operation): the method and the matched route pattern
+// without the pattern's own method.
+func operationOf(r *http.Request) string {
+	p := r.Pattern
+	if i := strings.IndexAny(p, " \t"); i >= 0 && !strings.Contains(p[:i], "/") {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	return r.Method + " " + p
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+type tenantKey struct{}
+
+func withTenant(ctx context.Context, t string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, t)
+}
+
+func tenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// Run serves on ln until ctx is done, then stops accepting, drains the
+// requests in flight (bounded by ShutdownTimeout) and returns.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go s.keeper.RunJanitor(bgCtx)
+	// The console's outbox sampler lives as long as the server.
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		if s.console != nil {
+			_ = s.console.Run(bgCtx) // it only returns when bgCtx ends
+		}
+	}()
+	relayDone := make(chan struct{})
+	if s.relay != nil {
+		go func() {
+			defer close(relayDone)
+			if err := s.relay.Run(bgCtx); err != nil && bgCtx.Err() == nil {
+				s.log.Error("idem: relay stopped", "err", err)
+			}
+		}()
+	} else {
+		close(relayDone)
+	}
+	// The relay stops after the HTTP server has drained, so the events of
+	// the last requests are still published promptly; what it leaves
+	// unsent, the next relay publishes.
+	defer func() {
+		stopBackground()
+		<-samplerDone
+		<-relayDone
+		if s.closeRelay != nil {
+			s.closeRelay()
+		}
+	}()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("idem: shutting down, draining requests", "timeout", s.cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if s.writes != nil {
+		s.writes.Close() // the drained requests' batches have answered
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Starts and stops a throwaway PostgreSQL cluster for tests and benchmarks.
+# scripts/pg runs this file; internal/testpg embeds it and writes it beside
+# the clusters it starts, so the tests need no source tree to find it.
+#
+#   scripts/pg install                 install PostgreSQL when it is missing
+#   scripts/pg start DIR [--durable|--crash-safe]
+#                                      initdb DIR, start it on a free loopback
+#                                      port, print its postgres:// URL
+#   scripts/pg stop DIR                stop it and remove DIR
+#   scripts/pg pause DIR               stop the server, keep its data
+#   scripts/pg resume DIR              start it again on the same port
+#   scripts/pg restart DIR             crash it (immediate-mode stop: no
+#                                      checkpoint, recovery from WAL at start)
+#                                      and start it again on the same port
+#
+# DIR's parent must be traversable by the postgres user when run as root.
+#
+# Without --durable the cluster trades crash safety for speed (fsync off),
+# which is right for tests and wrong for benchmarks. --crash-safe keeps fsync
+# off but commits synchronously, so that a crash of the server (restart), not
+# of the machine, loses no acknowledged commit: for tests that crash it. When PostgreSQL is not
+# installed and we are root, Debian's postgresql package is installed first,
+# unless IDEM_PG_NO_INSTALL is set (as the tests set it: they never install).
+# Nothing is written outside DIR, so the script also runs from a read-only
+# copy of the module (bash pg.bash ..., no exec bit needed).
+# Running as root, the cluster runs as the postgres user (PostgreSQL refuses
+# root).
+set -euo pipefail
+
+find_bindir() {
+  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
+    pg_config --bindir; return
+  fi
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && { echo "$d"; return; }
+  done
+  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
+  return 1
+}
+
+install_postgres() {
+  if [ -n "${IDEM_PG_NO_INSTALL:-}" ]; then
+    echo "scripts/pg: PostgreSQL is not installed: install it (Debian: apt-get install postgresql)" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/pg: PostgreSQL is not installed and we are not root: install Debian's postgresql package" >&2
+    exit 1
+  fi
+  echo "scripts/pg: installing PostgreSQL with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq postgresql postgresql-contrib >&2
+}
+
+# free_port picks a free loopback port below the kernel's ephemeral range
+# (ip_local_port_range). A port the kernel chose would be its to give again:
+# while the server is down (pause, restart) an outgoing connection can get
+# it as its local port, and the server cannot listen on it again ("could
+# not bind ... Address already in use").
+free_port() {
+  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
+import random, socket
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, low - 12000), low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit(1)
+PY
+}
+
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+cmd=${1:-}; dir=${2:-}
+if [ "$cmd" = install ]; then
+  find_bindir >/dev/null || install_postgres
+  exit 0
+fi
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/pg install|start|stop|pause|resume|restart DIR [--durable|--crash-safe]" >&2; exit 2; }
+
+case "$cmd" in
+start)
+  bindir=$(find_bindir) || { install_postgres; bindir=$(find_bindir); }
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
+  as_owner "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log" >&2; exit 1; }
+  port=$(free_port)
+  {
+    echo "listen_addresses = '127.0.0.1'"
+    echo "port = $port"
+    echo "unix_socket_directories = '$dir'"
+    echo "max_connections = 300"
+    echo "shared_buffers = 256MB"
+    if [ "${3:-}" = "--durable" ]; then
+      echo "synchronous_commit = on"
+    elif [ "${3:-}" = "--crash-safe" ]; then
+      echo "fsync = off"
+      echo "synchronous_commit = on"
+      echo "full_page_writes = off"
+    else
+      echo "fsync = off"
+      echo "synchronous_commit = off"
+      echo "full_page_writes = off"
+    fi
+  } >>"$dir/data/postgresql.conf"
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+    { cat "$dir/server.log" >&2; exit 1; }
+  echo "$bindir" >"$dir/bindir"
+  echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+  ;;
+pause)
+  as_owner "$(cat "$dir/bindir")/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+  ;;
+resume)
+  as_owner "$(cat "$dir/bindir")/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+    { cat "$dir/server.log" >&2; exit 1; }
+  ;;
+restart)
+  as_owner "$(cat "$dir/bindir")/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+  as_owner "$(cat "$dir/bindir")/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+    { cat "$dir/server.log" >&2; exit 1; }
+  ;;
+stop)
+  if [ -f "$dir/bindir" ] && [ -d "$dir/data" ]; then
+    as_owner "$(cat "$dir/bindir")/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$dir"
+  ;;
+*)
+  echo "usage: scripts/pg install|start|stop|pause|resume|restart DIR [--durable|--crash-safe]" >&2; exit 2
+  ;;
+esac

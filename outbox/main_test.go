@@ -1,0 +1,23 @@
+package outbox_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the run if a goroutine outlived the tests. The tests that
+// need a NATS server are in cmd/idem/internal/integration/outbox, in the idem
+// binary's module, so that this module does not depend on nats-server.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
