@@ -98,13 +98,6 @@ func shortID(id string) string {
 	return id[:8] + "…" + id[len(id)-4:]
 }
 
-// copyButton is a button that copies text; hidden until the script
-// (static/copy.js) shows it, since without the script it can do nothing.
-func copyButton(text string) template.HTML {
-	t := template.HTMLEscapeString(text)
-	return template.HTML(`<button type="button" class="copy" data-copy="` + t + `" hidden>Copy<span class="visually-hidden"> ` + t + `</span></button>`)
-}
-
 // utcWithHint shows a time in UTC, as everywhere in idem, with how long
 // ago (or ahead) it is.
 func utcWithHint(now, t time.Time) template.HTML {
@@ -155,7 +148,7 @@ func humanDuration(d time.Duration) string {
 // pages.
 var storyFuncs = template.FuncMap{
 	"shortID":     shortID,
-	"copyButton":  copyButton,
+	"copyButton":  CopyButton,
 	"utcWithHint": utcWithHint,
 	"duration":    humanDuration,
 	"add1":        func(i int) int { return i + 1 },
