@@ -15,7 +15,11 @@ type KeeperDriver interface {
 	// replaced. When a live record exists, Claimed is false and Existing
 	// holds it as committed.
 	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
-	// KeyRecord stores the outcome on the claim made earlier in tx.
+	// KeyRecord stores the outcome on the claim made earlier in tx. Like
+	// every write that returns only an error (KeyRecordBatch,
+	// OutboxInsert, LedgerWrite), a driver may hold it until tx's next
+	// statement or its commit, to send them in one round trip: its error,
+	// a missing claim included, is then that statement's or the commit's.
 	KeyRecord(ctx context.Context, tx Tx, p *KeyRecordParams) error
 	// KeyClaimBatch is KeyClaim for many keys at once (the keeper's group
 	// commit), in one statement where the dialect allows. The IDs must be
@@ -25,9 +29,9 @@ type KeeperDriver interface {
 	// KeyClaim; the results are in the order of p.Claims.
 	KeyClaimBatch(ctx context.Context, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error)
 	// KeyRecordBatch stores each outcome of p.Records on its claim, and
-	// deletes the claims of p.Release, all made earlier in tx, in one
-	// statement where the dialect allows. Every key must hold a claim of
-	// tx's: anything else is an error.
+	// deletes the claims of p.Release, all made earlier in tx. Every key
+	// must hold a claim of tx's: anything else is an error, perhaps
+	// reported by tx's next statement or commit (see KeyRecord).
 	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)

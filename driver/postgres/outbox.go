@@ -162,9 +162,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
 		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+	return execLater(ctx, tx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
 		parents, states)
-	return err
 }
 
 // The relay's reads must walk their index in order and stop at the limit.

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -204,12 +203,21 @@ func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.L
 
 // LedgerLock only reads: the transaction holds the database's one write
 // lock already.
-func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) ([]driver.LedgerAccount, error) {
+func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) (*driver.LedgerLocked, error) {
 	keys, err := jsonKeys(p.AccountKeys)
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
+	out := &driver.LedgerLocked{Clock: fromMicros(toMicros(p.Now))}
+	if out.Accounts, err = queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys); err != nil {
+		return nil, err
+	}
+	if len(p.Find) > 0 {
+		if out.Found, err = d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: p.Find}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
@@ -245,8 +253,8 @@ func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.Le
 	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
-func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) (time.Time, error) {
-	at := max(toMicros(p.Now), toMicros(p.NotBefore))
+func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
+	at := toMicros(p.At)
 	transfers := make([]ledgerTransferRow, len(p.Transfers))
 	for i, t := range p.Transfers {
 		transfers[i] = ledgerTransferRow{Tenant: t.Tenant, ID: t.ID, DebitAccountID: t.DebitAccountID,
@@ -282,17 +290,17 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 		}
 		list, err := json.Marshal(s.rows)
 		if err != nil {
-			return time.Time{}, err
+			return err
 		}
 		args := []any{string(list)}
 		if s.sql != sqlLedgerReversedAdd {
 			args = append(args, at)
 		}
 		if _, err := tx.Exec(ctx, s.sql, args...); err != nil {
-			return time.Time{}, err
+			return err
 		}
 	}
-	return fromMicros(at), nil
+	return nil
 }
 
 // LedgerSettle has nothing to wait for in a write transaction: it holds the
