@@ -38,11 +38,16 @@ var hotSQL = func() map[string]bool {
 	for _, q := range []string{
 		sqlKeyClaim, sqlKeyGet, sqlKeyRecord, sqlKeyRelease,
 		sqlLedgerAccountsInsert, sqlLedgerAccountsByKeys, sqlLedgerTransfersFind,
-		sqlLedgerTransfersInsert, sqlLedgerEntriesInsert, sqlLedgerAccountsMove, sqlLedgerReversedAdd,
 		sqlOutboxFetch, sqlOutboxMarkSent, sqlOutboxHeartbeat, sqlOutboxForgetRelays, sqlOutboxCountRelays,
 		sqlOutboxShardAcquire, sqlOutboxShardRenew,
 	} {
 		m[q] = true
+	}
+	for _, s := range []*rowsStmt{&sqlKeyClaimRows, &sqlKeyRecordRows, &sqlOutboxInsert,
+		&sqlLedgerTransfersInsert, &sqlLedgerEntriesInsert, &sqlLedgerAccountsMove, &sqlLedgerReversedAdd} {
+		for _, q := range s {
+			m[q] = true
+		}
 	}
 	return m
 }()

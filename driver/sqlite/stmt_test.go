@@ -99,7 +99,7 @@ func TestStmtCachePreparesOutsideTransactions(t *testing.T) {
 	}
 	d.writeStmts.mu.Lock()
 	defer d.writeStmts.mu.Unlock()
-	for _, q := range []string{sqlKeyClaim, sqlKeyRecord} {
+	for _, q := range []string{sqlKeyClaimRows[3], sqlKeyRecordRows[3]} {
 		if d.writeStmts.stmts[q] == nil {
 			t.Errorf("not prepared after a batch:\n%s", q)
 		}
