@@ -534,9 +534,11 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
 	out := Outcome{Status: rec.Status, Body: rec.Body}
 	if len(rec.Header) > 0 {
-		if err := json.Unmarshal(rec.Header, &out.Header); err != nil {
+		h, err := decodeHeader(rec.Header)
+		if err != nil {
 			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
 		}
+		out.Header = h
 	}
 	return out, nil
 }
