@@ -27,8 +27,12 @@ func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, tx driver.T
 // the queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
 
-// ReadMaxBatch bounds the fast-path reads one round trip carries.
-const ReadMaxBatch = readMaxBatch
+// The bounds of the fast path's coalesced reads (read.go).
+const (
+	ReadMaxBatch   = readMaxBatch
+	ReadWorthATrip = readWorthATrip
+	ReadMaxTrips   = readMaxTrips
+)
 
 // SetReadHooks makes k call queued with the key of each fast-path read
 // that waits for a batch, once it waits, and sent with the keys of each

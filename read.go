@@ -19,26 +19,32 @@ import (
 //
 //   - a read that finds none in flight goes at once, alone, on KeyGet's
 //     own statement: at low load nothing waits and nothing changes;
-//   - otherwise it waits in the queue, and a batch that ends hands up to
-//     readMaxBatch waiting reads to the oldest one's goroutine, which sends
-//     them as the next batch;
-//   - a read that fills the queue to readMaxBatch sends it at once, as a
-//     batch beside those in flight, up to readMaxBatches of them: more
-//     reads than one round trip carries are not held back by it.
+//   - otherwise it waits in the queue, and a round trip that ends hands up
+//     to readMaxBatch waiting reads to the oldest one's goroutine, which
+//     sends them as the next;
+//   - a read that brings the queue to readWorthATrip sends it at once,
+//     beside the round trips in flight, up to readMaxTrips of them.
 //
-// One batch in flight makes the largest batches, and so spends the least
-// CPU: PostgreSQL runs a batch's statements one after another in one
-// backend, with one wake-up for all. Measured on two cores with 16 clients
-// replaying cold over HTTP, PostgreSQL spent about 43 µs of CPU a replay
-// with a round trip a read, 19 µs with one batch in flight (about six
-// reads a batch), and 26 and 31 µs when two or four batches could run at
-// once.
+// One round trip in flight makes the largest batches and so spends the
+// least CPU: PostgreSQL runs a batch's statements one after another in one
+// backend, with one wake-up for all. But the backend working while the
+// keeper waits, then the keeper while the backend waits, leaves a core
+// idle on a quiet machine; a second round trip once enough reads wait
+// overlaps the two. Measured on two shared cores with 16 callers, a cold
+// replay over HTTP cost PostgreSQL 46–58 µs of CPU with a round trip a
+// read and 23–30 µs with these rules; never more than one round trip
+// saved a few µs more, but capped Keeper.Do's replays
+// (BenchmarkKeeperReplay) at about 40,000 a second, where these rules keep
+// the 40,000–53,000 of a round trip a read.
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32
-	// readMaxBatches bounds the batches in flight, each on a connection of
-	// its own.
-	readMaxBatches = 4
+	// readWorthATrip is how many waiting reads go at once rather than wait
+	// for a round trip in flight to end.
+	readWorthATrip = 8
+	// readMaxTrips bounds the round trips in flight, each on a connection
+	// of its own.
+	readMaxTrips = 4
 )
 
 // reads coalesces the fast path's reads of one keeper. Nothing bounds the
@@ -48,7 +54,7 @@ type reads struct {
 	d driver.Driver
 
 	mu      sync.Mutex
-	running int     // batches in flight; while 0, nothing waits
+	running int     // round trips in flight; while 0, nothing waits
 	queue   []*read // oldest first; holds given-up reads until a batch passes them
 	waiting int     // reads in queue still waiting to be taken
 
@@ -64,24 +70,27 @@ type readHooks struct {
 	sent func([]driver.KeyID)
 }
 
-// read is one caller's read from its arrival until it is answered. taken,
-// leads and gaveUp are guarded by reads.mu; rec and err are written before
-// done is closed and read only after.
+// read is one caller's read while it waits for a batch and until the
+// batch answers it. taken, leads and gaveUp are guarded by reads.mu; rec,
+// err and answered are written by the batch's goroutine before it wakes
+// the read's, which reads them only after.
 type read struct {
 	ctx    context.Context
 	id     driver.KeyID
-	taken  bool         // in a batch, which answers it
-	leads  bool         // its goroutine sends the batch (it is the first in it)
-	gaveUp bool         // its caller's ctx ended before it was taken
-	next   chan []*read // the batch its goroutine is to send
-	done   chan struct{}
-	rec    *driver.KeyRecord
-	err    error
+	taken  bool // in a batch, which answers it
+	leads  bool // its goroutine sends the batch (it is the first in it)
+	gaveUp bool // its caller's ctx ended before it was taken
+	// wake carries the batch the read's goroutine is to send, or nil once
+	// the read is answered: one of the two, once, so it never blocks.
+	wake     chan []*read
+	answered bool
+	rec      *driver.KeyRecord
+	err      error
 }
 
 func (r *read) answer(rec *driver.KeyRecord, err error) {
-	r.rec, r.err = rec, err
-	close(r.done) // a second answer panics here: it would be a bug
+	r.rec, r.err, r.answered = rec, err, true
+	r.wake <- nil
 }
 
 // get reads id's committed record as driver.KeyGet does: driver.ErrNotFound
@@ -91,41 +100,36 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 	if !s.d.BatchesReads() {
 		return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
 	}
-	r := &read{ctx: ctx, id: id, next: make(chan []*read, 1), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.running == 0 {
 		s.running++
-		r.taken, r.leads = true, true
 		s.mu.Unlock()
-		s.lead([]*read{r})
-		return r.rec, r.err
+		defer s.handOn()
+		return s.alone(ctx, id)
 	}
+	r := &read{ctx: ctx, id: id, wake: make(chan []*read, 1)}
 	s.queue = append(s.queue, r)
 	s.waiting++
-	if s.waiting >= readMaxBatch && s.running < readMaxBatches {
-		// A full batch: it goes now, beside those in flight.
+	var full []*read
+	if s.waiting >= readWorthATrip && s.running < readMaxTrips {
+		// Enough for a round trip: it goes now, beside those in flight.
 		s.running++
-		batch := s.take()
-		batch[0].leads = true
-		s.mu.Unlock()
-		if batch[0] != r {
-			batch[0].next <- batch
-		} else {
-			s.lead(batch)
-			return r.rec, r.err
-		}
-	} else {
-		s.mu.Unlock()
+		full = s.take()
+		full[0].leads = true
+	}
+	s.mu.Unlock()
+	if full != nil {
+		full[0].wake <- full
 	}
 	if h := s.testHooks.queued; h != nil {
 		h(id)
 	}
 
 	select {
-	case <-r.done:
-		return r.rec, r.err
-	case batch := <-r.next:
-		s.lead(batch)
+	case batch := <-r.wake:
+		if batch != nil {
+			s.lead(batch)
+		}
 		return r.rec, r.err
 	case <-ctx.Done():
 	}
@@ -143,27 +147,41 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 		return nil, ctx.Err()
 	}
 	s.mu.Unlock()
-	// The batch waits in its channel: send it, for the others in it.
-	s.lead(<-r.next)
+	// Its batch is on its way, or waits in wake: send it, for the others.
+	s.lead(<-r.wake)
 	return r.rec, r.err
 }
 
-// lead sends batch, then hands what waits to the oldest waiting read's
-// goroutine as the next batch, or frees its place when nothing waits.
+// alone reads id on KeyGet's own statement, under its caller's context:
+// a read that found none in flight costs what it did before reads were
+// coalesced.
+func (s *reads) alone(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, error) {
+	if h := s.testHooks.sent; h != nil {
+		h([]driver.KeyID{id})
+	}
+	return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
+}
+
+// lead sends batch, then hands on what waits.
 func (s *reads) lead(batch []*read) {
-	defer func() {
-		s.mu.Lock()
-		next := s.take()
-		if len(next) == 0 {
-			s.running--
-			s.mu.Unlock()
-			return
-		}
-		next[0].leads = true
-		s.mu.Unlock()
-		next[0].next <- next
-	}()
+	defer s.handOn()
 	s.send(batch)
+}
+
+// handOn ends a batch's turn: it hands what waits to the oldest waiting
+// read's goroutine as the next batch, or frees the batch's place when
+// nothing waits.
+func (s *reads) handOn() {
+	s.mu.Lock()
+	next := s.take()
+	if len(next) == 0 {
+		s.running--
+		s.mu.Unlock()
+		return
+	}
+	next[0].leads = true
+	s.mu.Unlock()
+	next[0].wake <- next
 }
 
 // take removes up to readMaxBatch waiting reads from the head of the
@@ -195,28 +213,24 @@ func (s *reads) send(batch []*read) {
 		// A panic here is a bug; it goes on, but no read may wait forever.
 		if v := recover(); v != nil {
 			for _, r := range batch {
-				select {
-				case <-r.done:
-				default:
+				if !r.answered {
 					r.answer(nil, fmt.Errorf("idem: the read batch ended without an answer: %v", v))
 				}
 			}
 			panic(v)
 		}
 	}()
+	if len(batch) == 1 {
+		r := batch[0]
+		r.answer(s.alone(r.ctx, r.id))
+		return
+	}
 	ids := make([]driver.KeyID, len(batch))
 	for i, r := range batch {
 		ids[i] = r.id
 	}
 	if h := s.testHooks.sent; h != nil {
 		h(ids)
-	}
-	if len(batch) == 1 {
-		// KeyGet's own statement, under its caller's context: a lone read
-		// is what it was before reads were coalesced.
-		r := batch[0]
-		r.answer(s.d.KeyGet(r.ctx, s.d.Reader(), &driver.KeyGetParams{ID: r.id}))
-		return
 	}
 	// The batch reads under a context of its own, ended only when every
 	// caller in it has gone: one caller's hang-up must not fail the others'
@@ -225,14 +239,20 @@ func (s *reads) send(batch []*read) {
 	defer cancel()
 	var left atomic.Int64
 	left.Store(int64(len(batch)))
-	for _, r := range batch {
-		stop := context.AfterFunc(r.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+	gone := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
 	}
+	stops := make([]func() bool, len(batch))
+	for i, r := range batch {
+		stops[i] = context.AfterFunc(r.ctx, gone)
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
 	recs, err := s.d.KeyGetBatch(ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
 	if err == nil && len(recs) != len(batch) {
 		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(batch), len(recs))

@@ -250,52 +250,79 @@ func TestReadsCoalesce(t *testing.T) {
 	})
 }
 
-// A read that fills the queue to ReadMaxBatch sends it at once, beside the
-// batch in flight: no round trip carries more, and a full one does not wait.
-func TestReadsFullBatchGoesAtOnce(t *testing.T) {
+// Reads that wait go at once, as a round trip of their own, once there
+// are ReadWorthATrip of them, up to ReadMaxTrips round trips in flight;
+// past that they wait, and a round trip that ends takes up to ReadMaxBatch.
+func TestReadsRoundTripBounds(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
 		g := newGatedReads(d, "")
+		g.batches = make(chan gatedBatch)
 		k := newKeeper(t, g, idem.Config{})
-		queued := make(chan string, idem.ReadMaxBatch+1)
-		sent := make(chan []idem.Key, 4)
-		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) { sent <- keys })
+		queued := make(chan string, 1)
+		var sentMu sync.Mutex
+		var sizes []int
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			sentMu.Lock()
+			sizes = append(sizes, len(keys))
+			sentMu.Unlock()
+		})
 		var runs atomic.Int64
-		release := g.hold("hold")
-		defer release()
-		results := make(chan outcome, idem.ReadMaxBatch+2)
-		do := func(key string) {
+		results := make(chan outcome, 128)
+		n := 0
+		do := func() {
+			key := fmt.Sprintf("f%d", n)
+			n++
 			go func() {
 				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{}`))
 				results <- outcome{res, err}
 			}()
-		}
-		do("hold")
-		<-g.entered
-		if keys := <-sent; len(keys) != 1 || keys[0].Key != "hold" {
-			t.Fatalf("first round trip %v, want the held read alone", keys)
-		}
-		for i := range idem.ReadMaxBatch + 1 {
-			do(fmt.Sprintf("f%d", i))
 			<-queued
-			if i == idem.ReadMaxBatch-1 {
-				// The held read is still in flight.
-				if keys := <-sent; len(keys) != idem.ReadMaxBatch {
-					t.Fatalf("full batch of %d keys, want %d", len(keys), idem.ReadMaxBatch)
-				}
+		}
+		release := g.hold("hold")
+		defer release()
+		go func() {
+			res, err := k.Do(context.Background(), req("hold", `{}`), insertWork(&runs, 201, `{}`))
+			results <- outcome{res, err}
+		}()
+		<-g.entered
+		var held []gatedBatch
+		// Each ReadWorthATrip waiting reads go at once, while the lone read
+		// is held, until ReadMaxTrips round trips are in flight.
+		for range idem.ReadMaxTrips - 1 {
+			for range idem.ReadWorthATrip {
+				do()
 			}
+			held = append(held, <-g.batches)
+		}
+		// Then reads wait, more than a round trip carries.
+		for range idem.ReadMaxBatch + idem.ReadWorthATrip {
+			do()
 		}
 		release()
-		if keys := <-sent; len(keys) != 1 {
-			t.Fatalf("the read after the full batch went with %d keys, want alone", len(keys))
+		held = append(held, <-g.batches) // the lone read's turn ended
+		close(held[0].go_)
+		held = append(held, <-g.batches) // the first batch's turn ended
+		for _, b := range held[1:] {
+			close(b.go_)
 		}
-		for range idem.ReadMaxBatch + 2 {
+		sentMu.Lock()
+		want := []int{1}
+		for range idem.ReadMaxTrips - 1 {
+			want = append(want, idem.ReadWorthATrip)
+		}
+		want = append(want, idem.ReadMaxBatch, idem.ReadWorthATrip)
+		if !slices.Equal(sizes, want) {
+			t.Fatalf("round trips of %v reads, want %v", sizes, want)
+		}
+		sentMu.Unlock()
+		for range n + 1 {
 			if o := <-results; o.err != nil || o.res.Replayed {
 				t.Fatalf("%+v, want a first arrival", o)
 			}
 		}
-		if n := countRows(t, d, "idem_keys"); n != idem.ReadMaxBatch+2 {
-			t.Fatalf("%d keys, want %d", n, idem.ReadMaxBatch+2)
+		if keys := countRows(t, d, "idem_keys"); keys != n+1 {
+			t.Fatalf("%d keys, want %d", keys, n+1)
 		}
 	})
 }
