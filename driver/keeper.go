@@ -35,6 +35,17 @@ type KeeperDriver interface {
 	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
+	// KeyGetBatch is KeyGet for many keys at once (the keeper's coalesced
+	// fast-path reads), in one round trip where the dialect allows. It
+	// returns one record per ID, in order, nil where there is none; an ID
+	// may repeat. An error fails the whole batch: it does not say which
+	// read caused it.
+	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
+	// BatchesReads reports whether KeyGetBatch costs less than its reads
+	// one by one: true where each statement is a round trip to a server
+	// (Postgres), false where statements run in process (SQLite) and the
+	// keeper reads each key alone, on as many connections as it likes.
+	BatchesReads() bool
 	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
 	// after Now, and returns how many it deleted.
 	KeyDeleteExpired(ctx context.Context, tx Tx, p *KeyDeleteExpiredParams) (int, error)
@@ -96,6 +107,10 @@ type KeyRecordParams struct {
 
 type KeyGetParams struct {
 	ID KeyID
+}
+
+type KeyGetBatchParams struct {
+	IDs []KeyID
 }
 
 // KeyRecord is a stored idempotency record. Records are visible only once
