@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -128,4 +129,20 @@ type KeyRecord struct {
 type KeyDeleteExpiredParams struct {
 	Now   time.Time
 	Limit int
+}
+
+// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: for a
+// driver whose round trips cost nothing to repeat, or a batch of one.
+func KeyGetEach(ctx context.Context, d KeeperDriver, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error) {
+	out := make([]*KeyRecord, len(p.IDs))
+	for i, id := range p.IDs {
+		rec, err := d.KeyGet(ctx, tx, &KeyGetParams{ID: id})
+		switch {
+		case err == nil:
+			out[i] = rec
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemhq/idem/driver"
 )
 
@@ -217,54 +215,31 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 // BatchesReads is true: each statement is a round trip.
 func (d *Driver) BatchesReads() bool { return true }
 
-// batchSender is what *pgxpool.Pool, pgx.Tx and *pgx.Conn offer beside
-// querier: statements pipelined in one round trip.
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // KeyGetBatch pipelines one KeyGet statement per key in one round trip,
 // each on KeyGet's cached plan. One statement over arrays (sqlKeyGetBatch)
 // cost PostgreSQL as much CPU at batches of about six reads, and a third
-// more at two or three, where planning it is most of its cost. A
-// transaction that cannot send a batch (the driver's own, which sends its
-// BEGIN with its first statement) reads one key at a time.
+// more at two or three, where planning it is most of its cost.
 func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
+	if len(p.IDs) == 1 {
+		return driver.KeyGetEach(ctx, d, tx, p)
+	}
 	out := make([]*driver.KeyRecord, len(p.IDs))
-	var q batchSender
-	if t, ok := tx.(*pgTx); ok {
-		q, _ = t.q.(batchSender)
-	}
-	if q == nil || len(p.IDs) == 1 {
-		for i, id := range p.IDs {
-			rec, err := d.KeyGet(ctx, tx, &driver.KeyGetParams{ID: id})
-			switch {
-			case err == nil:
-				out[i] = rec
-			case !errors.Is(err, driver.ErrNotFound):
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(p.IDs))}
-	for _, id := range p.IDs {
-		b.Queue(sqlKeyGet, id.Scope, id.Operation, id.Key)
-	}
-	br := q.SendBatch(ctx, b)
+	steps := make([]step, len(p.IDs))
 	for i, id := range p.IDs {
-		rec := &driver.KeyRecord{ID: id}
-		err := br.QueryRow().Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt)
-		switch {
-		case err == nil:
+		steps[i] = step{sql: sqlKeyGet, args: []any{id.Scope, id.Operation, id.Key}, read: func(rows driver.Rows) error {
+			if !rows.Next() {
+				return nil // no record: out[i] stays nil
+			}
+			rec := &driver.KeyRecord{ID: id}
+			if err := rows.Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
+				return err
+			}
 			out[i] = rec
-		case !errors.Is(err, pgx.ErrNoRows):
-			br.Close()
-			return nil, mapErr(err)
-		}
+			return nil
+		}}
 	}
-	if err := br.Close(); err != nil {
-		return nil, mapErr(err)
+	if err := pipeline(ctx, tx, steps...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/internal/testpg"
 )
@@ -21,19 +22,7 @@ import (
 func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := migratedConn(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -127,19 +116,7 @@ func planOf(t *testing.T, conn *pgx.Conn, mode, sql, args string) string {
 func TestKeyBatchPlansUseTheKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := migratedConn(t)
 	for _, sql := range []string{
 		`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
 		 SELECT 'default', 'POST /v1/transfers', 'k-' || i, '\x00', 201, now(), now() + interval '1 day'
@@ -173,19 +150,7 @@ func TestKeyBatchPlansUseTheKey(t *testing.T) {
 func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := migratedConn(t)
 	for _, sql := range []string{
 		`INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
 		                              credits_must_not_exceed_debits, created_at)
@@ -224,4 +189,25 @@ func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 		strings.Count(text, " on ledger_entries") != 1 {
 		t.Errorf("the scan does not read each table once:\n%s", text)
 	}
+}
+
+// migratedConn is a connection to a schema of its own, migrated, held
+// until the test ends.
+func migratedConn(t *testing.T) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
 }

@@ -180,17 +180,7 @@ func (d *Driver) BatchesReads() bool { return false }
 // KeyGetBatch reads the keys one statement at a time, for the reason
 // BatchesReads gives.
 func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
-	out := make([]*driver.KeyRecord, len(p.IDs))
-	for i, id := range p.IDs {
-		rec, err := d.KeyGet(ctx, tx, &driver.KeyGetParams{ID: id})
-		switch {
-		case err == nil:
-			out[i] = rec
-		case !errors.Is(err, driver.ErrNotFound):
-			return nil, err
-		}
-	}
-	return out, nil
+	return driver.KeyGetEach(ctx, d, tx, p)
 }
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
