@@ -83,6 +83,11 @@ type batchHooks struct {
 // ctx is the batch's: it carries none of the callers' values, and is done
 // only when every caller in the batch gave up. Put what the work needs to
 // know of a request in its item.
+//
+// On PostgreSQL the transaction plans each statement once per connection
+// (driver.BeginOptions.GenericPlans), the work's included: the keeper's
+// and the ledger's statements take one array element per request, and a
+// plan made anew for each batch cost more than running it.
 type BatchWork[T any] func(ctx context.Context, tx driver.Tx, items []T) ([]ItemResult, error)
 
 // ItemResult is the answer of a batch's work for one item.
@@ -460,7 +465,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		}
 		h(keys)
 	}
-	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps)})
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps), GenericPlans: true})
 	if err != nil {
 		return nil, true, err
 	}

@@ -26,3 +26,31 @@ func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, tx driver.T
 // SetQueuedHook makes b call f with each request's key once it waits in
 // the queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
+
+// The bounds of the fast path's coalesced reads (read.go).
+const (
+	ReadMaxBatch   = readMaxBatch
+	ReadWorthATrip = readWorthATrip
+	ReadMaxTrips   = readMaxTrips
+)
+
+// SetReadHooks makes k call queued with the key of each fast-path read
+// that waits for a batch, once it waits, and sent with the keys of each
+// round trip of reads, before it is sent. Either may be nil. Call it
+// before k is used.
+func SetReadHooks(k *Keeper, queued func(Key), sent func([]Key)) {
+	if queued != nil {
+		k.reads.testHooks.queued = func(id driver.KeyID) { queued(keyOf(id)) }
+	}
+	if sent != nil {
+		k.reads.testHooks.sent = func(ids []driver.KeyID) {
+			keys := make([]Key, len(ids))
+			for i, id := range ids {
+				keys[i] = keyOf(id)
+			}
+			sent(keys)
+		}
+	}
+}
+
+func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Operation, Key: id.Key} }

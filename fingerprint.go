@@ -33,6 +33,15 @@ func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil
 	}
+	if canon, ok := canonicalPlain(body, ignore); ok {
+		return canon, nil
+	}
+	return canonicalDecoded(body, ignore)
+}
+
+// canonicalDecoded is the canonical form by definition: the body decoded
+// and marshalled again.
+func canonicalDecoded(body []byte, ignore []string) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any

@@ -195,6 +195,7 @@ type Keeper struct {
 
 	fingerprints fingerprintMemo
 	tracer       trace.Tracer
+	reads        reads
 
 	testHooks testHooks
 }
@@ -233,7 +234,7 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 		return nil, err
 	}
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module)}, nil
+		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d}}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -286,9 +287,10 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	id := req.Key.id()
 
 	// Fast path: a completed record is immutable until it expires, so a
-	// plain read answers most duplicates in one round trip. It decides no
-	// race: a miss goes on to the claim, where the constraint decides.
-	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: id})
+	// plain read answers most duplicates in one round trip, which the
+	// reads of the moment share (read.go). It decides no race: a miss goes
+	// on to the claim, where the constraint decides.
+	rec, err := k.reads.get(ctx, id)
 	switch {
 	case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 		return replay(req.Key, rec, fp)
@@ -532,9 +534,11 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
 	out := Outcome{Status: rec.Status, Body: rec.Body}
 	if len(rec.Header) > 0 {
-		if err := json.Unmarshal(rec.Header, &out.Header); err != nil {
+		h, err := decodeHeader(rec.Header)
+		if err != nil {
 			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
 		}
+		out.Header = h
 	}
 	return out, nil
 }

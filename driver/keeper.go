@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -15,7 +16,11 @@ type KeeperDriver interface {
 	// replaced. When a live record exists, Claimed is false and Existing
 	// holds it as committed.
 	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
-	// KeyRecord stores the outcome on the claim made earlier in tx.
+	// KeyRecord stores the outcome on the claim made earlier in tx. Like
+	// every write that returns only an error (KeyRecordBatch,
+	// OutboxInsert, LedgerWrite), a driver may hold it until tx's next
+	// statement or its commit, to send them in one round trip: its error,
+	// a missing claim included, is then that statement's or the commit's.
 	KeyRecord(ctx context.Context, tx Tx, p *KeyRecordParams) error
 	// KeyClaimBatch is KeyClaim for many keys at once (the keeper's group
 	// commit), in one statement where the dialect allows. The IDs must be
@@ -25,12 +30,23 @@ type KeeperDriver interface {
 	// KeyClaim; the results are in the order of p.Claims.
 	KeyClaimBatch(ctx context.Context, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error)
 	// KeyRecordBatch stores each outcome of p.Records on its claim, and
-	// deletes the claims of p.Release, all made earlier in tx, in one
-	// statement where the dialect allows. Every key must hold a claim of
-	// tx's: anything else is an error.
+	// deletes the claims of p.Release, all made earlier in tx. Every key
+	// must hold a claim of tx's: anything else is an error, perhaps
+	// reported by tx's next statement or commit (see KeyRecord).
 	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
+	// KeyGetBatch is KeyGet for many keys at once (the keeper's coalesced
+	// fast-path reads), in one round trip where the dialect allows. It
+	// returns one record per ID, in order, nil where there is none; an ID
+	// may repeat. An error fails the whole batch: it does not say which
+	// read caused it.
+	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
+	// BatchesReads reports whether KeyGetBatch costs less than its reads
+	// one by one: true where each statement is a round trip to a server
+	// (Postgres), false where statements run in process (SQLite) and the
+	// keeper reads each key alone, on as many connections as it likes.
+	BatchesReads() bool
 	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
 	// after Now, and returns how many it deleted.
 	KeyDeleteExpired(ctx context.Context, tx Tx, p *KeyDeleteExpiredParams) (int, error)
@@ -94,6 +110,10 @@ type KeyGetParams struct {
 	ID KeyID
 }
 
+type KeyGetBatchParams struct {
+	IDs []KeyID
+}
+
 // KeyRecord is a stored idempotency record. Records are visible only once
 // committed, and a committed record always holds its outcome.
 type KeyRecord struct {
@@ -109,4 +129,20 @@ type KeyRecord struct {
 type KeyDeleteExpiredParams struct {
 	Now   time.Time
 	Limit int
+}
+
+// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: for a
+// driver whose round trips cost nothing to repeat, or a batch of one.
+func KeyGetEach(ctx context.Context, d KeeperDriver, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error) {
+	out := make([]*KeyRecord, len(p.IDs))
+	for i, id := range p.IDs {
+		rec, err := d.KeyGet(ctx, tx, &KeyGetParams{ID: id})
+		switch {
+		case err == nil:
+			out[i] = rec
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -27,10 +27,12 @@ type LedgerDriver interface {
 	// first takes a transaction-scoped lock per transfer key (so two posts
 	// of one new id cannot both insert it), in one order every writer
 	// uses, then row-locks the accounts in (tenant, id) order (so writers
-	// on shared accounts queue instead of deadlocking), and returns the
-	// accounts that exist as committed once locked. Keys may repeat and
-	// span tenants. SQLite has a single writer and only reads.
-	LedgerLock(ctx context.Context, tx Tx, p *LedgerLockParams) ([]LedgerAccount, error)
+	// on shared accounts queue instead of deadlocking). Holding them, it
+	// reads the accounts that exist as committed once locked, the
+	// transfers among Find that exist (as LedgerTransfersFind), and the
+	// writers' clock. Keys may repeat and span tenants. SQLite has a single
+	// writer and only reads. Postgres sends it all in one round trip.
+	LedgerLock(ctx context.Context, tx Tx, p *LedgerLockParams) (*LedgerLocked, error)
 	// LedgerTransfersGet reads the transfers among IDs that exist.
 	LedgerTransfersGet(ctx context.Context, tx Tx, p *LedgerTransfersGetParams) ([]LedgerTransfer, error)
 	// LedgerTransfersFind reads the transfers among Keys that exist (keys
@@ -41,10 +43,10 @@ type LedgerDriver interface {
 	// LedgerWrite appends transfers and their entries, moves the accounts'
 	// cached totals to their final values and adds to the originals'
 	// reversed totals, in one statement on Postgres (SQLite: one per
-	// table, in the same transaction). Every transfer and entry gets the
-	// same recorded time: the later of the database clock (read now, under
-	// the accounts' locks) and NotBefore; it is returned.
-	LedgerWrite(ctx context.Context, tx Tx, p *LedgerWriteParams) (time.Time, error)
+	// table, in the same transaction). Every transfer and entry is recorded
+	// at At. Nothing is read back: a driver may send it with tx's next
+	// statement or its commit (see KeyRecord).
+	LedgerWrite(ctx context.Context, tx Tx, p *LedgerWriteParams) error
 	// LedgerSettle makes an account's history up to After final in tx: once
 	// it returns Locked with a Clock past After, no entry recorded at or
 	// before After can be committed later, so a statement of tx that starts
@@ -153,6 +155,22 @@ type LedgerAccountGetParams struct {
 type LedgerLockParams struct {
 	TransferKeys []LedgerKey
 	AccountKeys  []LedgerKey
+	// Find names the transfers to read once the locks are held.
+	Find []LedgerKey
+	// Now is the clock for drivers without their own.
+	Now time.Time
+}
+
+// LedgerLocked is what LedgerLock read under its locks.
+type LedgerLocked struct {
+	// Accounts are the locked accounts that exist.
+	Accounts []LedgerAccount
+	// Found are the transfers among Find that exist, with their reversed
+	// totals.
+	Found []LedgerFoundTransfer
+	// Clock is the writers' clock (Postgres: clock_timestamp(); SQLite:
+	// Now), read once every lock was held, in whole microseconds.
+	Clock time.Time
 }
 
 type LedgerTransfersGetParams struct {
@@ -188,11 +206,11 @@ type LedgerWriteParams struct {
 	Accounts []LedgerAccount
 	// Reversed adds to the reversed totals of originals, each once.
 	Reversed []LedgerReversedAdd
-	// NotBefore keeps each account's time from going backwards: the
-	// newest LastEntryAt of Accounts as locked.
-	NotBefore time.Time
-	// Now is the clock for drivers without their own.
-	Now time.Time
+	// At is when every transfer and entry is recorded, and each written
+	// account's LastEntryAt, in whole microseconds. The ledger makes it
+	// the later of the Clock its locks returned and the accounts' newest
+	// LastEntryAt, so that an account's time never goes backwards.
+	At time.Time
 }
 
 // LedgerReversedAdd adds Add to a transfer's reversed total. Amount is the

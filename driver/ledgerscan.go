@@ -50,8 +50,8 @@ func ScanLedger(ctx context.Context, tx Tx, q *LedgerScanQueries, p *LedgerScanP
 	if p.Transfers != nil {
 		// Each transfer comes right before its entries: gather them, then
 		// hand the transfer over when the next begins. An entry without
-		// its transfer row (which the foreign key forbids) follows another
-		// transfer's entries or none, and is not handed over.
+		// its transfer row follows another transfer's entries or none, and
+		// is not handed over: Verify counts the entries of both passes.
 		var cur *LedgerTransfer
 		var entries []LedgerEntry
 		flush := func() error {

@@ -15,7 +15,8 @@ const OutboxShards = 64
 // OutboxDriver holds the statements of the transactional outbox (package
 // outbox) and its relay.
 type OutboxDriver interface {
-	// OutboxInsert writes rows in the caller's transaction.
+	// OutboxInsert writes rows in the caller's transaction, perhaps with
+	// its next statement or its commit (see KeyRecord).
 	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
 	// OutboxHorizon returns the mark that a cycle's later reads use to find
 	// rows committed behind them (OutboxFetchParams.Horizon). Call it in

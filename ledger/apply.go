@@ -260,6 +260,8 @@ type batch struct {
 	// reversed is each original's reversed total, stored plus the
 	// reversals accepted so far.
 	reversed map[rowKey]int64
+	// clock is the writers' clock, read under every lock the call holds.
+	clock time.Time
 }
 
 type account struct {
@@ -305,13 +307,11 @@ func (l *Ledger) apply(ctx context.Context, tx driver.Tx, ops []op, atomic bool)
 	if len(w.Transfers) == 0 {
 		return res, nil
 	}
-	w.Now = l.now()
-	at, err := l.d.LedgerWrite(ctx, tx, w)
-	if err != nil {
+	if err := l.d.LedgerWrite(ctx, tx, w); err != nil {
 		return nil, fmt.Errorf("ledger: write %d transfers: %w", len(w.Transfers), err)
 	}
 	for _, t := range stamp {
-		t.CreatedAt = at
+		t.CreatedAt = w.At
 	}
 	return res, nil
 }
@@ -402,7 +402,7 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 		}
 	}
 	if len(origKeys) > 0 {
-		if err := l.readTransfers(ctx, tx, b, origKeys, false); err != nil {
+		if err := l.readTransfers(ctx, tx, b, origKeys); err != nil {
 			return err
 		}
 		for _, k := range origKeys {
@@ -416,14 +416,11 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 		// (validation, or an original not found or itself a reversal).
 		return nil
 	}
-	if err := l.lock(ctx, tx, b, transferKeys, accountKeys); err != nil {
+	keys := slices.Concat(transferKeys, origKeys)
+	if err := l.lock(ctx, tx, b, transferKeys, accountKeys, keys); err != nil {
 		return err
 	}
-	keys := slices.Concat(transferKeys, origKeys)
 	for round := 0; ; round++ {
-		if err := l.readTransfers(ctx, tx, b, keys, true); err != nil {
-			return err
-		}
 		var extra []rowKey
 		for _, k := range origKeys {
 			t := b.transfers[k]
@@ -442,34 +439,37 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 		if round == maxLockRounds {
 			return fmt.Errorf("ledger: the accounts of reversed transfers could not be locked in %d rounds", maxLockRounds)
 		}
-		if err := l.lock(ctx, tx, b, nil, extra); err != nil {
+		if err := l.lock(ctx, tx, b, nil, extra, origKeys); err != nil {
 			return err
 		}
-		keys = origKeys
 	}
 }
 
-func (l *Ledger) lock(ctx context.Context, tx driver.Tx, b *batch, transferKeys, accountKeys []rowKey) error {
-	rows, err := l.d.LedgerLock(ctx, tx, &driver.LedgerLockParams{TransferKeys: transferKeys, AccountKeys: accountKeys})
+// lock locks the transfer keys and accounts, then reads, under the locks,
+// the stored transfers among find with their reversed totals and the
+// writers' clock: all one round trip on Postgres.
+func (l *Ledger) lock(ctx context.Context, tx driver.Tx, b *batch, transferKeys, accountKeys, find []rowKey) error {
+	got, err := l.d.LedgerLock(ctx, tx, &driver.LedgerLockParams{
+		TransferKeys: transferKeys, AccountKeys: accountKeys, Find: find, Now: l.now()})
 	if err != nil {
 		return fmt.Errorf("ledger: lock accounts: %w", err)
 	}
-	for i := range rows {
-		k := rowKey{Tenant: rows[i].Tenant, ID: rows[i].ID}
+	for i := range got.Accounts {
+		k := rowKey{Tenant: got.Accounts[i].Tenant, ID: got.Accounts[i].ID}
 		a := b.accounts[k]
 		if a == nil {
 			a = &account{born: -1}
 			b.accounts[k] = a
 		}
-		a.row, a.locked, a.lastEntryAt = rows[i], true, rows[i].LastEntryAt
+		a.row, a.locked, a.lastEntryAt = got.Accounts[i], true, got.Accounts[i].LastEntryAt
 	}
+	b.found(got.Found, true)
+	b.clock = got.Clock
 	return nil
 }
 
-// readTransfers reads the stored transfers among keys; with locked, the
-// accounts of any original among them are locked and its reversed total
-// is kept.
-func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys []rowKey, locked bool) error {
+// readTransfers reads the stored transfers among keys without locks.
+func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys []rowKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -477,6 +477,13 @@ func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys
 	if err != nil {
 		return fmt.Errorf("ledger: read transfers: %w", err)
 	}
+	b.found(found, false)
+	return nil
+}
+
+// found keeps the stored transfers read; with locked, the accounts of any
+// original among them are locked, and its reversed total is kept.
+func (b *batch) found(found []driver.LedgerFoundTransfer, locked bool) {
 	for i := range found {
 		t := found[i].LedgerTransfer
 		k := rowKey{Tenant: t.Tenant, ID: t.ID}
@@ -485,7 +492,6 @@ func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys
 			b.reversed[k] = found[i].Reversed
 		}
 	}
-	return nil
 }
 
 // decide runs the ops in order against the batch and returns a result per
@@ -522,13 +528,16 @@ func (b *batch) decide() ([]OpResult, *driver.LedgerWriteParams, []*Transfer, er
 			stamp = append(stamp, t) // posted by this call
 		}
 	}
+	// The time never goes backwards on an account: not before its newest
+	// entry, whatever the clock says.
+	w.At = b.clock
 	for _, a := range b.accounts {
 		if !a.written {
 			continue
 		}
 		w.Accounts = append(w.Accounts, a.row)
-		if a.lastEntryAt.After(w.NotBefore) {
-			w.NotBefore = a.lastEntryAt
+		if a.lastEntryAt.After(w.At) {
+			w.At = a.lastEntryAt
 		}
 	}
 	// In key order, as they were locked, rather than the map's.

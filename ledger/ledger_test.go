@@ -553,19 +553,27 @@ func TestImmutable(t *testing.T) {
 		ctx := context.Background()
 		createAccount(t, d, l, tenant, usd("a"))
 		createAccount(t, d, l, tenant, usd("b"))
+		createAccount(t, d, l, tenant, usd("unused"))
 		post(t, d, l, tenant, ledger.NewTransfer{ID: "t", DebitAccountID: "a", CreditAccountID: "b", Amount: 9, Currency: "USD"})
 		for _, stmt := range []string{
 			"UPDATE ledger_entries SET amount = 1",
 			"DELETE FROM ledger_entries",
 			"UPDATE ledger_transfers SET amount = 1",
 			"DELETE FROM ledger_transfers",
+			// Accounts are mutable caches, but entries and transfers name
+			// them by key, which no foreign key guards on Postgres: the
+			// rows and their keys stay, even an account without entries.
+			"DELETE FROM ledger_accounts WHERE id = 'unused'",
+			"DELETE FROM ledger_accounts",
+			"UPDATE ledger_accounts SET id = 'renamed' WHERE id = 'a'",
+			"UPDATE ledger_accounts SET tenant = 'other'",
 		} {
 			err := inTx(t, d, func(tx driver.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
 			if !errors.Is(err, driver.ErrImmutable) {
 				t.Errorf("%s: err = %v, want ErrImmutable", stmt, err)
 			}
 		}
-		if c := counts(t, d); c.Transfers != 1 || c.Entries != 2 {
+		if c := counts(t, d); c.Accounts != 3 || c.Transfers != 1 || c.Entries != 2 {
 			t.Fatalf("rows = %+v", c)
 		}
 		if b := balance(t, d, l, tenant, "b", nil); b.Balance != 9 {
@@ -594,6 +602,56 @@ func TestVerifyFindsCorruption(t *testing.T) {
 		var ve *ledger.VerifyError
 		if !errors.As(err, &ve) || len(ve.Violations) != 1 || !strings.Contains(ve.Violations[0], "account acme/b") {
 			t.Fatalf("verify = %v, want account b's cache reported", err)
+		}
+	})
+}
+
+// Entries whose transfer does not exist, in an otherwise sound ledger (the
+// accounts' chains, caches and balances all agree with them): no foreign
+// key refuses them on Postgres, so Verify must.
+func TestVerifyFindsEntriesWithoutTransfer(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		l := newLedger(t, d)
+		ctx := context.Background()
+		createAccount(t, d, l, tenant, usd("a"))
+		createAccount(t, d, l, tenant, usd("b"))
+		post(t, d, l, tenant, ledger.NewTransfer{ID: "t", DebitAccountID: "a", CreditAccountID: "b", Amount: 9, Currency: "USD"})
+		verify(t, d)
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // the forged rows are never kept
+		stmts := []string{
+			// A second pair of entries like t's, of 5, for a transfer
+			// "ghost" that was never written, and the caches moved to them.
+			`INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at)
+			 SELECT tenant, account_id, 2, 'ghost', 5, credit,
+			        debits_posted + CASE WHEN credit THEN 0 ELSE 5 END, credits_posted + CASE WHEN credit THEN 5 ELSE 0 END, created_at
+			   FROM ledger_entries WHERE transfer_id = 't'`,
+			`UPDATE ledger_accounts
+			    SET debits_posted = (SELECT e.debits_posted FROM ledger_entries e
+			                          WHERE e.tenant = ledger_accounts.tenant AND e.account_id = ledger_accounts.id AND e.sequence = 2),
+			        credits_posted = (SELECT e.credits_posted FROM ledger_entries e
+			                           WHERE e.tenant = ledger_accounts.tenant AND e.account_id = ledger_accounts.id AND e.sequence = 2),
+			        sequence = 2
+			  WHERE id IN ('a', 'b')`,
+		}
+		if d.Dialect() == "sqlite" {
+			// SQLite keeps its foreign keys; checked at commit, which
+			// never comes, they let Verify see the rows first.
+			stmts = append([]string{"PRAGMA defer_foreign_keys = ON"}, stmts...)
+		}
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		err = ledger.Verify(ctx, d, tx)
+		var ve *ledger.VerifyError
+		if !errors.As(err, &ve) || len(ve.Violations) != 1 || !strings.Contains(ve.Violations[0], "2 of 4 belong to no transfer") {
+			t.Fatalf("verify = %v, want the two entries without a transfer reported", err)
 		}
 	})
 }

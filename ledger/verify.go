@@ -36,8 +36,9 @@ func (e *VerifyError) Error() string {
 // before; each account's cached totals equal its newest entry's; each
 // transfer has exactly two entries, a debit on its debit account and a
 // credit on its credit account, of its amount, currency and time; each
-// currency's balances sum to zero; reversals never exceed their original,
-// are never themselves reversed, and match the stored reversed totals. It
+// currency's balances sum to zero; every entry belongs to a transfer;
+// reversals never exceed their original, are never themselves reversed,
+// and match the stored reversed totals. It
 // reads every row once, in streams, holding only the accounts and the
 // reversed totals in memory. A nil error means the ledger is sound.
 func Verify(ctx context.Context, d driver.Driver, tx driver.Tx) error {
@@ -78,6 +79,10 @@ type verifier struct {
 	transferAmount map[key]int64
 	isReversal     map[key]bool
 	storedTotals   []storedTotal
+	// Entries seen in the accounts' pass, and those handed over with
+	// their transfer: the difference is the entries whose transfer does
+	// not exist, which no foreign key refuses on Postgres (migration 7).
+	entries, owned int64
 }
 
 type storedTotal struct {
@@ -99,6 +104,7 @@ func (v *verifier) account(a *driver.LedgerAccount) error {
 }
 
 func (v *verifier) entry(e *driver.LedgerEntry) error {
+	v.entries++
 	a := v.accounts[key{e.Tenant, e.AccountID}]
 	if a == nil {
 		v.fail("entry %s/%s#%d: no such account", e.Tenant, e.AccountID, e.Sequence)
@@ -135,6 +141,7 @@ func (v *verifier) entry(e *driver.LedgerEntry) error {
 
 func (v *verifier) transfer(t *driver.LedgerTransfer, entries []driver.LedgerEntry) error {
 	k := key{t.Tenant, t.ID}
+	v.owned += int64(len(entries))
 	v.transferAmount[k] = t.Amount
 	if t.Amount <= 0 {
 		v.fail("transfer %s/%s: amount %d is not positive", t.Tenant, t.ID, t.Amount)
@@ -235,6 +242,11 @@ func (v *verifier) finish() {
 		if sums[c].Sign() != 0 {
 			v.fail("currency %s: balances sum to %s, want 0", c, sums[c])
 		}
+	}
+
+	if v.entries != v.owned {
+		v.fail("entries: %d of %d belong to no transfer (their transfer_id names none of their tenant)",
+			v.entries-v.owned, v.entries)
 	}
 
 	// Reversals: within their original, never of a reversal, and counted

@@ -20,7 +20,7 @@ import (
 // previousRelease is the commit whose binary TestRollingUpgrade runs beside
 // this one: the newest commit whose migrations are all older than this
 // binary's newest. Move it forward when a release adds a migration.
-const previousRelease = "ebcc7521b28cae8438b0fbade4c849b1c9137600"
+const previousRelease = "db28d8529a4220402d4d283e220e5332b0785cee"
 
 // buildRelease builds the idem binary of commit rev from this repository's
 // history (git archive, then go build), once per test run.

@@ -42,7 +42,7 @@ func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListPar
 }
 
 func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
-	tx, err := d.beginWith(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	tx, err := d.beginWith(ctx, queuedStmt{sql: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"})
 	if err != nil {
 		return nil, err // not a nil *ownedTx in a non-nil interface
 	}

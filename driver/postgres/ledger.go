@@ -89,12 +89,10 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
 
 // One statement appends every transfer of a batch and its entries, moves
 // the account caches and adds to the reversed totals; each part arrives as
-// arrays, one element per row. The time is read here, once for the whole
-// batch, after the accounts were locked, from clock_timestamp() (now() is
-// the transaction's start, which may precede the previous holder's commit)
-// and never before the accounts' newest entry ($1). Foreign keys are
-// checked at the statement's end, when every part exists, so a batch may
-// reverse a transfer it posts.
+// arrays, one element per row, and every row is recorded at $1 (the time
+// the ledger chose from the clock LedgerLock read under the accounts'
+// locks). Foreign keys are checked at the statement's end, when every part
+// exists, so a batch may reverse a transfer it posts.
 //
 // The accounts are moved by an upsert that always finds its row: its
 // conflict check descends the primary key by the whole (tenant, id) for
@@ -106,47 +104,43 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
 // that the row it proposes passes the table's NOT NULL and CHECK
 // constraints, which are checked before the conflict.
 const sqlLedgerWrite = `
-WITH clock AS MATERIALIZED (
-  SELECT greatest(clock_timestamp(), $1::timestamptz) AS at
-), t AS (
+WITH t AS (
   INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
                                 metadata, reverses_id, reason, created_at)
   SELECT u.tenant, u.id, u.debit, u.credit, u.amount, u.currency,
-         nullif(u.metadata, ''), nullif(u.reverses_id, ''), nullif(u.reason, ''), clock.at
+         nullif(u.metadata, ''), nullif(u.reverses_id, ''), nullif(u.reason, ''), $1::timestamptz
     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
                 $8::text[], $9::text[], $10::text[])
          AS u(tenant, id, debit, credit, amount, currency, metadata, reverses_id, reason)
-   CROSS JOIN clock
 ), e AS (
   INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
                               debits_posted, credits_posted, created_at)
   SELECT u.tenant, u.account_id, u.sequence, u.transfer_id, u.amount, u.credit,
-         u.debits_posted, u.credits_posted, clock.at
+         u.debits_posted, u.credits_posted, $1::timestamptz
     FROM unnest($11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::boolean[],
                 $17::bigint[], $18::bigint[])
          AS u(tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted)
-   CROSS JOIN clock
 ), a AS (
   INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
                                credits_must_not_exceed_debits, created_at,
                                debits_posted, credits_posted, sequence, last_entry_at)
   SELECT u.tenant, u.id, u.currency, u.dnec, u.cned, u.created_at,
-         u.debits_posted, u.credits_posted, u.sequence, clock.at
+         u.debits_posted, u.credits_posted, u.sequence, $1::timestamptz
     FROM unnest($19::text[], $20::text[], $21::text[], $22::boolean[], $23::boolean[], $24::timestamptz[],
                 $25::bigint[], $26::bigint[], $27::bigint[])
          AS u(tenant, id, currency, dnec, cned, created_at, debits_posted, credits_posted, sequence)
-   CROSS JOIN clock
   ON CONFLICT (tenant, id) DO UPDATE
      SET debits_posted = excluded.debits_posted, credits_posted = excluded.credits_posted,
          sequence = excluded.sequence, last_entry_at = excluded.last_entry_at
-), r AS (
-  INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
-  SELECT u.tenant, u.transfer_id, u.amount, u.add
-    FROM unnest($28::text[], $29::text[], $30::bigint[], $31::bigint[]) AS u(tenant, transfer_id, amount, add)
-  ON CONFLICT (tenant, transfer_id) DO UPDATE
-     SET reversed = ledger_reversed_totals.reversed + excluded.reversed
 )
-SELECT at FROM clock`
+INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
+SELECT u.tenant, u.transfer_id, u.amount, u.add
+  FROM unnest($28::text[], $29::text[], $30::bigint[], $31::bigint[]) AS u(tenant, transfer_id, amount, add)
+ON CONFLICT (tenant, transfer_id) DO UPDATE
+   SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
+
+// The writers' clock, read by LedgerLock once its locks are held.
+const sqlLedgerClock = `SELECT clock_timestamp()`
 
 // The writers' clock and whether the transaction may lock, read before any
 // lock: FOR SHARE in a read-only transaction is an error, which would abort
@@ -213,16 +207,39 @@ func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.L
 	return scanLedgerAccount(tx.QueryRow(ctx, sqlLedgerAccountGet, p.Tenant, p.ID))
 }
 
-func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) ([]driver.LedgerAccount, error) {
+func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) (*driver.LedgerLocked, error) {
+	out := &driver.LedgerLocked{}
+	var steps []step
 	if len(p.TransferKeys) > 0 {
 		tenants, ids := keyArrays(p.TransferKeys)
-		var n int64
-		if err := tx.QueryRow(ctx, sqlLedgerLockTransfers, tenants, ids).Scan(&n); err != nil {
-			return nil, err
-		}
+		steps = append(steps, step{sql: sqlLedgerLockTransfers, args: []any{tenants, ids},
+			read: func(driver.Rows) error { return nil }})
 	}
 	tenants, ids := keyArrays(p.AccountKeys)
-	return queryLedgerAccounts(ctx, tx, sqlLedgerLockAccounts, tenants, ids)
+	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},
+		read: func(rows driver.Rows) (err error) {
+			out.Accounts, err = scanLedgerAccounts(rows)
+			return err
+		}})
+	if len(p.Find) > 0 {
+		tenants, ids := keyArrays(p.Find)
+		steps = append(steps, step{sql: sqlLedgerTransfersFind, args: []any{tenants, ids},
+			read: func(rows driver.Rows) (err error) {
+				out.Found, err = scanFoundTransfers(rows)
+				return err
+			}})
+	}
+	steps = append(steps, step{sql: sqlLedgerClock, read: func(rows driver.Rows) error {
+		if !rows.Next() {
+			return fmt.Errorf("postgres: ledger clock: no row")
+		}
+		return rows.Scan(&out.Clock)
+	}})
+	if err := pipeline(ctx, tx, steps...); err != nil {
+		return nil, err
+	}
+	out.Clock = out.Clock.UTC()
+	return out, nil
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
@@ -236,6 +253,14 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 		return nil, err
 	}
 	defer rows.Close()
+	out, err := scanFoundTransfers(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
+func scanFoundTransfers(rows driver.Rows) ([]driver.LedgerFoundTransfer, error) {
 	var out []driver.LedgerFoundTransfer
 	for rows.Next() {
 		var t driver.LedgerFoundTransfer
@@ -244,14 +269,14 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 		}
 		out = append(out, t)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
 	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
-func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) (time.Time, error) {
+func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
 	nt := len(p.Transfers)
 	tTenants, tIDs, debits, credits := make([]string, nt), make([]string, nt), make([]string, nt), make([]string, nt)
 	amounts := make([]int64, nt)
@@ -284,14 +309,12 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 	for i, r := range p.Reversed {
 		rTenants[i], rIDs[i], rAmounts[i], rAdds[i] = r.Tenant, r.TransferID, r.Amount, r.Add
 	}
-	var at time.Time
-	err := tx.QueryRow(ctx, sqlLedgerWrite, p.NotBefore,
+	return execLater(ctx, tx, sqlLedgerWrite, p.At,
 		tTenants, tIDs, debits, credits, amounts, currencies, metas, reverses, reasons,
 		eTenants, eAccounts, eSeqs, eTransfers, eAmounts, eCredit, eDebits, eCredits,
 		aTenants, aIDs, aCurrencies, aDnec, aCned, aCreated, aDebits, aCredits, aSeqs,
 		rTenants, rIDs, rAmounts, rAdds,
-	).Scan(&at)
-	return at.UTC(), err
+	)
 }
 
 func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.LedgerSettleParams) (*driver.LedgerSettleResult, error) {
@@ -406,6 +429,14 @@ func queryLedgerAccounts(ctx context.Context, tx driver.Tx, sql string, args ...
 		return nil, err
 	}
 	defer rows.Close()
+	out, err := scanLedgerAccounts(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
+func scanLedgerAccounts(rows driver.Rows) ([]driver.LedgerAccount, error) {
 	var out []driver.LedgerAccount
 	for rows.Next() {
 		a, err := scanLedgerAccount(rows)
@@ -414,7 +445,7 @@ func queryLedgerAccounts(ctx context.Context, tx driver.Tx, sql string, args ...
 		}
 		out = append(out, *a)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // keyArrays splits keys into the tenants and ids arrays ledgerByKeys takes.

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/internal/testpg"
 )
@@ -20,19 +22,7 @@ import (
 func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := migratedConn(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -71,31 +61,83 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 			 '{new,new}', '{acc-7,acc-507}', '{EUR,EUR}', '{f,f}', '{f,f}', ARRAY[now(),now()], '{1,0}', '{0,1}', '{1,1}',
 			 '{new}', '{tr-9}', '{1}', '{1}'`},
 	}
-	for m, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		for i, s := range statements {
-			exec(`BEGIN`)
-			exec(`SET LOCAL plan_cache_mode = ` + mode)
-			exec(fmt.Sprintf(`PREPARE q%d_%d AS %s`, m, i, s.sql))
-			var plan []string
-			rows, err := conn.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE q%d_%d(%s)`, m, i, s.args))
-			if err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-			exec(`ROLLBACK`)
-			text := strings.Join(plan, "\n")
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for _, s := range statements {
+			text := planOf(t, conn.Conn(), mode, s.sql, s.args)
 			if strings.Contains(text, "Rows Removed by") || strings.Contains(text, "Seq Scan on ledger_") {
 				t.Errorf("%s, %s: the plan reads rows it does not want:\n%s", s.name, mode, text)
 			}
+		}
+	}
+}
+
+// planOf runs sql with args (SQL literals) under plan_cache_mode mode, as
+// a prepared statement in a transaction it rolls back, and returns its
+// EXPLAIN ANALYZE.
+func planOf(t *testing.T, conn *pgx.Conn, mode, sql, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the EXPLAIN ANALYZE's writes go
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `PREPARE q AS `+sql); err != nil {
+		t.Fatalf("prepare: %v\n%s", err, sql)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE q(`+args+`)`)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+	if _, err := tx.Exec(ctx, `DEALLOCATE q`); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
+}
+
+// A keeper batch plans its statements once per connection (generic
+// plans, driver.BeginOptions.GenericPlans), blind to the arrays' length:
+// each must still find its keys through the primary key, however many
+// records the table holds.
+func TestKeyBatchPlansUseTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := migratedConn(t)
+	for _, sql := range []string{
+		`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+		 SELECT 'default', 'POST /v1/transfers', 'k-' || i, '\x00', 201, now(), now() + interval '1 day'
+		   FROM generate_series(1, 20000) i`,
+		`ANALYZE idem_keys`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const keys = `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{k-7,k-9}'`
+	for _, s := range []struct{ name, sql, args string }{
+		{"claim", sqlKeyClaimBatch, `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{new-1,new-2}',
+			'{"\\x01","\\x02"}', now(), now() + interval '1 day'`},
+		{"read", sqlKeyGetBatch, keys},
+		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}'`},
+		{"release", sqlKeyReleaseBatch, keys},
+	} {
+		text := planOf(t, conn.Conn(), "force_generic_plan", s.sql, s.args)
+		if strings.Contains(text, "Rows Removed by") || strings.Contains(text, "Seq Scan on idem_keys") {
+			t.Errorf("%s: the plan reads rows it does not want:\n%s", s.name, text)
 		}
 	}
 }
@@ -108,19 +150,7 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := migratedConn(t)
 	for _, sql := range []string{
 		`INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
 		                              credits_must_not_exceed_debits, created_at)
@@ -159,4 +189,25 @@ func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 		strings.Count(text, " on ledger_entries") != 1 {
 		t.Errorf("the scan does not read each table once:\n%s", text)
 	}
+}
+
+// migratedConn is a connection to a schema of its own, migrated, held
+// until the test ends.
+func migratedConn(t *testing.T) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
 }

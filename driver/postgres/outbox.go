@@ -162,18 +162,19 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
 		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+	return execLater(ctx, tx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
 		parents, states)
-	return err
 }
 
 // The relay's reads must walk their index in order and stop at the limit.
 // The planner does so when it knows the backlog's size, but a backlog grows
 // faster than statistics follow: believing in a dozen rows, it reads every
 // pending row through a bitmap and sorts them, a second per read at a
-// million. Local to the read's transaction: nothing else is planned under
-// these settings.
-const sqlOutboxFetchPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+// million. The reads are planned once per connection (a generic plan):
+// planned for their parameters, they cost more to plan than to run. Local
+// to the read's transaction: nothing else is planned under these settings.
+const sqlOutboxFetchPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error) {
 	var h int64
@@ -182,23 +183,30 @@ func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error)
 }
 
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
-	if _, err := tx.Exec(ctx, sqlOutboxFetchPlan); err != nil {
+	// The settings, and both reads, travel in one round trip.
+	if err := execLater(ctx, tx, sqlOutboxFetchPlan); err != nil {
 		return nil, err
 	}
 	shards := shardArray(p.Shards)
 	var f driver.OutboxFetched
-	var err error
-	if p.After == nil {
-		f.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxFetch, shards, p.Now, p.Limit)
-		return &f, err
+	read := func(into *[]driver.OutboxRow) func(driver.Rows) error {
+		return func(rows driver.Rows) (err error) {
+			*into, err = scanOutboxRows(rows)
+			return err
+		}
 	}
-	if f.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxFetchAfter, shards, p.Now, p.Limit, p.After.ID); err != nil {
+	if p.After == nil {
+		return &f, pipeline(ctx, tx, step{sql: sqlOutboxFetch, args: []any{shards, p.Now, p.Limit}, read: read(&f.Rows)})
+	}
+	if err := pipeline(ctx, tx,
+		step{sql: sqlOutboxFetchAfter, args: []any{shards, p.Now, p.Limit, p.After.ID}, read: read(&f.Rows)},
+		step{sql: sqlOutboxFetchLate, args: []any{shards, p.Now, p.LateLimit, strconv.FormatInt(p.Horizon, 10), p.After.ID},
+			read: read(&f.Late)},
+	); err != nil {
 		return nil, err
 	}
-	f.Late, err = queryOutboxRows(ctx, tx, sqlOutboxFetchLate, shards, p.Now, p.LateLimit,
-		strconv.FormatInt(p.Horizon, 10), p.After.ID)
 	f.LateFull = len(f.Late) == p.LateLimit
-	return &f, err
+	return &f, nil
 }
 
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
@@ -322,6 +330,14 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any)
 		return nil, err
 	}
 	defer rows.Close()
+	out, err := scanOutboxRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
+func scanOutboxRows(rows driver.Rows) ([]driver.OutboxRow, error) {
 	var out []driver.OutboxRow
 	for rows.Next() {
 		var r driver.OutboxRow
@@ -339,5 +355,5 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any)
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	return out, nil
 }

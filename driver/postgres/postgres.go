@@ -130,9 +130,15 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	if opts.ReadOnly {
 		begin += " READ ONLY"
 	}
-	stmts := []string{begin}
+	stmts := []queuedStmt{{sql: begin}}
 	if opts.LockTimeout > 0 && opts.LockTimeout != d.lockTimeout {
-		stmts = append(stmts, setLockTimeout(opts.LockTimeout))
+		// A parameter, not a value in the text: every text is a statement
+		// pgx prepares (a round trip of its own) and caches per connection.
+		ms := max(opts.LockTimeout.Milliseconds(), 1)
+		stmts = append(stmts, queuedStmt{sql: sqlSetLockTimeout, args: []any{strconv.FormatInt(ms, 10)}})
+	}
+	if opts.GenericPlans {
+		stmts = append(stmts, queuedStmt{sql: sqlGenericPlans})
 	}
 	tx, err := d.beginWith(ctx, stmts...)
 	if err != nil {
@@ -141,23 +147,19 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	return tx, nil
 }
 
+const (
+	sqlSetLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
+	sqlGenericPlans   = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+)
+
 // beginWith takes a connection for a transaction that the statements open,
 // sent with its first statement.
-func (d *Driver) beginWith(ctx context.Context, stmts ...string) (*ownedTx, error) {
+func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &ownedTx{conn: conn, begin: stmts, pending: true}, nil
-}
-
-func setLockTimeout(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	// The value is an integer we formatted, never user text.
-	return "SET LOCAL lock_timeout = " + strconv.FormatInt(ms, 10)
+	return &ownedTx{conn: conn, queued: stmts, opening: len(stmts)}, nil
 }
 
 // Migrate applies pending migrations on one connection that holds a

@@ -22,6 +22,7 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // TxFromPgx adapts a pgx transaction the caller began, so the keeper, the
@@ -97,72 +98,114 @@ func (r pgRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
 
 // ownedTx is a transaction the driver began; it also commits and rolls back.
 //
-// Its BEGIN is not sent alone: it travels in one round trip (a pipelined
-// batch) with the transaction's first statement, which saves a round trip
-// on every transaction — a sixth of a keeper first arrival's. The
-// connection is the transaction's until Commit or Rollback returns it to the
-// pool; the pool destroys a connection it gets back inside a transaction.
+// It sends nothing alone that can travel with a later statement. Its BEGIN
+// waits for the transaction's first statement, and the writes whose results
+// no caller reads back (those the driver's methods send with execLater: the
+// ledger's write, the outbox's rows, the keeper's stored outcomes) wait for
+// the next statement or for COMMIT. Waiting statements travel in order, in
+// that statement's round trip (a pipelined batch), and a failure of one is
+// the error of the round trip it travels in. A keeper batch is then three
+// round trips whatever its size: BEGIN with the claim, the ledger's locks
+// with its reads, the writes with COMMIT. The connection is the
+// transaction's until Commit or Rollback returns it to the pool; the pool
+// destroys a connection it gets back inside a transaction.
 type ownedTx struct {
 	conn    *pgxpool.Conn
-	begin   []string // the statements that open the transaction, until sent
-	pending bool     // begin not yet sent
-	begun   bool     // the server holds the transaction open
+	queued  []queuedStmt // waiting for the next round trip, oldest first
+	opening int          // how many of queued open the transaction (BEGIN, its settings)
+	begun   bool         // the opening statements were sent
 	done    bool
+}
+
+// queuedStmt is a statement waiting in an ownedTx for the next round trip.
+type queuedStmt struct {
+	sql  string
+	args []any
 }
 
 func (t *ownedTx) Dialect() string { return dialect }
 
-// sendBegin sends the opening statements alone, if they are pending, for
-// statements that cannot travel with them (those sent through PgxFromTx).
-func (t *ownedTx) sendBegin(ctx context.Context) error {
-	if !t.pending {
+// execLater runs sql in tx, whose caller needs no result from it: at once,
+// or, in a transaction of this driver's, in the transaction's next round
+// trip, where its error becomes that round trip's. Nothing of its result
+// is read, so a statement that must find its rows says so in SQL
+// (mustAffect): it must fail in the database, before the COMMIT that may
+// travel behind it. args must not change afterwards.
+func execLater(ctx context.Context, tx driver.Tx, sql string, args ...any) error {
+	if t, ok := tx.(*ownedTx); ok && !t.done {
+		t.queued = append(t.queued, queuedStmt{sql: sql, args: args})
 		return nil
 	}
-	b := &pgx.Batch{}
-	for _, stmt := range t.begin {
-		b.Queue(stmt)
-	}
-	br := t.conn.SendBatch(ctx, b)
-	t.pending = false
-	for range t.begin {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
-		t.begun = true
-	}
-	return br.Close()
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
 }
 
-// sendFirst sends the opening statements and sql in one batch, reads the
-// opening statements' results, and returns the batch for sql's result.
-func (t *ownedTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
-	b := &pgx.Batch{}
-	for _, stmt := range t.begin {
-		b.Queue(stmt)
+// mustAffect wraps stmt, a data-modifying statement, so that it fails
+// unless it affects want rows (an SQL expression). The failure is a cast
+// of the message to an integer, which plain SQL can raise anywhere: the
+// error reads "invalid input syntax for type integer: "idem: WHAT: N of M
+// rows found"", and aborts the transaction like any other.
+func mustAffect(stmt, want, what string) string {
+	return `WITH w AS (` + stmt + ` RETURNING 1)
+SELECT CASE WHEN count(*) = ` + want + ` THEN 0
+            ELSE ('idem: ` + what + `: ' || count(*) || ' of ' || ` + want + ` || ' rows found')::int END
+  FROM w`
+}
+
+// send sends the queued statements and then b's in one round trip, reads
+// the queued ones' results, and returns the batch at b's first result.
+// On an error nothing of b's is left to read.
+func (t *ownedTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	queued := t.queued
+	if len(queued) == 0 {
+		return t.conn.SendBatch(ctx, b), nil
 	}
-	b.Queue(sql, args...)
-	br := t.conn.SendBatch(ctx, b)
-	t.pending = false
-	for range t.begin {
+	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(queued)+len(b.QueuedQueries))}
+	for _, q := range queued {
+		all.Queue(q.sql, q.args...)
+	}
+	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
+	t.queued, t.opening, t.begun = nil, 0, true
+	br := t.conn.SendBatch(ctx, all)
+	for range queued {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return nil, mapErr(err)
 		}
-		t.begun = true
 	}
 	return br, nil
 }
 
+// flush sends the queued statements alone, for statements that cannot
+// travel with them (those sent through PgxFromTx).
+func (t *ownedTx) flush(ctx context.Context) error {
+	if len(t.queued) == 0 {
+		return nil
+	}
+	br, err := t.send(ctx, &pgx.Batch{})
+	if err != nil {
+		return err
+	}
+	return mapErr(br.Close())
+}
+
+// sendOne sends sql with the queued statements and returns the batch at
+// its result.
+func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return t.send(ctx, b)
+}
+
 func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	if !t.pending {
+	if len(t.queued) == 0 {
 		tag, err := t.conn.Exec(ctx, sql, args...)
 		if err != nil {
 			return 0, mapErr(err)
 		}
 		return tag.RowsAffected(), nil
 	}
-	br, err := t.sendFirst(ctx, sql, args)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return 0, err
 	}
@@ -177,14 +220,14 @@ func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, err
 }
 
 func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
-	if !t.pending {
+	if len(t.queued) == 0 {
 		rows, err := t.conn.Query(ctx, sql, args...)
 		if err != nil {
 			return nil, mapErr(err)
 		}
 		return pgRows{rows}, nil
 	}
-	br, err := t.sendFirst(ctx, sql, args)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return nil, err
 	}
@@ -197,14 +240,76 @@ func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Ro
 }
 
 func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
-	if !t.pending {
+	if len(t.queued) == 0 {
 		return pgRow{t.conn.QueryRow(ctx, sql, args...)}
 	}
-	br, err := t.sendFirst(ctx, sql, args)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return errRow{err}
 	}
 	return batchRow{br.QueryRow(), br}
+}
+
+// step is one statement of a pipeline and what reads its rows.
+type step struct {
+	sql  string
+	args []any
+	read func(driver.Rows) error
+}
+
+// pipeline runs steps in order in tx and gives each its rows: in one round
+// trip when tx is this driver's (with the statements an ownedTx holds
+// queued), else one statement at a time. A step's error ends it.
+func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
+	b := &pgx.Batch{}
+	for _, s := range steps {
+		b.Queue(s.sql, s.args...)
+	}
+	var br pgx.BatchResults
+	switch t := tx.(type) {
+	case *ownedTx:
+		if t.done {
+			return mapErr(pgx.ErrTxClosed)
+		}
+		var err error
+		if br, err = t.send(ctx, b); err != nil {
+			return err
+		}
+	case *pgTx:
+		br = t.q.SendBatch(ctx, b)
+	default:
+		for _, s := range steps {
+			rows, err := tx.Query(ctx, s.sql, s.args...)
+			if err != nil {
+				return err
+			}
+			if err := readAll(rows, s.read); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, s := range steps {
+		rows, err := br.Query()
+		if err == nil {
+			err = readAll(pgRows{rows}, s.read)
+		}
+		if err != nil {
+			_ = br.Close()
+			return mapErr(err)
+		}
+	}
+	return mapErr(br.Close())
+}
+
+// readAll gives rows to read and closes them.
+func readAll(rows driver.Rows, read func(driver.Rows) error) error {
+	err := read(rows)
+	rows.Close()
+	if err != nil {
+		return err
+	}
+	return rows.Err()
 }
 
 func (t *ownedTx) Commit(ctx context.Context) error {
@@ -213,10 +318,20 @@ func (t *ownedTx) Commit(ctx context.Context) error {
 	}
 	t.done = true
 	defer t.conn.Release()
-	if !t.begun {
-		return nil // no statement was sent: there is nothing to commit
+	if !t.begun && len(t.queued) == t.opening {
+		return nil // nothing was written: there is nothing to commit
 	}
-	tag, err := t.conn.Exec(ctx, "COMMIT")
+	br, err := t.sendOne(ctx, "COMMIT", nil)
+	if err != nil {
+		// A queued write failed: the server skipped the rest of the round
+		// trip, COMMIT included, and holds the transaction aborted.
+		_, _ = t.conn.Exec(ctx, "ROLLBACK")
+		return err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return mapErr(err)
 	}
@@ -231,6 +346,7 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
+	t.queued = nil // never sent: nothing to undo
 	defer t.conn.Release()
 	if !t.begun {
 		return nil
@@ -243,16 +359,18 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 var errNotOwner = errors.New("postgres: this transaction is idem's: it commits or rolls back when the work returns")
 
 // borrowedTx is an ownedTx seen as a pgx.Tx (PgxFromTx). Each statement
-// first sends the transaction's pending BEGIN, so none runs outside it, and
-// then goes to the connection as pgx sends it.
+// first sends the transaction's queued statements (its pending BEGIN, the
+// writes waiting for a round trip), so none runs outside it or ahead of
+// them, and then goes to the connection as pgx sends it.
 type borrowedTx struct{ t *ownedTx }
 
-// conn returns the transaction's connection once its BEGIN has been sent.
+// conn returns the transaction's connection once its queued statements
+// have been sent.
 func (b *borrowedTx) conn(ctx context.Context) (*pgx.Conn, error) {
 	if b.t.done {
 		return nil, pgx.ErrTxClosed
 	}
-	if err := b.t.sendBegin(ctx); err != nil {
+	if err := b.t.flush(ctx); err != nil {
 		return nil, err
 	}
 	return b.t.conn.Conn(), nil
@@ -318,8 +436,8 @@ func (b *borrowedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 }
 
 // Conn is the transaction's connection. Statements sent on it directly,
-// before any through the pgx.Tx, run ahead of the transaction's BEGIN when
-// that is still pending: send them through the pgx.Tx.
+// before any through the pgx.Tx, run ahead of the transaction's BEGIN and
+// queued writes when those are still pending: send them through the pgx.Tx.
 func (b *borrowedTx) Conn() *pgx.Conn { return b.t.conn.Conn() }
 
 var _ pgx.Tx = (*borrowedTx)(nil)

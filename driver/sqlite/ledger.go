@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -11,9 +10,11 @@ import (
 // SQLite has one writer at a time (BEGIN IMMEDIATE on one connection), so a
 // ledger transaction never meets a concurrent writer: there is nothing to
 // lock, and the Go clock, kept monotonic per account by NotBefore, is the
-// recorded time. Id lists and the rows of a batch travel as one JSON array
-// read with json_each: one bound value and one statement whatever their
-// number, the SQL never built per call. Keys are [tenant, id] pairs.
+// recorded time. Id lists, and a batch's new accounts, travel as one JSON
+// array read with json_each: one bound value and one statement whatever
+// their number, the SQL never built per call. Keys are [tenant, id] pairs.
+// The rows a batch writes are bound as VALUES rows instead (rows.go): no
+// JSON to encode in Go and parse again in SQLite, column by column.
 
 const ledgerAccountCols = `tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits,
        metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at`
@@ -60,89 +61,44 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
  WHERE tenant = ?1 AND reverses_id = ?2
  ORDER BY created_at, id`
 
-// A batch's write: one statement per table, each reading its rows from one
-// JSON array (ledgerWriteTransfer and the rest), all stamped ?2. Absent
-// members read as NULL.
-const (
-	sqlLedgerTransfersInsert = `
+// A batch's write: one statement per table, its rows bound as VALUES
+// (rows.go), each stamped with the batch's time.
+var (
+	sqlLedgerTransfersInsert = newRowsStmt(`
 INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
                               metadata, reverses_id, reason, created_at)
-SELECT value ->> 'tenant', value ->> 'id', value ->> 'debit_account_id', value ->> 'credit_account_id',
-       value ->> 'amount', value ->> 'currency', value ->> 'metadata', value ->> 'reverses_id',
-       value ->> 'reason', ?2
-  FROM json_each(?1)`
+SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
-	sqlLedgerEntriesInsert = `
+	sqlLedgerEntriesInsert = newRowsStmt(`
 INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
                             debits_posted, credits_posted, created_at)
-SELECT value ->> 'tenant', value ->> 'account_id', value ->> 'sequence', value ->> 'transfer_id',
-       value ->> 'amount', value ->> 'credit', value ->> 'debits_posted', value ->> 'credits_posted', ?2
-  FROM json_each(?1)`
+SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
-	// The list drives the join: each account is a search of the primary
+	// The rows drive the join: each account is a search of the primary
 	// key (TestLedgerBatchPlans).
-	sqlLedgerAccountsMove = `
+	sqlLedgerAccountsMove = newRowsStmt(`
 UPDATE ledger_accounts
-   SET debits_posted = u.debits_posted, credits_posted = u.credits_posted, sequence = u.sequence,
-       last_entry_at = ?2
-  FROM (SELECT value ->> 'tenant' AS tenant, value ->> 'id' AS id, value ->> 'debits_posted' AS debits_posted,
-               value ->> 'credits_posted' AS credits_posted, value ->> 'sequence' AS sequence
-          FROM json_each(?1)) AS u
- WHERE ledger_accounts.tenant = u.tenant AND ledger_accounts.id = u.id`
+   SET debits_posted = u.column3, credits_posted = u.column4, sequence = u.column5, last_entry_at = u.column6
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) AS u
+ WHERE ledger_accounts.tenant = u.column1 AND ledger_accounts.id = u.column2`)
 
-	sqlLedgerReversedAdd = `
+	sqlLedgerReversedAdd = newRowsStmt(`
 INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
-SELECT value ->> 'tenant', value ->> 'transfer_id', value ->> 'amount', value ->> 'add'
-  FROM json_each(?1) WHERE true
+SELECT * FROM (VALUES `, `(?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL
 ON CONFLICT (tenant, transfer_id) DO UPDATE
-   SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
+   SET reversed = ledger_reversed_totals.reversed + excluded.reversed`)
 )
 
-// The JSON rows of a batch, as the statements above read them.
-type (
-	ledgerAccountRow struct {
-		Tenant   string `json:"tenant"`
-		ID       string `json:"id"`
-		Currency string `json:"currency"`
-		DNEC     bool   `json:"dnec"`
-		CNED     bool   `json:"cned"`
-		Metadata string `json:"metadata,omitempty"`
-	}
-	ledgerTransferRow struct {
-		Tenant          string `json:"tenant"`
-		ID              string `json:"id"`
-		DebitAccountID  string `json:"debit_account_id"`
-		CreditAccountID string `json:"credit_account_id"`
-		Amount          int64  `json:"amount"`
-		Currency        string `json:"currency"`
-		Metadata        string `json:"metadata,omitempty"`
-		ReversesID      string `json:"reverses_id,omitempty"`
-		Reason          string `json:"reason,omitempty"`
-	}
-	ledgerEntryRow struct {
-		Tenant        string `json:"tenant"`
-		AccountID     string `json:"account_id"`
-		Sequence      int64  `json:"sequence"`
-		TransferID    string `json:"transfer_id"`
-		Amount        int64  `json:"amount"`
-		Credit        bool   `json:"credit"`
-		DebitsPosted  int64  `json:"debits_posted"`
-		CreditsPosted int64  `json:"credits_posted"`
-	}
-	ledgerMoveRow struct {
-		Tenant        string `json:"tenant"`
-		ID            string `json:"id"`
-		DebitsPosted  int64  `json:"debits_posted"`
-		CreditsPosted int64  `json:"credits_posted"`
-		Sequence      int64  `json:"sequence"`
-	}
-	ledgerReversedRow struct {
-		Tenant     string `json:"tenant"`
-		TransferID string `json:"transfer_id"`
-		Amount     int64  `json:"amount"`
-		Add        int64  `json:"add"`
-	}
-)
+// The JSON rows of a batch's new accounts, as sqlLedgerAccountsInsert
+// reads them.
+type ledgerAccountRow struct {
+	Tenant   string `json:"tenant"`
+	ID       string `json:"id"`
+	Currency string `json:"currency"`
+	DNEC     bool   `json:"dnec"`
+	CNED     bool   `json:"cned"`
+	Metadata string `json:"metadata,omitempty"`
+}
 
 // The reader pool's connections are opened query_only; the writer's are
 // not, and its transactions begin IMMEDIATE, holding the write lock.
@@ -204,12 +160,21 @@ func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.L
 
 // LedgerLock only reads: the transaction holds the database's one write
 // lock already.
-func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) ([]driver.LedgerAccount, error) {
+func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) (*driver.LedgerLocked, error) {
 	keys, err := jsonKeys(p.AccountKeys)
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
+	out := &driver.LedgerLocked{Clock: fromMicros(toMicros(p.Now))}
+	if out.Accounts, err = queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys); err != nil {
+		return nil, err
+	}
+	if len(p.Find) > 0 {
+		if out.Found, err = d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: p.Find}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
@@ -245,54 +210,37 @@ func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.Le
 	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
-func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) (time.Time, error) {
-	at := max(toMicros(p.Now), toMicros(p.NotBefore))
-	transfers := make([]ledgerTransferRow, len(p.Transfers))
-	for i, t := range p.Transfers {
-		transfers[i] = ledgerTransferRow{Tenant: t.Tenant, ID: t.ID, DebitAccountID: t.DebitAccountID,
-			CreditAccountID: t.CreditAccountID, Amount: t.Amount, Currency: t.Currency, Metadata: string(t.Metadata),
-			ReversesID: t.ReversesID, Reason: t.Reason}
-	}
-	entries := make([]ledgerEntryRow, len(p.Entries))
-	for i, e := range p.Entries {
-		entries[i] = ledgerEntryRow{Tenant: e.Tenant, AccountID: e.AccountID, Sequence: e.Sequence, TransferID: e.TransferID,
-			Amount: e.Amount, Credit: e.Credit, DebitsPosted: e.DebitsPosted, CreditsPosted: e.CreditsPosted}
-	}
-	moves := make([]ledgerMoveRow, len(p.Accounts))
-	for i, a := range p.Accounts {
-		moves[i] = ledgerMoveRow{Tenant: a.Tenant, ID: a.ID, DebitsPosted: a.DebitsPosted, CreditsPosted: a.CreditsPosted,
-			Sequence: a.Sequence}
-	}
-	reversed := make([]ledgerReversedRow, len(p.Reversed))
-	for i, r := range p.Reversed {
-		reversed[i] = ledgerReversedRow{Tenant: r.Tenant, TransferID: r.TransferID, Amount: r.Amount, Add: r.Add}
-	}
-	for _, s := range []struct {
-		sql  string
-		n    int
-		rows any
+func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
+	at := toMicros(p.At)
+	for _, w := range []struct {
+		stmt    *rowsStmt
+		n, cols int
+		row     func(args []any, i int) []any
 	}{
-		{sqlLedgerTransfersInsert, len(transfers), transfers},
-		{sqlLedgerEntriesInsert, len(entries), entries},
-		{sqlLedgerAccountsMove, len(moves), moves},
-		{sqlLedgerReversedAdd, len(reversed), reversed},
+		{&sqlLedgerTransfersInsert, len(p.Transfers), 10, func(args []any, i int) []any {
+			t := &p.Transfers[i]
+			return append(args, t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID, t.Amount, t.Currency,
+				textOrNull(string(t.Metadata)), textOrNull(t.ReversesID), textOrNull(t.Reason), at)
+		}},
+		{&sqlLedgerEntriesInsert, len(p.Entries), 9, func(args []any, i int) []any {
+			e := &p.Entries[i]
+			return append(args, e.Tenant, e.AccountID, e.Sequence, e.TransferID, e.Amount, e.Credit,
+				e.DebitsPosted, e.CreditsPosted, at)
+		}},
+		{&sqlLedgerAccountsMove, len(p.Accounts), 6, func(args []any, i int) []any {
+			a := &p.Accounts[i]
+			return append(args, a.Tenant, a.ID, a.DebitsPosted, a.CreditsPosted, a.Sequence, at)
+		}},
+		{&sqlLedgerReversedAdd, len(p.Reversed), 4, func(args []any, i int) []any {
+			r := &p.Reversed[i]
+			return append(args, r.Tenant, r.TransferID, r.Amount, r.Add)
+		}},
 	} {
-		if s.n == 0 {
-			continue
-		}
-		list, err := json.Marshal(s.rows)
-		if err != nil {
-			return time.Time{}, err
-		}
-		args := []any{string(list)}
-		if s.sql != sqlLedgerReversedAdd {
-			args = append(args, at)
-		}
-		if _, err := tx.Exec(ctx, s.sql, args...); err != nil {
-			return time.Time{}, err
+		if _, err := writeRows(ctx, tx, w.stmt, w.n, w.cols, w.row); err != nil {
+			return err
 		}
 	}
-	return fromMicros(at), nil
+	return nil
 }
 
 // LedgerSettle has nothing to wait for in a write transaction: it holds the

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"slices"
-	"strings"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -14,21 +12,15 @@ import (
 // already the commit order: there is nothing to sequence. Lists of ids and
 // shards travel as JSON arrays read with json_each.
 //
-// Rows are inserted by one statement of as many VALUES rows as there are
-// messages (up to outboxInsertRows at a time), in order, so that their
-// positions follow it. The rows' values are bound, ten parameters a row
-// (10,000 for a full statement, within SQLite's bound of 32,766); only the
-// number of row groups varies. A JSON
-// list, as elsewhere in this driver, would carry the payloads hex-encoded:
+// Rows are inserted by one statement (rows.go), in order, so that their
+// positions follow it. A JSON list would carry the payloads hex-encoded:
 // twice their size, past SQLite's string bound for a full batch of large
 // messages.
-const (
-	sqlOutboxInsert = `
+var sqlOutboxInsert = newRowsStmt(`
 INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate)
-VALUES `
-	sqlOutboxInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, nullif(?, ''), nullif(?, ''))`
-	outboxInsertRows   = 1000
-)
+SELECT column1, column2, column3, column4, column5, column6, column7, column8,
+       nullif(column9, ''), nullif(column10, '')
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
 const outboxColumns = `id, tenant, type, okey, shard, payload, headers, created_at,
        0, pos, attempts, coalesce(last_error, ''), sent_at, dead_at,
@@ -123,23 +115,12 @@ const sqlOutboxShardReleaseAll = `UPDATE idem_outbox_shards SET owner = '', leas
 const sqlOutboxForgetRelay = `DELETE FROM idem_outbox_relays WHERE owner = ?1`
 
 func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.OutboxInsertParams) error {
-	for rows := range slices.Chunk(p.Rows, outboxInsertRows) {
-		var q strings.Builder
-		q.WriteString(sqlOutboxInsert)
-		args := make([]any, 0, 10*len(rows))
-		for i, r := range rows {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString(sqlOutboxInsertRow)
-			args = append(args, r.ID, r.Tenant, r.Type, r.Key, r.Shard,
-				r.Payload, r.Headers, toMicros(r.CreatedAt), r.TraceParent, r.TraceState)
-		}
-		if _, err := tx.Exec(ctx, q.String(), args...); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := writeRows(ctx, tx, &sqlOutboxInsert, len(p.Rows), 10, func(args []any, i int) []any {
+		r := &p.Rows[i]
+		return append(args, r.ID, r.Tenant, r.Type, r.Key, r.Shard,
+			r.Payload, r.Headers, toMicros(r.CreatedAt), r.TraceParent, r.TraceState)
+	})
+	return err
 }
 
 // OutboxHorizon is 0: writers are serialized, so a row's pos is given in

@@ -70,6 +70,8 @@ func (c Config) validate() error {
 type Driver struct {
 	write      *sql.DB // one connection: SQLite has one writer at a time
 	read       *sql.DB
+	writeStmts *stmtCache // the pools' prepared statements (stmt.go)
+	readStmts  *stmtCache
 	migrations []driver.Migration
 }
 
@@ -106,6 +108,11 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	q.Set("_synchronous", "FULL") // a committed outcome survives power loss
 	q.Set("_foreign_keys", "on")
 	q.Set("_txlock", "immediate")
+	// Temporary files, the statement journals among them (a statement's
+	// undo within its transaction), stay in memory: they are no part of
+	// recovery after a crash, which the WAL does, and writing them to a
+	// file cost the writer a system call per page its statements change.
+	q.Add("_pragma", "temp_store(memory)")
 	write, err := sql.Open("sqlite", "file:"+cfg.Path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -129,7 +136,8 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	read.SetMaxOpenConns(cfg.ReadConns)
 	read.SetMaxIdleConns(cfg.ReadConns)
-	return &Driver{write: write, read: read, migrations: ms}, nil
+	return &Driver{write: write, read: read, writeStmts: newStmtCache(write), readStmts: newStmtCache(read),
+		migrations: ms}, nil
 }
 
 // DB is the writer pool (one connection, IMMEDIATE transactions), for users
@@ -138,11 +146,13 @@ func (d *Driver) DB() *sql.DB { return d.write }
 
 func (d *Driver) Dialect() string { return dialect }
 
-func (d *Driver) Reader() driver.Tx { return &sqlTx{q: d.read} }
+func (d *Driver) Reader() driver.Tx { return &sqlTx{q: d.read, cache: d.readStmts} }
 
 func (d *Driver) Ping(ctx context.Context) error { return mapErr(d.read.PingContext(ctx)) }
 
 func (d *Driver) Close() error {
+	d.readStmts.close()
+	d.writeStmts.close()
 	return errors.Join(d.read.Close(), d.write.Close())
 }
 
@@ -150,15 +160,17 @@ func (d *Driver) Close() error {
 // deferred read-only one on the reader pool. LockTimeout is ignored: writers
 // queue for the one connection, bounded by the caller's context.
 func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
-	db := d.write
+	db, stmts := d.write, d.writeStmts
 	if opts.ReadOnly {
-		db = d.read
+		db, stmts = d.read, d.readStmts
 	}
+	// Before the transaction takes the connection (stmt.go).
+	stmts.prepareNoted(ctx)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: opts.ReadOnly})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &ownedTx{sqlTx: sqlTx{q: tx}, tx: tx}, nil
+	return &ownedTx{sqlTx: sqlTx{q: tx, tx: tx, cache: stmts}}, nil
 }
 
 // Migrate applies pending migrations in one IMMEDIATE transaction: SQLite's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -55,12 +56,66 @@ func StdSQLFromTx(tx driver.Tx) (*sql.Tx, bool) {
 	return nil, false
 }
 
-type sqlTx struct{ q querier }
+// sqlTx runs statements on a transaction or on the reader pool itself.
+// With a cache, the hot ones run prepared (stmt.go).
+type sqlTx struct {
+	q     querier
+	tx    *sql.Tx    // q as a transaction; nil for the pool
+	cache *stmtCache // nil: every statement is parsed (TxFromStdSQL)
+
+	mu    sync.Mutex         // a *sql.Tx may be shared by goroutines
+	stmts map[string]*txStmt // the transaction's prepared statements
+}
+
+// stmt returns query's prepared statement and what to call once it is done
+// with (after an Exec, when its rows close), or nil: run query parsed.
+func (t *sqlTx) stmt(ctx context.Context, query string) (*sql.Stmt, func()) {
+	if t.cache == nil {
+		return nil, nil
+	}
+	if t.tx == nil {
+		// Each use of a pool's statement takes a connection of its own.
+		return t.cache.prepare(ctx, query), func() {}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts := t.stmts[query]
+	if ts == nil {
+		s := t.cache.get(query)
+		if s == nil {
+			return nil, nil
+		}
+		if t.stmts == nil {
+			t.stmts = map[string]*txStmt{}
+		}
+		ts = &txStmt{s: t.tx.StmtContext(ctx, s)}
+		t.stmts[query] = ts
+	}
+	if ts.busy {
+		return nil, nil
+	}
+	ts.busy = true
+	var once sync.Once
+	return ts.s, func() {
+		once.Do(func() {
+			t.mu.Lock()
+			ts.busy = false
+			t.mu.Unlock()
+		})
+	}
+}
 
 func (t *sqlTx) Dialect() string { return dialect }
 
 func (t *sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := t.q.ExecContext(ctx, query, args...)
+	var res sql.Result
+	var err error
+	if s, done := t.stmt(ctx, query); s != nil {
+		res, err = s.ExecContext(ctx, args...)
+		done()
+	} else {
+		res, err = t.q.ExecContext(ctx, query, args...)
+	}
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -69,33 +124,61 @@ func (t *sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, err
 }
 
 func (t *sqlTx) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
-	rows, err := t.q.QueryContext(ctx, query, args...)
+	var rows *sql.Rows
+	var err error
+	s, done := t.stmt(ctx, query)
+	if s != nil {
+		rows, err = s.QueryContext(ctx, args...)
+	} else {
+		rows, err = t.q.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
+		if done != nil {
+			done()
+		}
 		return nil, mapErr(err)
 	}
-	return sqlRows{rows}, nil
+	return sqlRows{rows, done}, nil
 }
 
 func (t *sqlTx) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
-	return sqlRow{t.q.QueryRowContext(ctx, query, args...)}
+	if s, done := t.stmt(ctx, query); s != nil {
+		return sqlRow{s.QueryRowContext(ctx, args...), done}
+	}
+	return sqlRow{t.q.QueryRowContext(ctx, query, args...), nil}
 }
 
-type sqlRows struct{ rows *sql.Rows }
+// sqlRows and sqlRow call done, when set, once their rows are closed.
+type sqlRows struct {
+	rows *sql.Rows
+	done func()
+}
 
 func (r sqlRows) Next() bool             { return r.rows.Next() }
 func (r sqlRows) Scan(dest ...any) error { return mapErr(r.rows.Scan(dest...)) }
 func (r sqlRows) Err() error             { return mapErr(r.rows.Err()) }
-func (r sqlRows) Close()                 { _ = r.rows.Close() }
+func (r sqlRows) Close() {
+	_ = r.rows.Close()
+	if r.done != nil {
+		r.done()
+	}
+}
 
-type sqlRow struct{ row *sql.Row }
+type sqlRow struct {
+	row  *sql.Row
+	done func()
+}
 
-func (r sqlRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
+func (r sqlRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...) // closes its rows
+	if r.done != nil {
+		r.done()
+	}
+	return mapErr(err)
+}
 
 // ownedTx is a transaction the driver began.
-type ownedTx struct {
-	sqlTx
-	tx *sql.Tx
-}
+type ownedTx struct{ sqlTx }
 
 func (t *ownedTx) Commit(ctx context.Context) error { return mapErr(t.tx.Commit()) }
 func (t *ownedTx) Rollback(ctx context.Context) error {

@@ -80,6 +80,11 @@ func TestOutOfOrderCommit(t *testing.T) {
 	if err := ob.Enqueue(ctx, txA, a); err != nil {
 		t.Fatal(err)
 	}
+	// The driver sends a write no one reads back with the transaction's
+	// next statement: this one makes A open on the server, its row written.
+	if _, err := txA.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
 	enqueue(t, d, ob, b)
 	r.Notify()
 	waitFor(t, "b published", func() bool { c, _, _ := rec.snapshot(); return c[b.ID] == 1 })

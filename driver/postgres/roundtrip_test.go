@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+// roundTrips counts what a pool sends: each query and each batch is one
+// round trip; a prepare is one more.
+type roundTrips struct{ trips, prepares atomic.Int64 }
+
+func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (c *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.prepares.Add(1)
+	return ctx
+}
+func (c *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// A keeper batch of transfers is three round trips whatever its size:
+// BEGIN with the claim, the ledger's locks with its reads and clock, the
+// writes with COMMIT. Its per-transaction settings (lock timeout, generic
+// plans) add none, and, being parameters, no new statement to prepare
+// when their values change.
+func TestBatchRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testpg.Schema(t)
+	m, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Migrate(ctx)
+	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg, err := pgxpool.ParseConfig(testpg.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 1 // one connection, so its statement cache is warm on the second run
+	pcfg.ConnConfig.RuntimeParams["search_path"] = schema
+	counter := &roundTrips{}
+	pcfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d := &Driver{pool: pool, lockTimeout: 5 * time.Second}
+	now := time.Now()
+	accounts := []driver.LedgerAccount{{Tenant: "t", ID: "a", Currency: "EUR"}, {Tenant: "t", ID: "b", Currency: "EUR"}}
+	if _, err := d.LedgerAccountsInsert(ctx, d.Reader(), &driver.LedgerAccountsInsertParams{Accounts: accounts}); err != nil {
+		t.Fatal(err)
+	}
+
+	batch := func(run int) {
+		t.Helper()
+		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond, GenericPlans: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var claims []driver.KeyClaimItem
+		var records []driver.KeyRecordParams
+		var transfers []driver.LedgerTransfer
+		var entries []driver.LedgerEntry
+		var rows []driver.OutboxRow
+		a, b := accounts[0], accounts[1]
+		for i := range 3 {
+			id := fmt.Sprintf("r%d-%d", run, i)
+			claims = append(claims, driver.KeyClaimItem{ID: driver.KeyID{Scope: "t", Operation: "POST", Key: id}, Fingerprint: []byte("fp")})
+			records = append(records, driver.KeyRecordParams{ID: claims[i].ID, Status: 201, Body: []byte("{}")})
+			transfers = append(transfers, driver.LedgerTransfer{Tenant: "t", ID: id, DebitAccountID: "a", CreditAccountID: "b", Amount: 1, Currency: "EUR"})
+			a.DebitsPosted, a.Sequence = a.DebitsPosted+1, a.Sequence+1
+			b.CreditsPosted, b.Sequence = b.CreditsPosted+1, b.Sequence+1
+			entries = append(entries,
+				driver.LedgerEntry{Tenant: "t", AccountID: "a", Sequence: a.Sequence, TransferID: id, Amount: 1, DebitsPosted: a.DebitsPosted},
+				driver.LedgerEntry{Tenant: "t", AccountID: "b", Sequence: b.Sequence, TransferID: id, Amount: 1, Credit: true, CreditsPosted: b.CreditsPosted})
+			rows = append(rows, driver.OutboxRow{ID: fmt.Sprintf("0190a000-0000-7000-8000-00000000%d%d%02d", run, i, 0),
+				Tenant: "t", Type: "transfer.created", Key: id, Payload: []byte("{}"), CreatedAt: now})
+		}
+		before := counter.trips.Load()
+		beforePrep := counter.prepares.Load()
+		claimed, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: now.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range claimed {
+			if !c.Claimed {
+				t.Fatalf("claim %d not made", i)
+			}
+		}
+		keys := []driver.LedgerKey{{Tenant: "t", ID: "a"}, {Tenant: "t", ID: "b"}}
+		locked, err := d.LedgerLock(ctx, tx, &driver.LedgerLockParams{TransferKeys: keys, AccountKeys: keys, Find: keys, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(locked.Accounts) != 2 || locked.Clock.IsZero() {
+			t.Fatalf("locked %+v", locked)
+		}
+		if locked.Accounts[0].Sequence != accounts[0].Sequence || locked.Accounts[1].Sequence != accounts[1].Sequence {
+			t.Fatalf("locked %+v, read before %+v", locked.Accounts, accounts)
+		}
+		if err := d.LedgerWrite(ctx, tx, &driver.LedgerWriteParams{Transfers: transfers, Entries: entries,
+			Accounts: []driver.LedgerAccount{a, b}, At: locked.Clock}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Records: records}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		trips, prepares := counter.trips.Load()-before, counter.prepares.Load()-beforePrep
+		if run > 0 && (trips != 3 || prepares != 0) {
+			t.Errorf("run %d: %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
+		}
+	}
+	for run := range 3 {
+		batch(run)
+		accounts = nil
+		got, err := d.LedgerAccountsGet(ctx, d.Reader(), &driver.LedgerAccountsGetParams{Keys: []driver.LedgerKey{{Tenant: "t", ID: "a"}, {Tenant: "t", ID: "b"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accounts = got
+		if want := int64(3 * (run + 1)); got[0].DebitsPosted != want || got[1].CreditsPosted != want || got[0].Sequence != want {
+			t.Fatalf("run %d: accounts %+v, want %d posted each", run, got, want)
+		}
+	}
+	var stored int
+	if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE status = 201`).Scan(&stored); err != nil || stored != 9 {
+		t.Fatalf("stored outcomes %d (%v), want 9", stored, err)
+	}
+}
+
+// Writes queued for the next round trip (execLater) are the transaction's:
+// a later statement sees them, a rollback drops them unsent, and a failure
+// of one, a missing row included, is the commit's error with nothing
+// committed and the connection left clean for the next transaction.
+func TestOwnedTxQueuedWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := open(t)
+	insert := func(tx driver.Tx, id int) {
+		t.Helper()
+		if err := execLater(ctx, tx, `INSERT INTO t VALUES ($1)`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tx, _ := d.Begin(ctx, driver.BeginOptions{})
+	insert(tx, 1)
+	insert(tx, 2)
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the transaction sees %d of its 2 queued rows (%v)", n, err)
+	}
+	insert(tx, 3)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, d); got != 3 {
+		t.Fatalf("rows %d, want 3", got)
+	}
+
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	insert(tx, 4)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (5)`); err != nil {
+		t.Fatal(err)
+	}
+	insert(tx, 1) // taken
+	insert(tx, 6)
+	if err := tx.Commit(ctx); !errors.Is(err, driver.ErrUniqueViolation) {
+		t.Fatalf("commit after a failing queued write: %v, want ErrUniqueViolation", err)
+	}
+
+	// A write that must find its rows fails in the database when it does
+	// not (mustAffect), so the COMMIT sent behind it never commits.
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	insert(tx, 7)
+	if err := execLater(ctx, tx, mustAffect(`UPDATE t SET id = id WHERE id = $1`, "$2::bigint", "touch rows"), 100, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err == nil || !strings.Contains(err.Error(), "touch rows: 0 of 1 rows found") {
+		t.Fatalf("commit after a write that found no row: %v", err)
+	}
+
+	if got := count(t, d); got != 3 {
+		t.Fatalf("rows %d, want the 3 committed first", got)
+	}
+	if n := d.pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections still held", n)
+	}
+	// Every connection went back idle, outside any transaction.
+	for range 4 {
+		tx, _ := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
+		var mode string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "force_generic_plan" {
+			t.Fatalf("plan_cache_mode %q (%v) in a GenericPlans transaction", mode, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mode string
+	if err := d.Reader().QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "auto" {
+		t.Fatalf("plan_cache_mode %q (%v) after the transactions, want auto", mode, err)
+	}
+}

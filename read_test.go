@@ -1,0 +1,394 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/drivertest"
+)
+
+// errBrokenRead is the read failure gatedReads makes for its broken key.
+var errBrokenRead = errors.New("test: this key's read fails")
+
+// gatedReads is a driver whose fast-path reads a test holds and breaks:
+// a lone read of a key in held waits until that key's channel is closed,
+// each batch of reads waits until the test takes it from batches (when
+// set), and the read of broken fails, alone or in a batch (as a pipeline
+// stops at its first failing statement). Everything else is the real
+// database's.
+type gatedReads struct {
+	driver.Driver
+	broken string
+
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+	entered chan string     // each held read, once it holds
+	batches chan gatedBatch // when set, each batch waits here for the test
+	gets    []string        // the keys of KeyGet's calls
+	ctxErrs []error         // each batch's context's error when it read
+}
+
+type gatedBatch struct {
+	keys []string
+	go_  chan struct{} // closed by the test to let the batch read
+}
+
+func newGatedReads(d driver.Driver, broken string) *gatedReads {
+	return &gatedReads{Driver: d, broken: broken, held: map[string]chan struct{}{}, entered: make(chan string, 1)}
+}
+
+// hold makes the next lone read of key wait until the returned func runs.
+func (g *gatedReads) hold(key string) (release func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.held[key] = ch
+	g.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// BatchesReads is true on both drivers, so that the keeper's coalescing
+// is tested on both (SQLite's KeyGetBatch reads key by key).
+func (g *gatedReads) BatchesReads() bool { return true }
+
+func (g *gatedReads) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
+	g.mu.Lock()
+	ch := g.held[p.ID.Key]
+	delete(g.held, p.ID.Key)
+	g.gets = append(g.gets, p.ID.Key)
+	g.mu.Unlock()
+	if ch != nil {
+		g.entered <- p.ID.Key
+		<-ch
+	}
+	if p.ID.Key == g.broken {
+		return nil, errBrokenRead
+	}
+	return g.Driver.KeyGet(ctx, tx, p)
+}
+
+func (g *gatedReads) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
+	keys := make([]string, len(p.IDs))
+	for i, id := range p.IDs {
+		keys[i] = id.Key
+	}
+	g.mu.Lock()
+	batches := g.batches
+	g.mu.Unlock()
+	if batches != nil {
+		b := gatedBatch{keys: keys, go_: make(chan struct{})}
+		batches <- b
+		<-b.go_
+	}
+	g.mu.Lock()
+	g.ctxErrs = append(g.ctxErrs, ctx.Err())
+	g.mu.Unlock()
+	if slices.Contains(keys, g.broken) {
+		return nil, errBrokenRead
+	}
+	return g.Driver.KeyGetBatch(ctx, tx, p)
+}
+
+// outcome is what one Do answered.
+type outcome struct {
+	res idem.Result
+	err error
+}
+
+// Concurrent fast-path reads share one round trip, and each request gets
+// its own answer from it: replays their own records, misses go on to
+// their claims, a request whose caller gave up — while it waited, or while
+// its batch was in flight — gets its context's error alone, and the
+// others' reads go on under a context the hang-up did not end. A batch
+// that fails is read again key by key, so that only the read that fails
+// fails.
+func TestReadsCoalesce(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "broken")
+		k := newKeeper(t, g, idem.Config{})
+		queued := make(chan string, 16)
+		var sentMu sync.Mutex
+		var sent [][]string
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			names := make([]string, len(keys))
+			for i, key := range keys {
+				names[i] = key.Key
+			}
+			sentMu.Lock()
+			sent = append(sent, names)
+			sentMu.Unlock()
+		})
+		var runs atomic.Int64
+		for _, key := range []string{"r1", "r2", "r3"} {
+			if _, err := k.Do(context.Background(), req(key, `{"n":1}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sentMu.Lock()
+		sent = nil
+		sentMu.Unlock()
+		g.mu.Lock()
+		g.gets = nil
+		g.mu.Unlock()
+
+		// do runs key's request in a goroutine and returns where its
+		// answer will be.
+		do := func(ctx context.Context, key string) <-chan outcome {
+			ch := make(chan outcome, 1)
+			go func() {
+				res, err := k.Do(ctx, req(key, `{"n":1}`), insertWork(&runs, 201, `{"id":"`+key+`"}`))
+				ch <- outcome{res, err}
+			}()
+			return ch
+		}
+		// queue starts key's request and returns once its read waits.
+		queue := func(ctx context.Context, key string) <-chan outcome {
+			ch := do(ctx, key)
+			if got := <-queued; got != key {
+				t.Fatalf("queued %s, want %s", got, key)
+			}
+			return ch
+		}
+		wantReplay := func(key string, o outcome) {
+			t.Helper()
+			if o.err != nil || !o.res.Replayed || string(o.res.Body) != `{"id":"`+key+`"}` {
+				t.Fatalf("%s: %+v, want its own record replayed", key, o)
+			}
+		}
+		wantFirst := func(key string, o outcome) {
+			t.Helper()
+			if o.err != nil || o.res.Replayed || string(o.res.Body) != `{"id":"`+key+`"}` {
+				t.Fatalf("%s: %+v, want a first arrival", key, o)
+			}
+		}
+
+		// Round 1: one read held in flight; six queue behind it.
+		g.mu.Lock()
+		g.batches = make(chan gatedBatch)
+		g.mu.Unlock()
+		release := g.hold("hold1")
+		defer release()
+		hold := do(context.Background(), "hold1")
+		<-g.entered
+		gone, leave := context.WithCancel(context.Background())
+		defer leave()
+		inBatch, hangUp := context.WithCancel(context.Background())
+		defer hangUp()
+		r1 := queue(context.Background(), "r1")
+		m1 := queue(context.Background(), "m1")
+		c0 := queue(gone, "c0")
+		r2 := queue(context.Background(), "r2")
+		c1 := queue(inBatch, "c1")
+		m2 := queue(context.Background(), "m2")
+		leave()
+		if o := <-c0; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("c0, given up while it waited: %+v, want context.Canceled", o)
+		}
+		release()
+		b := <-g.batches
+		if want := []string{"r1", "m1", "r2", "c1", "m2"}; !slices.Equal(b.keys, want) {
+			t.Fatalf("batch %v, want %v", b.keys, want)
+		}
+		hangUp()
+		if o := <-c1; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("c1, given up while its batch was in flight: %+v, want context.Canceled", o)
+		}
+		close(b.go_)
+		wantFirst("hold1", <-hold)
+		wantReplay("r1", <-r1)
+		wantReplay("r2", <-r2)
+		wantFirst("m1", <-m1)
+		wantFirst("m2", <-m2)
+		g.mu.Lock()
+		g.batches = nil
+		g.mu.Unlock()
+
+		// Round 2: the batch fails for one of its keys.
+		release = g.hold("hold2")
+		defer release()
+		hold = do(context.Background(), "hold2")
+		<-g.entered
+		r3 := queue(context.Background(), "r3")
+		broken := queue(context.Background(), "broken")
+		m3 := queue(context.Background(), "m3")
+		release()
+		wantFirst("hold2", <-hold)
+		wantReplay("r3", <-r3)
+		wantFirst("m3", <-m3)
+		if o := <-broken; !errors.Is(o.err, errBrokenRead) {
+			t.Fatalf("broken: %+v, want its read's error", o)
+		}
+
+		sentMu.Lock()
+		defer sentMu.Unlock()
+		want := [][]string{{"hold1"}, {"r1", "m1", "r2", "c1", "m2"}, {"hold2"}, {"r3", "broken", "m3"}}
+		if !slices.EqualFunc(sent, want, slices.Equal) {
+			t.Fatalf("round trips %v, want %v", sent, want)
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		// Round 1's batch answered its reads itself, under a live context
+		// though c1 had hung up; round 2's failed and was read key by key.
+		if want := []string{"hold1", "hold2", "r3", "broken", "m3"}; !slices.Equal(g.gets, want) {
+			t.Fatalf("reads alone %v, want %v", g.gets, want)
+		}
+		if len(g.ctxErrs) != 2 || g.ctxErrs[0] != nil || g.ctxErrs[1] != nil {
+			t.Fatalf("the batches' contexts when they read: %v, want 2 live", g.ctxErrs)
+		}
+		// The seeds, the holds and the misses stored their outcomes; the
+		// requests that gave up and the broken one stored nothing.
+		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 8 || rows != 8 || runs.Load() != 8 {
+			t.Fatalf("%d keys, %d business rows, %d runs; want 8 each", keys, rows, runs.Load())
+		}
+	})
+}
+
+// Reads that wait go at once, as a round trip of their own, once there
+// are ReadWorthATrip of them, up to ReadMaxTrips round trips in flight;
+// past that they wait, and a round trip that ends takes up to ReadMaxBatch.
+func TestReadsRoundTripBounds(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "")
+		g.batches = make(chan gatedBatch)
+		k := newKeeper(t, g, idem.Config{})
+		queued := make(chan string, 1)
+		var sentMu sync.Mutex
+		var sizes []int
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			sentMu.Lock()
+			sizes = append(sizes, len(keys))
+			sentMu.Unlock()
+		})
+		var runs atomic.Int64
+		results := make(chan outcome, 128)
+		n := 0
+		do := func() {
+			key := fmt.Sprintf("f%d", n)
+			n++
+			go func() {
+				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{}`))
+				results <- outcome{res, err}
+			}()
+			<-queued
+		}
+		release := g.hold("hold")
+		defer release()
+		go func() {
+			res, err := k.Do(context.Background(), req("hold", `{}`), insertWork(&runs, 201, `{}`))
+			results <- outcome{res, err}
+		}()
+		<-g.entered
+		var held []gatedBatch
+		// Each ReadWorthATrip waiting reads go at once, while the lone read
+		// is held, until ReadMaxTrips round trips are in flight.
+		for range idem.ReadMaxTrips - 1 {
+			for range idem.ReadWorthATrip {
+				do()
+			}
+			held = append(held, <-g.batches)
+		}
+		// Then reads wait, more than a round trip carries.
+		for range idem.ReadMaxBatch + idem.ReadWorthATrip {
+			do()
+		}
+		release()
+		held = append(held, <-g.batches) // the lone read's turn ended
+		close(held[0].go_)
+		held = append(held, <-g.batches) // the first batch's turn ended
+		for _, b := range held[1:] {
+			close(b.go_)
+		}
+		sentMu.Lock()
+		want := []int{1}
+		for range idem.ReadMaxTrips - 1 {
+			want = append(want, idem.ReadWorthATrip)
+		}
+		want = append(want, idem.ReadMaxBatch, idem.ReadWorthATrip)
+		if !slices.Equal(sizes, want) {
+			t.Fatalf("round trips of %v reads, want %v", sizes, want)
+		}
+		sentMu.Unlock()
+		for range n + 1 {
+			if o := <-results; o.err != nil || o.res.Replayed {
+				t.Fatalf("%+v, want a first arrival", o)
+			}
+		}
+		if keys := countRows(t, d, "idem_keys"); keys != n+1 {
+			t.Fatalf("%d keys, want %d", keys, n+1)
+		}
+	})
+}
+
+// KeyGetBatch answers each key with its own record, or nil where there is
+// none, in the order asked and repeats included: on the reader, in a
+// transaction the driver began and in one the user began. On PostgreSQL a
+// statement that fails fails the batch, and the pool serves the next one.
+func TestKeyGetBatch(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		k := newKeeper(t, d, idem.Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		for _, key := range []string{"a", "b"} {
+			if _, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := func(key string) driver.KeyID {
+			return driver.KeyID{Scope: "tenant-a", Operation: "POST /v1/things", Key: key}
+		}
+		ids := []driver.KeyID{id("b"), id("none"), id("a"), id("b")}
+		check := func(name string, recs []*driver.KeyRecord, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want := []string{`{"id":"b"}`, "", `{"id":"a"}`, `{"id":"b"}`}
+			if len(recs) != len(want) {
+				t.Fatalf("%s: %d records, want %d", name, len(recs), len(want))
+			}
+			for i, rec := range recs {
+				switch {
+				case want[i] == "" && rec != nil:
+					t.Fatalf("%s: record %d: %+v, want none", name, i, rec)
+				case want[i] == "":
+				case rec == nil || rec.ID != ids[i] || string(rec.Body) != want[i] || rec.Status != 201 ||
+					len(rec.Fingerprint) == 0 || !rec.ExpiresAt.After(rec.CreatedAt):
+					t.Fatalf("%s: record %d: %+v, want %s's", name, i, rec, ids[i].Key)
+				}
+			}
+		}
+		recs, err := d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		check("reader", recs, err)
+		began, err := d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer began.Rollback(ctx) //nolint:errcheck // read only
+		recs, err = d.KeyGetBatch(ctx, began, &driver.KeyGetBatchParams{IDs: ids})
+		check("the driver's transaction", recs, err)
+		user := userTx(t, d)
+		defer user.Rollback(ctx) //nolint:errcheck // read only
+		recs, err = d.KeyGetBatch(ctx, user, &driver.KeyGetBatchParams{IDs: ids})
+		check("the user's transaction", recs, err)
+
+		if d.Dialect() != "postgres" {
+			return
+		}
+		// Not UTF-8: PostgreSQL refuses the statement's parameter.
+		bad := slices.Insert(slices.Clone(ids), 2, driver.KeyID{Scope: "\xff", Operation: "POST /v1/things", Key: "a"})
+		if recs, err := d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: bad}); err == nil {
+			t.Fatalf("a batch with a failing statement: %v, want an error", recs)
+		}
+		recs, err = d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		check("reader after a failed batch", recs, err)
+	})
+}
