@@ -92,6 +92,16 @@ func planOf(t *testing.T, conn *pgx.Conn, mode, sql, args string) string {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, sql)
 	}
+	plan := readPlan(t, rows)
+	if _, err := tx.Exec(ctx, `DEALLOCATE q`); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// readPlan returns an EXPLAIN's lines, joined.
+func readPlan(t *testing.T, rows pgx.Rows) string {
+	t.Helper()
 	var plan []string
 	for rows.Next() {
 		var line string
@@ -101,9 +111,6 @@ func planOf(t *testing.T, conn *pgx.Conn, mode, sql, args string) string {
 		plan = append(plan, line)
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatalf("%v\n%s", err, sql)
-	}
-	if _, err := tx.Exec(ctx, `DEALLOCATE q`); err != nil {
 		t.Fatal(err)
 	}
 	return strings.Join(plan, "\n")
@@ -173,18 +180,7 @@ func TestLedgerScanReadsEachTableOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
+	text := readPlan(t, rows)
 	if strings.Contains(text, "Nested Loop") || strings.Count(text, " on ledger_transfers") != 1 ||
 		strings.Count(text, " on ledger_entries") != 1 {
 		t.Errorf("the scan does not read each table once:\n%s", text)
