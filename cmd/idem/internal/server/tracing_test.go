@@ -153,6 +153,21 @@ func traceAcrossOutbox(t *testing.T, groupCommit bool) {
 		}
 		_ = jm.Ack()
 
+		// The relay ends its publish span once the broker has acknowledged
+		// the message, which the consumer may have fetched before that:
+		// wait for the span to be exported.
+		published := func() bool {
+			for _, s := range exp.GetSpans() {
+				if s.SpanContext.TraceID() == client.TraceID() && s.Name == "publish idem.default.transfer.created" {
+					return true
+				}
+			}
+			return false
+		}
+		for wait := time.Now().Add(10 * time.Second); !published() && time.Now().Before(wait); {
+			time.Sleep(5 * time.Millisecond)
+		}
+
 		// The chain, span by span, all in the client's trace.
 		byName := map[string]tracetest.SpanStub{}
 		for _, s := range exp.GetSpans() {
