@@ -9,8 +9,8 @@ import (
 
 // SQLite has one writer at a time (BEGIN IMMEDIATE on one connection), so a
 // ledger transaction never meets a concurrent writer: there is nothing to
-// lock, and the Go clock, kept monotonic per account by NotBefore, is the
-// recorded time. Id lists, and a batch's new accounts, travel as one JSON
+// lock, and the Go clock (LedgerLock's Clock, which the ledger keeps from
+// going back past an account's newest entry) is the recorded time. Id lists, and a batch's new accounts, travel as one JSON
 // array read with json_each: one bound value and one statement whatever
 // their number, the SQL never built per call. Keys are [tenant, id] pairs.
 // The rows a batch writes are bound as VALUES rows instead (rows.go): no
