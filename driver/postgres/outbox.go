@@ -209,14 +209,17 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 	return &f, nil
 }
 
+// OutboxMarkSent reads nothing back, so in a transaction of this driver's
+// both statements wait for its next round trip: a relay's mark, begun and
+// committed around them, is one round trip. A row already gone or already
+// marked is no error: the mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
 	if p.Lazy {
-		if _, err := tx.Exec(ctx, sqlOutboxLazyCommit); err != nil {
+		if err := execLater(ctx, tx, sqlOutboxLazyCommit); err != nil {
 			return err
 		}
 	}
-	_, err := tx.Exec(ctx, sqlOutboxMarkSent, p.IDs, p.Now)
-	return err
+	return execLater(ctx, tx, sqlOutboxMarkSent, p.IDs, p.Now)
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {

@@ -39,7 +39,7 @@ func (c *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepar
 
 // A keeper batch of transfers is three round trips whatever its size:
 // BEGIN with the claim, the ledger's locks with its reads and clock, the
-// writes with COMMIT. Its per-transaction settings (lock timeout, generic
+// writes with COMMIT; the relay's mark of its rows as sent, one. Its per-transaction settings (lock timeout, generic
 // plans) add none, and, being parameters, no new statement to prepare
 // when their values change.
 func TestBatchRoundTrips(t *testing.T) {
@@ -139,6 +139,33 @@ func TestBatchRoundTrips(t *testing.T) {
 		trips, prepares := counter.trips.Load()-before, counter.prepares.Load()-beforePrep
 		if run > 0 && (trips != 3 || prepares != 0) {
 			t.Errorf("run %d: %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
+		}
+
+		// The relay's mark of what it published is one more, begun and
+		// committed around it.
+		ids := make([]string, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
+		mark, err := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mark.Rollback(ctx)
+		if err := d.OutboxMarkSent(ctx, mark, &driver.OutboxMarkSentParams{IDs: ids, Now: now, Lazy: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := mark.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		trips, prepares = counter.trips.Load()-before, counter.prepares.Load()-beforePrep
+		if run > 0 && (trips != 1 || prepares != 0) {
+			t.Errorf("run %d: the mark took %d round trips and %d prepares, want 1 and 0", run, trips, prepares)
+		}
+		var marked int
+		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_outbox WHERE id = ANY($1::uuid[]) AND sent_at IS NOT NULL`, ids).Scan(&marked); err != nil || marked != len(ids) {
+			t.Fatalf("run %d: %d of %d rows marked sent (%v)", run, marked, len(ids), err)
 		}
 	}
 	for run := range 3 {
