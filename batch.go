@@ -111,9 +111,13 @@ type BatchConfig struct {
 	// Concurrency is how many batches run at once, each on a connection of
 	// its own. More batches answer sooner when clients are few; fewer make
 	// larger batches, and spend fewer transactions, when they are many.
-	// Default 4, or 1 on SQLite: with one writer a second batch only
-	// queues for it, holding requests that would have joined the next
-	// batch. Bound 1..64.
+	// Default 2: one batch runs its statements while the other waits for
+	// its commit. A request that finds a place runs at once in a batch of
+	// its own, so each place beyond that splits the load into smaller
+	// batches, and a batch's statements cost about as much for one
+	// request as for ten (docs/benchmarks.md, "Group commit"). 1 on
+	// SQLite: with one writer a second batch only queues for it, holding
+	// requests that would have joined the next batch. Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
@@ -131,7 +135,7 @@ func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 		c.MaxBatch = 128
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = 2
 		if w := d.Writers(); w > 0 {
 			c.Concurrency = min(c.Concurrency, w)
 		}

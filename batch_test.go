@@ -775,7 +775,7 @@ func TestBatchConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 4, MaxQueued: 1000, MaxWait: time.Second}
+		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 2, MaxQueued: 1000, MaxWait: time.Second}
 		if d.Dialect() == "sqlite" {
 			want.Concurrency = 1
 		}

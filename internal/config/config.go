@@ -86,7 +86,7 @@ type Config struct {
 	// Default 128; bound 1..1000.
 	BatchMax int
 	// BatchConcurrency is how many group-commit transactions run at once.
-	// Default 0: 4 on PostgreSQL, 1 on SQLite; bound 0..64.
+	// Default 0: 2 on PostgreSQL, 1 on SQLite; bound 0..64.
 	BatchConcurrency int
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 15s; bound 1s..10m.

@@ -56,7 +56,7 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.GroupCommit, err = strconv.ParseBool(v); return err }},
 	{"batch-max", "IDEM_BATCH_MAX", "batch_max", "most requests one group-commit transaction carries (default 128)",
 		func(c *Config, v string) (err error) { c.BatchMax, err = strconv.Atoi(v); return err }},
-	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 4 on PostgreSQL, 1 on SQLite)",
+	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 2 on PostgreSQL, 1 on SQLite)",
 		func(c *Config, v string) (err error) { c.BatchConcurrency, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
