@@ -384,10 +384,22 @@ func TestOpenNATSTLS(t *testing.T) {
 	})
 	t.Run("ClientCertificate", func(t *testing.T) {
 		t.Parallel()
-		openFails(t, "tls://"+host+"?tls_ca="+ca.CAFile, []string{"NATS " + host, "certificate required"})
+		// Under TLS 1.3 the client's handshake ends before the server has
+		// checked its certificate: the server's alert is read as the
+		// refusal, unless the client's first write meets the closed
+		// connection first (seen on a loaded machine). Either names the
+		// server and says the refusal came right after the handshake.
+		refused := func(u string) {
+			t.Helper()
+			_, err := Open(context.Background(), u, Config{})
+			if err == nil || !strings.Contains(err.Error(), "NATS "+host) ||
+				!strings.Contains(err.Error(), "certificate required") && !strings.Contains(err.Error(), "closed by remote after TLS handshake") {
+				t.Errorf("%s: %v, want the server's refusal of the client certificate", u, err)
+			}
+		}
+		refused("tls://" + host + "?tls_ca=" + ca.CAFile)
 		// Go's client offers no certificate the server's CAs did not sign.
-		openFails(t, "tls://"+host+"?tls_ca="+ca.CAFile+"&tls_cert="+otherCert+"&tls_key="+otherKey,
-			[]string{"NATS " + host, "certificate required"})
+		refused("tls://" + host + "?tls_ca=" + ca.CAFile + "&tls_cert=" + otherCert + "&tls_key=" + otherKey)
 	})
 	t.Run("Files", func(t *testing.T) {
 		t.Parallel()

@@ -53,7 +53,9 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
-	ctx, cancelTimeout := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound on a hung browser, not a measure of speed: a loaded 2-core
+	// machine has taken most of a minute over the long chart's test.
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), 3*time.Minute)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() {
@@ -108,7 +110,7 @@ func text(t *testing.T, ctx context.Context, id string) string {
 // waitJS waits until the JavaScript expression is true.
 func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
-	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second)))
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(30*time.Second)))
 	must(t, "wait for "+what, err)
 }
 
