@@ -122,29 +122,43 @@ func readPlan(t *testing.T, rows pgx.Rows) string {
 // records the table holds.
 func TestKeyBatchPlansUseTheKey(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	conn := migratedConn(t)
-	for _, sql := range []string{
-		`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+	seed(t, conn, `INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
 		 SELECT 'default', 'POST /v1/transfers', 'k-' || i, '\x00', 201, now(), now() + interval '1 day'
-		   FROM generate_series(1, 20000) i`,
-		`ANALYZE idem_keys`,
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+		   FROM generate_series(1, 20000) i`, `ANALYZE idem_keys`)
 	const keys = `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{k-7,k-9}'`
-	for _, s := range []struct{ name, sql, args string }{
+	for _, c := range []planCase{
 		{"claim", sqlKeyClaimBatch, `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{new-1,new-2}',
 			'{"\\x01","\\x02"}', now(), now() + interval '1 day'`},
 		{"read", sqlKeyGetBatch, keys},
 		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}'`},
 		{"release", sqlKeyReleaseBatch, keys},
 	} {
-		text := planOf(t, conn.Conn(), "force_generic_plan", s.sql, s.args)
-		if strings.Contains(text, "Rows Removed by") || strings.Contains(text, "Seq Scan on idem_keys") {
-			t.Errorf("%s: the plan reads rows it does not want:\n%s", s.name, text)
+		genericPlan(t, conn, "idem_keys", c)
+	}
+}
+
+// planCase is a statement and its arguments, as SQL literals, for planOf.
+type planCase struct{ name, sql, args string }
+
+// genericPlan returns c's generic plan, and fails the test when that plan
+// reads rows of table it does not want: a sequential scan, or rows an
+// index or join found and a filter then dropped.
+func genericPlan(t *testing.T, conn *pgxpool.Conn, table string, c planCase) string {
+	t.Helper()
+	text := planOf(t, conn.Conn(), "force_generic_plan", c.sql, c.args)
+	if strings.Contains(text, "Rows Removed by") || strings.Contains(text, "Seq Scan on "+table) {
+		t.Errorf("%s: the plan reads rows it does not want:\n%s", c.name, text)
+	}
+	return text
+}
+
+// seed runs the statements that fill a plan test's tables.
+func seed(t *testing.T, conn *pgxpool.Conn, stmts ...string) {
+	t.Helper()
+	for _, sql := range stmts {
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
