@@ -131,6 +131,16 @@ type BeginOptions struct {
 	// of the transaction is one whose generic plan is known to be good, as
 	// the keeper's batches do. SQLite ignores it.
 	GenericPlans bool
+	// LazyCommit lets the commit return before it is durable: a crash may
+	// lose it until a later durable commit on the database, which makes it
+	// durable with its own. Only for a transaction whose loss costs no more
+	// than its repeat, as the relay's marks of what it published (a lost
+	// mark is a republish the broker's deduplication drops; docs/outbox.md).
+	// Postgres sets synchronous_commit off for the transaction (a crash of
+	// the server may lose it); SQLite runs it with synchronous=NORMAL on the
+	// writer, then restores FULL (only a crash of the machine may lose it:
+	// the commit has written the log, not flushed it).
+	LazyCommit bool
 }
 
 // PoolStats is a connection pool's state at one moment. Counters grow for

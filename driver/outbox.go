@@ -37,11 +37,9 @@ type OutboxDriver interface {
 	// place, oldest transaction first, at most LateLimit (LateFull when it
 	// stopped there). SQLite has no late rows.
 	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) (*OutboxFetched, error)
-	// OutboxMarkSent stamps rows as published, in one statement. With Lazy,
-	// the caller's commit may return before it is durable (see
-	// docs/outbox.md: a lost mark only causes a republish the broker drops);
-	// the setting is local to tx, which must hold nothing else that needs
-	// durability.
+	// OutboxMarkSent stamps rows as published, in one statement. The relay
+	// marks in a transaction of its own begun with LazyCommit (a lost mark
+	// only causes a republish the broker drops; docs/outbox.md).
 	OutboxMarkSent(ctx context.Context, tx Tx, p *OutboxMarkSentParams) error
 	// OutboxFail records a failed attempt on a row and holds its key: until
 	// HoldUntil, or for good when Dead (the row becomes a dead letter).
@@ -129,9 +127,8 @@ type OutboxFetched struct {
 }
 
 type OutboxMarkSentParams struct {
-	IDs  []string
-	Now  time.Time
-	Lazy bool // the commit need not wait for its write-ahead log flush
+	IDs []string
+	Now time.Time
 }
 
 type OutboxFailParams struct {

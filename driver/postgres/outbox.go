@@ -58,12 +58,6 @@ UPDATE idem_outbox o SET sent_at = $2
   FROM unnest($1::uuid[]) AS u(id)
  WHERE o.id = u.id`
 
-// Local to the mark-sent transaction: a commit that returns before its
-// write-ahead log record is flushed. Losing it in a database crash loses
-// only "sent" stamps, and a row that lost its stamp is published again and
-// dropped by the broker's deduplication window (docs/outbox.md).
-const sqlOutboxLazyCommit = `SET LOCAL synchronous_commit = off`
-
 const sqlOutboxFailRow = `
 UPDATE idem_outbox SET attempts = $2, last_error = $3,
        dead_at = CASE WHEN $4::boolean THEN $5::timestamptz END
@@ -214,11 +208,6 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 // committed around them, is one round trip. A row already gone or already
 // marked is no error: the mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
-	if p.Lazy {
-		if err := execLater(ctx, tx, sqlOutboxLazyCommit); err != nil {
-			return err
-		}
-	}
 	return execLater(ctx, tx, sqlOutboxMarkSent, p.IDs, p.Now)
 }
 

@@ -140,6 +140,9 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	if opts.GenericPlans {
 		stmts = append(stmts, queuedStmt{sql: sqlGenericPlans})
 	}
+	if opts.LazyCommit {
+		stmts = append(stmts, queuedStmt{sql: sqlLazyCommit})
+	}
 	tx, err := d.beginWith(ctx, stmts...)
 	if err != nil {
 		return nil, err // not a nil *ownedTx in a non-nil interface
@@ -150,6 +153,8 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 const (
 	sqlSetLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
 	sqlGenericPlans   = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+	// A commit that returns before its write-ahead log record is flushed.
+	sqlLazyCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 )
 
 // beginWith takes a connection for a transaction that the statements open,

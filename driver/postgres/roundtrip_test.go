@@ -148,12 +148,12 @@ func TestBatchRoundTrips(t *testing.T) {
 			ids[i] = r.ID
 		}
 		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
-		mark, err := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
+		mark, err := d.Begin(ctx, driver.BeginOptions{GenericPlans: true, LazyCommit: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer mark.Rollback(ctx)
-		if err := d.OutboxMarkSent(ctx, mark, &driver.OutboxMarkSentParams{IDs: ids, Now: now, Lazy: true}); err != nil {
+		if err := d.OutboxMarkSent(ctx, mark, &driver.OutboxMarkSentParams{IDs: ids, Now: now}); err != nil {
 			t.Fatal(err)
 		}
 		if err := mark.Commit(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +224,59 @@ func TestPgxFromTx(t *testing.T) {
 	for name, tx := range map[string]driver.Tx{"reader": d.Reader(), "nil": nil} {
 		if _, ok := PgxFromTx(tx); ok {
 			t.Fatalf("PgxFromTx(%s): ok", name)
+		}
+	}
+}
+
+// A LazyCommit transaction commits with synchronous_commit off, and only
+// it: the setting ends with the transaction, on the same connection too.
+func TestLazyCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// The test cluster is not durable: its connections begin with
+	// synchronous_commit on here (a startup parameter), as in production.
+	u := testpg.URL(t)
+	if strings.Contains(u, "?") {
+		u += "&synchronous_commit=on"
+	} else {
+		u += "?synchronous_commit=on"
+	}
+	d, err := Open(ctx, Config{URL: u, SearchPath: testpg.Schema(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Reader().Exec(ctx, `CREATE TABLE lazy (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	setting := func(tx driver.Tx) (s string) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for i, lazy := range []bool{true, false, true, false} {
+		tx, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: lazy, GenericPlans: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{true: "off", false: "on"}[lazy]
+		if s := setting(tx); s != want {
+			t.Errorf("transaction %d (LazyCommit %v): synchronous_commit is %s, want %s", i, lazy, s, want)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO lazy VALUES ($1)`, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM lazy`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != i+1 {
+			t.Fatalf("after transaction %d: %d rows, want %d", i, n, i+1)
 		}
 	}
 }

@@ -139,8 +139,6 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 	return &driver.OutboxFetched{Rows: rows}, nil
 }
 
-// OutboxMarkSent ignores Lazy: SQLite's commit cost is the driver's
-// journal setting, the same for every transaction.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
 	_, err := tx.Exec(ctx, sqlOutboxMarkSent, jsonArray(p.IDs), toMicros(p.Now))
 	return err

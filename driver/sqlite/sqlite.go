@@ -8,6 +8,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -166,11 +167,55 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	}
 	// Before the transaction takes the connection (stmt.go).
 	stmts.prepareNoted(ctx)
+	if opts.LazyCommit && !opts.ReadOnly {
+		return d.beginLazy(ctx)
+	}
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: opts.ReadOnly})
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	return &ownedTx{sqlTx: sqlTx{q: tx, tx: tx, cache: stmts}}, nil
+}
+
+// SQLite refuses to change its safety level inside a transaction, so a
+// lazy one holds the writer from before its BEGIN until after its end.
+const (
+	sqlSyncLazy    = `PRAGMA synchronous = NORMAL`
+	sqlSyncDurable = `PRAGMA synchronous = FULL`
+)
+
+// beginLazy begins a write transaction whose commit writes the log without
+// flushing it: in WAL mode, a commit under synchronous=NORMAL survives the
+// process's death but not the machine's, until the next FULL commit's
+// flush, which covers the whole log. The writer is back at FULL before any
+// other transaction can have it (ownedTx.end).
+func (d *Driver) beginLazy(ctx context.Context) (driver.TxCloser, error) {
+	conn, err := d.write.Conn(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if _, err := conn.ExecContext(ctx, sqlSyncLazy); err != nil {
+		restoreSync(conn)
+		return nil, mapErr(err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		restoreSync(conn)
+		return nil, mapErr(err)
+	}
+	return &ownedTx{sqlTx: sqlTx{q: tx, tx: tx, cache: d.writeStmts}, lazy: conn}, nil
+}
+
+// restoreSync sets the writer's connection back to FULL and releases it.
+// A connection that cannot be set back is closed rather than reused: the
+// next opened has FULL from its DSN.
+func restoreSync(conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, sqlSyncDurable); err != nil {
+		_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	}
+	_ = conn.Close()
 }
 
 // Migrate applies pending migrations in one IMMEDIATE transaction: SQLite's

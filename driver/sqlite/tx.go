@@ -178,15 +178,33 @@ func (r sqlRow) Scan(dest ...any) error {
 }
 
 // ownedTx is a transaction the driver began.
-type ownedTx struct{ sqlTx }
+type ownedTx struct {
+	sqlTx
+	// lazy is the writer's connection a LazyCommit transaction holds
+	// (Driver.beginLazy), set back to FULL once the transaction ends.
+	lazy *sql.Conn
+	once sync.Once
+}
 
-func (t *ownedTx) Commit(ctx context.Context) error { return mapErr(t.tx.Commit()) }
+func (t *ownedTx) Commit(ctx context.Context) error {
+	err := t.tx.Commit()
+	t.end()
+	return mapErr(err)
+}
+
 func (t *ownedTx) Rollback(ctx context.Context) error {
 	err := t.tx.Rollback()
+	t.end()
 	if errors.Is(err, sql.ErrTxDone) {
 		return nil
 	}
 	return mapErr(err)
+}
+
+func (t *ownedTx) end() {
+	if t.lazy != nil {
+		t.once.Do(func() { restoreSync(t.lazy) })
+	}
 }
 
 var _ driver.TxCloser = (*ownedTx)(nil)

@@ -3,7 +3,9 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/sqlite"
@@ -73,4 +75,97 @@ func TestStdSQLFromTx(t *testing.T) {
 			t.Fatalf("StdSQLFromTx(%s): ok", name)
 		}
 	}
+}
+
+// A LazyCommit transaction runs with synchronous=NORMAL (its commit writes
+// the log without flushing it) and gives the writer back at FULL, however
+// it ends; a read-only one ignores the option.
+func TestLazyCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "idem.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.DB().ExecContext(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	// synchronous: 1 is NORMAL, 2 is FULL.
+	level := func(tx driver.Tx) (n int) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `PRAGMA synchronous`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The next writer, begun under a deadline: a writer connection the lazy
+	// transaction kept would make it wait.
+	durable := func(after string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatalf("after %s: %v", after, err)
+		}
+		defer tx.Rollback(ctx)
+		if n := level(tx); n != 2 {
+			t.Fatalf("after %s: the writer's next transaction runs at synchronous=%d, want 2 (FULL)", after, n)
+		}
+	}
+
+	for i, end := range []string{"commit", "rollback", "commit, then the deferred rollback", "cancel"} {
+		ctx, cancel := context.WithCancel(ctx)
+		tx, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := level(tx); n != 1 {
+			t.Errorf("%s: a lazy transaction runs at synchronous=%d, want 1 (NORMAL)", end, n)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (?)`, i); err != nil {
+			t.Fatal(err)
+		}
+		switch end {
+		case "commit":
+			err = tx.Commit(ctx)
+		case "rollback":
+			err = tx.Rollback(ctx)
+		case "commit, then the deferred rollback":
+			if err = tx.Commit(ctx); err == nil {
+				err = tx.Rollback(ctx)
+			}
+		case "cancel":
+			cancel()
+			if err = tx.Commit(ctx); err == nil {
+				t.Fatal("cancel: the commit of a cancelled transaction succeeded")
+			}
+			err = tx.Rollback(context.Background())
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", end, err)
+		}
+		durable(end)
+		var n int
+		if err := d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM t WHERE id = ?`, i).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[strings.HasPrefix(end, "commit")]; n != want {
+			t.Errorf("%s: the row is there %d times, want %d", end, n, want)
+		}
+	}
+
+	ro, err := d.Begin(ctx, driver.BeginOptions{ReadOnly: true, LazyCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := level(ro); n != 2 {
+		t.Errorf("a read-only transaction runs at synchronous=%d, want 2", n)
+	}
+	if err := ro.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	durable("a read-only transaction")
 }
