@@ -11,20 +11,28 @@ import (
 	"github.com/idemhq/idem/driver/sqlite"
 )
 
+// openWithTable opens a database of its own with an empty table t.
+func openWithTable(t *testing.T) *sqlite.Driver {
+	t.Helper()
+	ctx := context.Background()
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "idem.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if _, err := d.DB().ExecContext(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // StdSQLFromTx hands out the transaction the driver began as its *sql.Tx,
 // whose statements commit and roll back with it; the caller's own *sql.Tx
 // comes back as it is; the reader pool is no transaction.
 func TestStdSQLFromTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "idem.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if _, err := d.DB().ExecContext(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	d := openWithTable(t)
 	count := func() (n int) {
 		t.Helper()
 		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
@@ -83,14 +91,7 @@ func TestStdSQLFromTx(t *testing.T) {
 func TestLazyCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "idem.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if _, err := d.DB().ExecContext(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	d := openWithTable(t)
 	// synchronous: 1 is NORMAL, 2 is FULL.
 	level := func(tx driver.Tx) (n int) {
 		t.Helper()
