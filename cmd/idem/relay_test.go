@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -8,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/internal/storage"
 )
 
 // relayMetricsRE finds the metrics address in idem relay's start-up log.
@@ -116,4 +121,54 @@ func TestMigrateReviewAndMigrateOff(t *testing.T) {
 			t.Fatalf("readyz: %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// The relay commits its marks of what it published lazily (docs/outbox.md,
+// "Durability of the relay's own writes"). On SQLite that is a commit under
+// synchronous=NORMAL, which has written the WAL when it returns: a process
+// killed after its relay marked rows keeps the marks, so none of the rows
+// is published again by the next.
+func TestLazyMarksSurviveSIGKILL(t *testing.T) {
+	p, db := serveDB(t, "sqlite", nil)
+	account(t, p.URL, "lm1", "EUR")
+	account(t, p.URL, "lm2", "EUR")
+	const transfers = 20
+	for i := range transfers {
+		mustStatus(t, call(t, "POST", p.URL+"/v1/transfers", fmt.Sprintf("lm-%d", i),
+			map[string]any{"debit_account_id": "lm1", "credit_account_id": "lm2", "amount": 1, "currency": "EUR"}), http.StatusCreated)
+	}
+	const events = transfers + 2 // and the two account.created
+	waitFor(t, func() bool {
+		var page struct {
+			Data []struct {
+				PublishedAt *string `json:"published_at"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(call(t, "GET", p.URL+"/v1/events?limit=100", "", nil).Body, &page); err != nil {
+			t.Fatal(err)
+		}
+		published := 0
+		for _, e := range page.Data {
+			if e.PublishedAt != nil {
+				published++
+			}
+		}
+		return len(page.Data) == events && published == events
+	})
+	p.signal(syscall.SIGKILL)
+	_ = p.wait(30 * time.Second)
+
+	d, err := storage.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var rows, unsent int
+	if err := d.Reader().QueryRow(context.Background(),
+		`SELECT count(*), count(*) - count(sent_at) FROM idem_outbox`).Scan(&rows, &unsent); err != nil {
+		t.Fatal(err)
+	}
+	if rows != events || unsent != 0 {
+		t.Fatalf("after SIGKILL: %d outbox rows, %d of them unsent; want %d, none unsent", rows, unsent, events)
+	}
 }
