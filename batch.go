@@ -111,8 +111,8 @@ type BatchConfig struct {
 	// Concurrency is how many batches run at once, each on a connection of
 	// its own. More batches answer sooner when clients are few; fewer make
 	// larger batches, and spend fewer transactions, when they are many.
-	// Default 2: one batch runs its statements while the other waits for
-	// its commit. A request that finds a place runs at once in a batch of
+	// Default 2: one batch can run its statements while the other waits
+	// for its commit. A request that finds a place runs at once in a batch of
 	// its own, so each place beyond that splits the load into smaller
 	// batches, and a batch's statements cost about as much for one
 	// request as for ten (docs/benchmarks.md, "Group commit"). 1 on

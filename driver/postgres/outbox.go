@@ -204,8 +204,8 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 }
 
 // OutboxMarkSent reads nothing back, so in a transaction of this driver's
-// both statements wait for its next round trip: a relay's mark, begun and
-// committed around them, is one round trip. A row already gone or already
+// the statement waits for its next round trip: a relay's mark, begun and
+// committed around it, is one round trip. A row already gone or already
 // marked is no error: the mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
 	return execLater(ctx, tx, sqlOutboxMarkSent, p.IDs, p.Now)
