@@ -31,14 +31,20 @@ import (
 // connection) is rolled back and tried again in halves, down to single
 // requests, so that one request's fault is answered to that request alone.
 //
-// There is no timer and no goroutine of its own. A request that finds
-// fewer than BatchConfig.Concurrency batches running runs one at once, in
-// its own goroutine, so a lone request costs what Do costs. Otherwise it
-// waits in the queue; a batch that ends hands everything waiting (up to
-// MaxBatch) to the oldest waiting request's goroutine, which runs it as
-// the next batch. Batches grow only when requests arrive faster than the
-// database commits them. docs/architecture.md, "Group commit", says what
-// the knobs trade.
+// There is no goroutine of its own and no sleep. A request that finds no
+// batch running runs one at once, in its own goroutine, so a lone request
+// costs what Do costs. Otherwise it waits in the queue. What waits (up to
+// MaxBatch) starts a batch, run by the oldest waiting request's goroutine,
+// when a batch ends, or beside the running ones (up to
+// BatchConfig.Concurrency) once as many requests wait as a running batch
+// carries on average: beside a lone request at once, so that two clients
+// do not take turns, and beside a batch of ten with the tenth, so that a
+// busy database spends its per-transaction cost on batches of about one
+// size instead of on a stream of small ones. A request that has waited a
+// quarter of MaxWait takes any free place, so that a batch held up by
+// another process's locks does not hold its followers back. Batches grow
+// only when requests arrive faster than the database commits them.
+// docs/architecture.md, "Group commit", says what the knobs trade.
 type Batcher[T any] struct {
 	k    *Keeper
 	work BatchWork[T]
@@ -46,7 +52,8 @@ type Batcher[T any] struct {
 
 	mu      sync.Mutex
 	idle    sync.Cond     // running fell to 0: for Close
-	running int           // batches running; while below Concurrency, nothing waits
+	running int           // batches running; while 0, nothing waits
+	carried int           // requests in the running batches
 	queue   []*pending[T] // oldest first; holds given-up requests until compacted
 	waiting int           // requests in queue still waiting to be taken
 	stale   int           // requests in queue that gave up
@@ -58,7 +65,8 @@ type Batcher[T any] struct {
 // batchHooks let tests see the batches without sleeping; set only by
 // export_test.go, before the batcher is used, and nil in production.
 type batchHooks struct {
-	// queued is called with each request's key once it waits in the queue.
+	// queued is called with each request's key once it waits in the
+	// queue (not when it starts a batch as it arrives).
 	queued func(Key)
 	// attempt is called with the keys of each transaction a batch
 	// begins, before it begins it.
@@ -66,6 +74,8 @@ type batchHooks struct {
 	// commit, when set, commits tx in place of tx.Commit: a test makes a
 	// commit fail after it happened.
 	commit func(ctx context.Context, tx driver.TxCloser) error
+	// ended is called once a batch has freed its place or handed it on.
+	ended func()
 }
 
 // BatchWork is the work of a batch of first arrivals, run inside the one
@@ -112,12 +122,12 @@ type BatchConfig struct {
 	// its own. More batches answer sooner when clients are few; fewer make
 	// larger batches, and spend fewer transactions, when they are many.
 	// Default 2: one batch can run its statements while the other waits
-	// for its commit. A request that finds a place runs at once in a batch of
-	// its own, so each place beyond that splits the load into smaller
-	// batches, and a batch's statements cost about as much for one
-	// request as for ten (docs/benchmarks.md, "Group commit"). 1 on
-	// SQLite: with one writer a second batch only queues for it, holding
-	// requests that would have joined the next batch. Bound 1..64.
+	// for its commit. A batch starts beside running ones only once as many
+	// requests wait as they carry on average (see Batcher), since a
+	// batch's statements cost about as much for one request as for ten
+	// (docs/benchmarks.md, "Group commit"). 1 on SQLite: with one writer a
+	// second batch only queues for it, holding requests that would have
+	// joined the next batch. Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
@@ -266,10 +276,11 @@ func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, loc
 	case b.closed:
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
-	case b.running < b.cfg.Concurrency:
-		// Nothing waits while a batch could start (a batch that ends hands
-		// the queue on), so this request is alone: it runs now.
+	case b.running == 0:
+		// Nothing waits while no batch runs (a batch that ends hands the
+		// queue on), so this request is alone: it runs now.
 		b.running++
+		b.carried++
 		p.taken = true
 		b.mu.Unlock()
 		b.lead([]*pending[T]{p})
@@ -281,18 +292,33 @@ func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, loc
 	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
 	b.queue = append(b.queue, p)
 	b.waiting++
+	if b.startable() {
+		b.handOn()
+	}
+	waits := !p.taken
 	b.mu.Unlock()
-	if h := b.testHooks.queued; h != nil {
+	if h := b.testHooks.queued; h != nil && waits {
 		h(key)
 	}
 
 	timer := time.NewTimer(b.cfg.MaxWait)
 	defer timer.Stop()
-	expired, gone := timer.C, ctx.Done()
+	// A batch that runs long (its rows are locked by another process)
+	// must not hold back the requests waiting for company beside it.
+	restless := time.NewTimer(b.cfg.MaxWait / 4)
+	defer restless.Stop()
+	expired, gone, impatient := timer.C, ctx.Done(), restless.C
 	for {
 		select {
 		case <-p.done:
 			return p.res, p.err
+		case <-impatient:
+			impatient = nil
+			b.mu.Lock()
+			if !p.taken && b.running < b.cfg.Concurrency {
+				b.handOn()
+			}
+			b.mu.Unlock()
 		case batch := <-p.next:
 			b.lead(batch)
 			<-p.done
@@ -338,23 +364,49 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 	return true
 }
 
-// lead runs batch in the calling goroutine, then hands whatever waits to
-// the oldest waiting request's goroutine as the next batch, or frees its
-// place among the Concurrency batches when nothing waits.
+// lead runs batch in the calling goroutine, then hands what waits to the
+// oldest waiting request's goroutine as the next batch when it may start
+// (startable), or frees its place among the Concurrency batches.
 func (b *Batcher[T]) lead(batch []*pending[T]) {
 	defer func() {
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.waiting == 0 {
-			if b.running--; b.running == 0 {
-				b.idle.Broadcast()
-			}
-			return
+		b.running--
+		b.carried -= len(batch)
+		if b.startable() {
+			b.handOn()
+		} else if b.running == 0 {
+			b.idle.Broadcast()
 		}
-		next := b.take()
-		next[0].next <- next
+		b.mu.Unlock()
+		if h := b.testHooks.ended; h != nil {
+			h()
+		}
 	}()
 	b.run(batch)
+}
+
+// startable reports whether what waits should start a batch now. It
+// does whenever no batch runs; beside running batches, up to Concurrency,
+// only once as many requests wait as a running batch carries on average,
+// so that the database spends its per-transaction cost on batches of
+// about one size rather than on a stream of small ones. b.mu is held.
+func (b *Batcher[T]) startable() bool {
+	switch {
+	case b.waiting == 0 || b.running >= b.cfg.Concurrency:
+		return false
+	case b.running == 0:
+		return true
+	}
+	return b.waiting*b.running >= b.carried
+}
+
+// handOn starts a batch of what waits, run by the oldest waiting request's
+// goroutine. b.mu is held and b.waiting is above 0.
+func (b *Batcher[T]) handOn() {
+	next := b.take()
+	b.running++
+	b.carried += len(next)
+	next[0].next <- next
 }
 
 // take removes up to MaxBatch waiting requests from the head of the queue.

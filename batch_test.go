@@ -121,10 +121,7 @@ func (r *rig) work(ctx context.Context, tx driver.Tx, items []thing) ([]idem.Ite
 // form the next batch together once release is called. release returns
 // when the held request is answered.
 func (r *rig) hold(key string) (release func()) {
-	h := holding{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	r.mu.Lock()
-	r.holds[key] = h
-	r.mu.Unlock()
+	h := r.holdWork(key)
 	done := make(chan error, 1)
 	go func() {
 		_, err := r.b.Do(context.Background(), req(key, `{}`), thing{key: key, body: `{"held":1}`})
@@ -137,6 +134,16 @@ func (r *rig) hold(key string) (release func()) {
 			r.t.Errorf("held request: %v", err)
 		}
 	}
+}
+
+// holdWork makes the work wait when it reaches key, until the returned
+// holding's release is closed; entered receives once it waits.
+func (r *rig) holdWork(key string) holding {
+	h := holding{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r.mu.Lock()
+	r.holds[key] = h
+	r.mu.Unlock()
+	return h
 }
 
 // waitQueued returns once n more requests wait in the queue.
@@ -302,6 +309,70 @@ func TestBatcherLoneRequest(t *testing.T) {
 			t.Fatalf("lone stored %q, %d biz rows", r.stored("lone"), countRows(t, d, "biz"))
 		}
 	})
+}
+
+// A batch starts beside a running one only once as many requests wait as
+// the running batch carries: beside a lone request at once, so that two
+// clients do not take turns; beside a batch of three with the third
+// waiting request, not as a stream of batches of one.
+func TestBatcherSecondBatchWaitsForCompany(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres") // SQLite's one writer would make the second batch wait for the first
+	r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, MaxWait: time.Minute})
+	ended := make(chan struct{}, 16)
+	idem.SetEndedHook(r.b, func() { ended <- struct{}{} })
+
+	releaseA := r.hold("a")
+	releaseB := r.hold("b") // beside a lone request: at once
+	c := r.holdWork("c")
+	cde := r.do(thing{key: "c"}, thing{key: "d"}, thing{key: "e"}) // both places taken
+	releaseB()
+	<-ended // b's batch handed its place on to c, d and e
+	<-c.entered
+	releaseA()
+	<-ended // a's batch freed its place: one batch of three runs
+	fg := r.do(thing{key: "f"}, thing{key: "g"}) // beside three: they wait
+	if _, err := r.b.Do(context.Background(), req("h", `{}`), thing{key: "h"}); err != nil {
+		t.Fatal(err) // the third starts the batch as it arrives
+	}
+	if _, errs := fg(); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	close(c.release)
+	if _, errs := cde(); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	wantAttempts(t, r.attemptsSoFar(), []string{"a"}, []string{"b"}, []string{"c", "d", "e"}, []string{"f", "g", "h"})
+	if got := r.bizRows(); !slices.Equal(got, []string{"a", "b", "c", "d", "e", "f", "g", "h"}) {
+		t.Fatalf("biz rows %q", got)
+	}
+}
+
+// A request waiting for company beside a batch held up (here by its
+// work; in production by another process's locks) takes the free place
+// after a quarter of MaxWait, rather than wait for the batch or give up.
+func TestBatcherRestlessRequest(t *testing.T) {
+	t.Parallel()
+	d := drivertest.Open(t, "postgres") // SQLite's one writer would make the second batch wait for the first
+	r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, MaxWait: 400 * time.Millisecond})
+	releaseA := r.hold("a")
+	releaseB := r.hold("b")
+	c := r.holdWork("c")
+	cd := r.do(thing{key: "c"}, thing{key: "d"})
+	releaseB() // c and d run as one batch, held; a's batch ends next
+	<-c.entered
+	releaseA()
+	// Beside the held batch of two, e alone would wait for company
+	// until MaxWait and get ErrBusy; a quarter of it in, it runs.
+	res, err := r.b.Do(context.Background(), req("e", `{}`), thing{key: "e", body: `{"e":1}`})
+	if err != nil || string(res.Body) != `{"e":1}` {
+		t.Fatalf("e beside a held batch: %v %+v", err, res)
+	}
+	close(c.release)
+	if _, errs := cd(); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	wantAttempts(t, r.attemptsSoFar(), []string{"a"}, []string{"b"}, []string{"c", "d"}, []string{"e"})
 }
 
 // Copies of one key at once, through one batcher and through two (two

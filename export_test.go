@@ -23,6 +23,11 @@ func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, tx driver.T
 	b.testHooks.commit = f
 }
 
+// SetEndedHook makes b call f each time a batch has freed its place
+// among the Concurrency batches, or handed it on to what waits. Call it
+// before b is used.
+func SetEndedHook[T any](b *Batcher[T], f func()) { b.testHooks.ended = f }
+
 // SetQueuedHook makes b call f with each request's key once it waits in
 // the queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
