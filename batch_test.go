@@ -331,9 +331,11 @@ func TestBatcherSecondBatchWaitsForCompany(t *testing.T) {
 	<-c.entered
 	releaseA()
 	<-ended // a's batch freed its place: one batch of three runs
-	fg := r.do(thing{key: "f"}, thing{key: "g"}) // beside three: they wait
+
+	// Beside three, two requests wait; the third starts their batch.
+	fg := r.do(thing{key: "f"}, thing{key: "g"})
 	if _, err := r.b.Do(context.Background(), req("h", `{}`), thing{key: "h"}); err != nil {
-		t.Fatal(err) // the third starts the batch as it arrives
+		t.Fatal(err)
 	}
 	if _, errs := fg(); errors.Join(errs...) != nil {
 		t.Fatal(errs)
