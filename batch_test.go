@@ -143,13 +143,30 @@ func (r *rig) holdWork(key string) holding {
 	r.mu.Lock()
 	r.holds[key] = h
 	r.mu.Unlock()
+	// A test that failed before releasing it must not leave Close (an
+	// earlier cleanup, so a later one) waiting for the held batch.
+	r.t.Cleanup(func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	})
 	return h
 }
 
-// waitQueued returns once n more requests wait in the queue.
+// waitQueued returns once n more requests wait in the queue, and fails
+// the test when they do not within a minute (a request that ran at once
+// instead, say).
 func (r *rig) waitQueued(n int) {
-	for range n {
-		<-r.queued
+	r.t.Helper()
+	deadline := time.After(time.Minute)
+	for i := range n {
+		select {
+		case <-r.queued:
+		case <-deadline:
+			r.t.Fatalf("%d of %d requests waited in the queue within a minute", i, n)
+		}
 	}
 }
 
