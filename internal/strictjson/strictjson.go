@@ -24,6 +24,16 @@ import (
 // names where the fault is; a text that is not JSON is encoding/json's
 // error.
 func Check(data []byte, maxDepth int) error {
+	if quick(data, maxDepth) {
+		return nil
+	}
+	return walk(data, maxDepth)
+}
+
+// walk is Check token by token through encoding/json, which names what is
+// wrong and where. It is the judge; quick only spares it the texts that
+// are plainly fine.
+func walk(data []byte, maxDepth int) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	// Numbers stay text: a number too large for float64 is still JSON.
 	dec.UseNumber()
@@ -161,13 +171,13 @@ func checkString(s []byte) string {
 		if s[i] != 'u' {
 			continue
 		}
-		r := hex4(s[i+1 : i+5])
+		r, _ := hexAt(s, i+1)
 		i += 4
 		switch {
 		case r >= 0xD800 && r < 0xDC00:
 			// A high surrogate must be followed at once by a low one.
 			if i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
-				if lo := hex4(s[i+3 : i+7]); lo >= 0xDC00 && lo < 0xE000 {
+				if lo, _ := hexAt(s, i+3); lo >= 0xDC00 && lo < 0xE000 {
 					i += 6
 					continue
 				}
@@ -178,20 +188,4 @@ func checkString(s []byte) string {
 		}
 	}
 	return ""
-}
-
-func hex4(h []byte) rune {
-	var r rune
-	for _, c := range h {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		default:
-			r |= rune(c - 'A' + 10)
-		}
-	}
-	return r
 }

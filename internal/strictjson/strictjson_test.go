@@ -12,32 +12,56 @@ import (
 	"unicode/utf8"
 )
 
+// refused are texts Check refuses, with what its error says.
+var refused = []struct {
+	name, body, want string
+}{
+	{"duplicate member", `{"amount":1,"amount":2}`, `member "amount" is sent more than once`},
+	{"duplicate spelled with an escape", `{"a":1,"\u0061":2}`, `member "a" is sent more than once`},
+	{"duplicate nested", `{"metadata":{"tags":[{"k":1,"k":1}]}}`, `metadata.tags[0]: member "k" is sent more than once`},
+	{"not UTF-8 in a value", "{\"currency\":\"EU\xffR\"}", "currency: string is not valid UTF-8"},
+	{"not UTF-8 in a name", "{\"metadata\":{\"\xc3\":1}}", "metadata: member name is not valid UTF-8"},
+	{"encoded surrogate", "{\"a\":\"\xed\xa0\x80\"}", "a: string is not valid UTF-8"},
+	{"lone high surrogate", `{"a":"\ud800"}`, `a: string has \ud800, half of a surrogate pair`},
+	{"high surrogate then a letter", `{"a":"\uD800\u0041"}`, `a: string has \ud800`},
+	{"high surrogate at the end", `{"a":["x","\ud83d"]}`, `a[1]: string has \ud83d`},
+	{"lone low surrogate", `{"a":"x\udc00y"}`, `a: string has \udc00`},
+	{"low then high", `{"a":"\udc00\ud800"}`, `a: string has \udc00`},
+	{"too deep", `{"a":{"b":{"c":[[1]]}}}`, "a.b.c[0]: objects and arrays nest more than 4 deep"},
+	{"trailing value", `{"a":1} {"a":2}`, "trailing data after the JSON value"},
+	{"empty", ``, "no JSON value"},
+	{"cut short", `{"a":[1,`, "a[1]: the JSON text ends early"},
+	{"cut after a name", `{"a":`, "the JSON text ends early"},
+	{"not JSON", `{"a":}`, "invalid character"},
+	{"leading zero", `{"a":01}`, "invalid character"},
+	{"bare fraction", `{"a":1.}`, "invalid character"},
+	{"bare exponent", `{"a":1e}`, "invalid character"},
+	{"control character in a string", "{\"a\":\"x\ty\"}", "invalid character"},
+	{"unknown escape", `{"a":"\x41"}`, "invalid character"},
+	{"short \\u escape", `{"a":"\u12"}`, "invalid character"},
+	{"literal cut short", `[tru]`, "invalid character"},
+	{"missing comma", `{"a":1 "b":2}`, "invalid character"},
+	{"trailing comma", `[1,]`, "invalid character"},
+}
+
+// accepted are texts Check accepts at maxDepth 4, each one quick proves.
+var accepted = []string{
+	`{}`, `[]`, `"x"`, `1e999`, `null`, ` {"a" : [1, 2.5, -3e-7, true, false, null] } `,
+	`{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}`, // one name in different objects
+	`{"emoji":"\ud83d\ude00","raw":"😀","escapes":"\" \\ \/ \b \f \n \r \t \u00e9"}`,
+	`{"A":1,"a":2}`, // names compare exactly
+	`{"a":{"b":{"c":[1]}}}`,
+	`-0.5E+10`, `[0,-0,10.25e-3]`,
+}
+
 func TestCheckRefuses(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name, body, want string
-	}{
-		{"duplicate member", `{"amount":1,"amount":2}`, `member "amount" is sent more than once`},
-		{"duplicate spelled with an escape", `{"a":1,"\u0061":2}`, `member "a" is sent more than once`},
-		{"duplicate nested", `{"metadata":{"tags":[{"k":1,"k":1}]}}`, `metadata.tags[0]: member "k" is sent more than once`},
-		{"not UTF-8 in a value", "{\"currency\":\"EU\xffR\"}", "currency: string is not valid UTF-8"},
-		{"not UTF-8 in a name", "{\"metadata\":{\"\xc3\":1}}", "metadata: member name is not valid UTF-8"},
-		{"encoded surrogate", "{\"a\":\"\xed\xa0\x80\"}", "a: string is not valid UTF-8"},
-		{"lone high surrogate", `{"a":"\ud800"}`, `a: string has \ud800, half of a surrogate pair`},
-		{"high surrogate then a letter", `{"a":"\uD800\u0041"}`, `a: string has \ud800`},
-		{"high surrogate at the end", `{"a":["x","\ud83d"]}`, `a[1]: string has \ud83d`},
-		{"lone low surrogate", `{"a":"x\udc00y"}`, `a: string has \udc00`},
-		{"low then high", `{"a":"\udc00\ud800"}`, `a: string has \udc00`},
-		{"too deep", `{"a":{"b":{"c":[[1]]}}}`, "a.b.c[0]: objects and arrays nest more than 4 deep"},
-		{"trailing value", `{"a":1} {"a":2}`, "trailing data after the JSON value"},
-		{"empty", ``, "no JSON value"},
-		{"cut short", `{"a":[1,`, "a[1]: the JSON text ends early"},
-		{"cut after a name", `{"a":`, "the JSON text ends early"},
-		{"not JSON", `{"a":}`, "invalid character"},
-	}
-	for _, tt := range tests {
+	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			if quick([]byte(tt.body), 4) {
+				t.Fatalf("quick(%q) passed it", tt.body)
+			}
 			err := Check([]byte(tt.body), 4)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Check(%q) = %v, want an error with %q", tt.body, err, tt.want)
@@ -48,20 +72,36 @@ func TestCheckRefuses(t *testing.T) {
 
 func TestCheckAccepts(t *testing.T) {
 	t.Parallel()
-	for _, body := range []string{
-		`{}`, `[]`, `"x"`, `1e999`, `null`, ` {"a" : [1, 2.5, -3e-7, true, false, null] } `,
-		`{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}`, // one name in different objects
-		`{"emoji":"\ud83d\ude00","raw":"😀","escapes":"\" \\ \/ \b \f \n \r \t \u00e9"}`,
-		`{"A":1,"a":2}`, // names compare exactly
-		`{"a":{"b":{"c":[1]}}}`,
-	} {
-		if err := Check([]byte(body), 4); err != nil {
-			t.Errorf("Check(%q) = %v", body, err)
+	for _, body := range accepted {
+		if err := walk([]byte(body), 4); err != nil {
+			t.Errorf("walk(%q) = %v", body, err)
+		}
+		if !quick([]byte(body), 4) {
+			t.Errorf("quick(%q) did not prove it", body)
 		}
 	}
-	if err := Check([]byte(strings.Repeat("[", 100)+strings.Repeat("]", 100)), 0); err != nil {
-		t.Errorf("maxDepth 0 bounded nesting: %v", err)
+	// What quick leaves to walk, walk accepts.
+	for _, body := range []string{
+		strings.Repeat("[", 100) + strings.Repeat("]", 100), // deeper than quickDepth
+		`{"\u0061":1,"b":2}`,                  // a name spelled with an escape
+		"{" + manyMembers(quickNames+1) + "}", // more members than quickNames
+	} {
+		if quick([]byte(body), 0) {
+			t.Errorf("quick(%.40q…) proved a text it leaves to walk", body)
+		}
+		if err := Check([]byte(body), 0); err != nil {
+			t.Errorf("Check(%.40q…) = %v", body, err)
+		}
 	}
+}
+
+// manyMembers is n members with distinct names, comma-separated.
+func manyMembers(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"m%d":%d`, i, i)
+	}
+	return strings.Join(parts, ",")
 }
 
 func TestErrorPath(t *testing.T) {
@@ -85,7 +125,18 @@ func FuzzCheck(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, tt := range refused {
+		f.Add([]byte(tt.body))
+	}
+	for _, body := range accepted {
+		f.Add([]byte(body))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if quick(data, 8) {
+			if err := walk(data, 8); err != nil {
+				t.Fatalf("quick proved %q, which walk refuses: %v", data, err)
+			}
+		}
 		if Check(data, 8) != nil {
 			return
 		}
@@ -138,6 +189,17 @@ func tokens(t *testing.T, data []byte) []string {
 			out = append(out, "#")
 		default:
 			out = append(out, fmt.Sprint(tok))
+		}
+	}
+}
+
+func BenchmarkCheck(b *testing.B) {
+	body := []byte(`{"debit_account_id":"acc-17","credit_account_id":"acc-503","amount":100,` +
+		`"currency":"EUR","metadata":{"order":"o-8812","tags":["web","eu"]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Check(body, 32); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
