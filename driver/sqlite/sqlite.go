@@ -67,6 +67,13 @@ func (c Config) validate() error {
 	return nil
 }
 
+// The write-ahead log's bounds (Open): 10,000 pages of 4 KiB, about 40 MiB,
+// before a commit checkpoints; 64 MiB of file kept after a checkpoint.
+const (
+	walCheckpointPages = 10_000
+	walSizeLimit       = 64 << 20
+)
+
 // Driver is the SQLite implementation of driver.Driver.
 type Driver struct {
 	write      *sql.DB // one connection: SQLite has one writer at a time
@@ -114,6 +121,14 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	// recovery after a crash, which the WAL does, and writing them to a
 	// file cost the writer a system call per page its statements change.
 	q.Add("_pragma", "temp_store(memory)")
+	// The writer's commits copy the log back into the database (a
+	// checkpoint, with a flush of the file) once it holds walCheckpointPages
+	// pages rather than SQLite's 1,000: each page is copied once however
+	// often the log holds it, and a busy ledger's commits hold the same
+	// account and index pages again and again. The log file is cut back to
+	// walSizeLimit when it is rewound, should a long reader have let it grow.
+	q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", walCheckpointPages))
+	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	write, err := sql.Open("sqlite", "file:"+cfg.Path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,4 +170,52 @@ func TestLazyCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	durable("a read-only transaction")
+}
+
+// The writer copies its log back into the database only once the log holds
+// about 10,000 pages (SQLite's default is 1,000): after 2,500 pages of
+// commits the log file holds them all. Its file is cut back to 64 MiB when
+// it is rewound.
+func TestWriterCheckpointsLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "idem.db")
+	d, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	db := d.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE b (id INTEGER PRIMARY KEY, v BLOB)`); err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, 3000) // one row a page
+	for c := range 250 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO b VALUES (?, ?)`, c*10+i, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages := st.Size() / 4096; pages < 2500 {
+		t.Errorf("the log holds %d pages after 2,500 pages of commits: the writer checkpointed early", pages)
+	}
+	var limit int64
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_size_limit`).Scan(&limit); err != nil {
+		t.Fatal(err)
+	}
+	if limit != 64<<20 {
+		t.Errorf("journal_size_limit %d, want %d", limit, 64<<20)
+	}
 }
