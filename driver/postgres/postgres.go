@@ -131,17 +131,22 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 		begin += " READ ONLY"
 	}
 	stmts := []queuedStmt{{sql: begin}}
+	var set settings
+	var args []any
 	if opts.LockTimeout > 0 && opts.LockTimeout != d.lockTimeout {
 		// A parameter, not a value in the text: every text is a statement
 		// pgx prepares (a round trip of its own) and caches per connection.
-		ms := max(opts.LockTimeout.Milliseconds(), 1)
-		stmts = append(stmts, queuedStmt{sql: sqlSetLockTimeout, args: []any{strconv.FormatInt(ms, 10)}})
+		set |= setLockTimeout
+		args = []any{strconv.FormatInt(max(opts.LockTimeout.Milliseconds(), 1), 10)}
 	}
 	if opts.GenericPlans {
-		stmts = append(stmts, queuedStmt{sql: sqlGenericPlans})
+		set |= setGenericPlans
 	}
 	if opts.LazyCommit {
-		stmts = append(stmts, queuedStmt{sql: sqlLazyCommit})
+		set |= setLazyCommit
+	}
+	if set != 0 {
+		stmts = append(stmts, queuedStmt{sql: settingsSQL[set], args: args})
 	}
 	tx, err := d.beginWith(ctx, stmts...)
 	if err != nil {
@@ -150,12 +155,33 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 	return tx, nil
 }
 
+// settings are a transaction's own settings, applied by one statement (each
+// statement costs the server more than its work here).
+type settings uint8
+
 const (
-	sqlSetLockTimeout = `SELECT set_config('lock_timeout', $1, true)`
-	sqlGenericPlans   = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-	// A commit that returns before its write-ahead log record is flushed.
-	sqlLazyCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+	setLockTimeout  settings = 1 << iota // lock_timeout, $1 in milliseconds
+	setGenericPlans                      // plan_cache_mode force_generic_plan
+	setLazyCommit                        // synchronous_commit off: the commit returns before its log record is flushed
 )
+
+// settingsSQL is the statement for each combination of settings but none.
+var settingsSQL = func() (sql [8]string) {
+	for set := settings(1); int(set) < len(sql); set++ {
+		var calls []string
+		if set&setLockTimeout != 0 {
+			calls = append(calls, `set_config('lock_timeout', $1, true)`)
+		}
+		if set&setGenericPlans != 0 {
+			calls = append(calls, `set_config('plan_cache_mode', 'force_generic_plan', true)`)
+		}
+		if set&setLazyCommit != 0 {
+			calls = append(calls, `set_config('synchronous_commit', 'off', true)`)
+		}
+		sql[set] = "SELECT " + strings.Join(calls, ", ")
+	}
+	return sql
+}()
 
 // beginWith takes a connection for a transaction that the statements open,
 // sent with its first statement.

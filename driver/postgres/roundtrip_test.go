@@ -18,7 +18,7 @@ import (
 
 // roundTrips counts what a pool sends: each query and each batch is one
 // round trip; a prepare is one more.
-type roundTrips struct{ trips, prepares atomic.Int64 }
+type roundTrips struct{ trips, prepares, statements atomic.Int64 }
 
 func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.trips.Add(1)
@@ -29,13 +29,34 @@ func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	c.trips.Add(1)
 	return ctx
 }
-func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+}
+func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 func (c *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
 	c.prepares.Add(1)
 	return ctx
 }
 func (c *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// countedDriver is a driver on the test server whose pool, configured by
+// set, counts what it sends.
+func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrips) {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(testpg.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(pcfg)
+	counter := &roundTrips{}
+	pcfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &Driver{pool: pool, lockTimeout: 5 * time.Second}, counter
+}
 
 // A keeper batch of transfers is three round trips whatever its size:
 // BEGIN with the claim, the ledger's locks with its reads and clock, the
@@ -55,20 +76,10 @@ func TestBatchRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg, err := pgxpool.ParseConfig(testpg.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = 1 // one connection, so its statement cache is warm on the second run
-	pcfg.ConnConfig.RuntimeParams["search_path"] = schema
-	counter := &roundTrips{}
-	pcfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	d := &Driver{pool: pool, lockTimeout: 5 * time.Second}
+	d, counter := countedDriver(t, func(pcfg *pgxpool.Config) {
+		pcfg.MaxConns = 1 // one connection, so its statement cache is warm on the second run
+		pcfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
 	now := time.Now()
 	accounts := []driver.LedgerAccount{{Tenant: "t", ID: "a", Currency: "EUR"}, {Tenant: "t", ID: "b", Currency: "EUR"}}
 	if _, err := d.LedgerAccountsInsert(ctx, d.Reader(), &driver.LedgerAccountsInsertParams{Accounts: accounts}); err != nil {
@@ -263,5 +274,60 @@ func TestOwnedTxQueuedWrites(t *testing.T) {
 	var mode string
 	if err := d.Reader().QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "auto" {
 		t.Fatalf("plan_cache_mode %q (%v) after the transactions, want auto", mode, err)
+	}
+}
+
+// A transaction's own settings (lock timeout, generic plans, lazy commit)
+// are one statement, sent with its BEGIN and its first statement.
+func TestBeginSettingsOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, counter := countedDriver(t, func(pcfg *pgxpool.Config) {
+		// synchronous_commit on, as in production (a throwaway test server
+		// runs with it off).
+		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	})
+	for _, opts := range []driver.BeginOptions{
+		{LockTimeout: 250 * time.Millisecond, GenericPlans: true, LazyCommit: true},
+		{LockTimeout: 250 * time.Millisecond},
+		{GenericPlans: true},
+		{LazyCommit: true},
+		{},
+	} {
+		counter.trips.Store(0)
+		counter.statements.Store(0)
+		tx, err := d.Begin(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lockTimeout, plans, commit string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('plan_cache_mode'),
+		                                  current_setting('synchronous_commit')`).Scan(&lockTimeout, &plans, &commit); err != nil {
+			t.Fatal(err)
+		}
+		n, trips := counter.statements.Load(), counter.trips.Load()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := [3]string{"0", "auto", "on"}
+		statements := int64(2) // BEGIN and the query
+		if opts.LockTimeout > 0 {
+			want[0] = "250ms"
+		}
+		if opts.GenericPlans {
+			want[1] = "force_generic_plan"
+		}
+		if opts.LazyCommit {
+			want[2] = "off"
+		}
+		if opts != (driver.BeginOptions{}) {
+			statements++
+		}
+		if got := [3]string{lockTimeout, plans, commit}; got != want {
+			t.Errorf("%+v: lock_timeout, plan_cache_mode, synchronous_commit %q, want %q", opts, got, want)
+		}
+		if n != statements || trips != 1 {
+			t.Errorf("%+v: %d statements in %d round trips, want %d in 1", opts, n, trips, statements)
+		}
 	}
 }
