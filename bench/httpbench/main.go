@@ -1,9 +1,12 @@
 // Command httpbench measures idem over HTTP for bench/run: first arrivals
 // (every transfer new) and replays (every request a duplicate of a completed
-// one), and serves the no-op ceiling for replays — a Go HTTP server that
-// answers every POST with a body of the same size and does nothing.
+// one), and serves their ceilings: for replays a Go HTTP server that
+// answers every POST with a body of the same size and does nothing (noop);
+// for first arrivals one that runs the one-statement ceiling's statement
+// for each transfer, a batch of them to a commit (bound, in bound.go).
 //
 //	httpbench noop  -addr 127.0.0.1:0 -body-bytes 300
+//	httpbench bound -addr 127.0.0.1:0 -body-bytes 300 -db URL [-sql FILE] [-batch-max 128]
 //	httpbench first  -target URL [-c 16] [-d 10s] [-accounts 1000]
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
 //	httpbench seed   -target URL -keys 20000 -prefix cold
@@ -39,7 +42,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: httpbench noop|first|replay [flags]")
+		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|first|replay|seed|cold [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -49,15 +52,20 @@ func main() {
 	accounts := fs.Int("accounts", 1000, "accounts transfers move between (first)")
 	keys := fs.Int("keys", 1000, "completed keys replayed (replay)")
 	expectReplay := fs.Bool("expect-replay", true, "require Idempotent-Replayed: true (replay; false for the no-op ceiling)")
-	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop)")
-	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop)")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop, bound)")
+	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop, bound)")
 	prefix := fs.String("prefix", "cold", "key prefix (seed, cold)")
+	db := fs.String("db", "", "PostgreSQL URL (bound)")
+	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
+	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
 	switch os.Args[1] {
 	case "noop":
 		err = noop(*addr, *bodyBytes)
+	case "bound":
+		err = bound(*addr, *db, *script, *batchMax, *bodyBytes)
 	case "first":
 		err = first(*target, *clients, *dur, *accounts)
 	case "replay":

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// bound serves the one-statement ceiling over HTTP: the least any HTTP
+// service must do for a first arrival, to set idem's figure beside. Each
+// POST /v1/transfers runs the pgbench script's one statement (everything a
+// transfer writes) for the body's two accounts and a key of its own, and
+// answers 201 with a fixed body once its transaction commits; POST
+// /v1/accounts answers 201 and does nothing (bench/pgbench/setup.sql made
+// acc-1…acc-1000).
+//
+// One writer takes the waiting requests, up to batchMax, and sends BEGIN,
+// their statements and COMMIT in one round trip: one commit a batch, as
+// idem's group commit, and nothing else of idem's (no key read or claim
+// before the work, no lookups or refusals, no stored answer built, no
+// relay). A single writer because each statement locks its two accounts as
+// it runs: two writers' transactions take them in no common order and
+// deadlock.
+func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
+	src, err := os.ReadFile(script)
+	if err != nil {
+		return err
+	}
+	sql, err := pgbenchStatement(string(src))
+	if err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Prepare(ctx, "transfer", sql); err != nil {
+		return fmt.Errorf("%s: %w", script, err)
+	}
+
+	type transfer struct {
+		k, a, b int64
+		done    chan error
+	}
+	queue := make(chan transfer, 4096)
+	go func() {
+		var batch pgx.Batch
+		var taken []transfer
+		for t := range queue {
+			taken = append(taken[:0], t)
+		fill:
+			for len(taken) < batchMax {
+				select {
+				case t := <-queue:
+					taken = append(taken, t)
+				default:
+					break fill
+				}
+			}
+			batch = pgx.Batch{}
+			batch.Queue("BEGIN")
+			for _, t := range taken {
+				batch.Queue("transfer", t.k, t.a, t.b)
+			}
+			batch.Queue("COMMIT")
+			err := conn.SendBatch(ctx, &batch).Close()
+			for _, t := range taken {
+				t.done <- err
+			}
+		}
+	}()
+
+	// Keys 9e15 and up, apart from pgbench's random(1, 9e15) and from an
+	// earlier run's.
+	var next atomic.Int64
+	next.Store(9_000_000_000_000_000 + time.Now().UnixMicro()%100_000_000_000*1000)
+	body := bytes.Repeat([]byte("x"), bodyBytes)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("listening http://%s\n", ln.Addr())
+	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Debit  string `json:"debit_account_id"`
+			Credit string `json:"credit_account_id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		switch r.URL.Path {
+		case "/v1/accounts":
+		case "/v1/transfers":
+			a, errA := strconv.ParseInt(strings.TrimPrefix(in.Debit, "acc-"), 10, 64)
+			b, errB := strconv.ParseInt(strings.TrimPrefix(in.Credit, "acc-"), 10, 64)
+			if err := errors.Join(errA, errB); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			t := transfer{k: next.Add(1), a: a, b: b, done: make(chan error, 1)}
+			queue <- t
+			if err := <-t.done; err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	}))
+}
+
+// pgbenchVar is a use of pgbench's variable k, a or b (not a cast's "::b…").
+var pgbenchVar = regexp.MustCompile(`(^|[^:]):([kab])\b`)
+
+// pgbenchStatement turns a pgbench script of \set lines and one statement
+// into that statement with its variables as parameters: :k the key's
+// number ($1), :a and :b the debit and credit accounts' ($2, $3).
+func pgbenchStatement(script string) (string, error) {
+	var lines []string
+	for line := range strings.Lines(script) {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, `\`) || strings.HasPrefix(t, "--") {
+			continue
+		}
+		lines = append(lines, line)
+	}
+	sql := strings.TrimSuffix(strings.TrimSpace(strings.Join(lines, "")), ";")
+	if strings.Contains(sql, ";") {
+		return "", errors.New("more than one statement")
+	}
+	params := map[string]string{"k": "$1::bigint", "a": "$2::bigint", "b": "$3::bigint"}
+	return pgbenchVar.ReplaceAllStringFunc(sql, func(m string) string {
+		i := strings.IndexByte(m, ':')
+		return m[:i] + params[m[i+1:]]
+	}), nil
+}
