@@ -79,11 +79,14 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	dest := cfg.URL
-	if u, err := url.Parse(cfg.URL); err == nil {
-		dest = u.Scheme + "://" + u.Host + u.Path
+	// dest names the receiver in spans and errors, which are logged and
+	// shown: a webhook URL often carries its token in its query or
+	// credentials, so they are left out.
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("webhookpub: URL must be an absolute http or https URL")
 	}
-	return &Publisher{cfg: cfg, key: key, dest: dest}, nil
+	return &Publisher{cfg: cfg, key: key, dest: u.Scheme + "://" + u.Host + u.Path}, nil
 }
 
 // DecodeSecret returns the HMAC key of a whsec_ secret.
@@ -116,7 +119,7 @@ type envelope struct {
 func (p *Publisher) MessagingSystem() string { return "webhook" }
 
 // Destination is the receiving URL without its query or credentials, for
-// the relay's publish spans.
+// the relay's publish spans; errors name the receiver the same way.
 func (p *Publisher) Destination(outbox.Message) string { return p.dest }
 
 // Publish delivers the messages concurrently (they have distinct ordering
@@ -160,8 +163,12 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 		}
 	}
 	resp, err := p.cfg.Client.Do(req)
-	if err != nil {
-		return outbox.BrokerUnavailable(err) // unreachable or timed out
+	if err != nil { // unreachable or timed out
+		// The client's error quotes the whole URL, its query with it.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: POST %s: %w", p.dest, err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -170,9 +177,9 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 		return nil
 	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
 		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
-		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode))
+		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode))
 	}
-	return fmt.Errorf("webhookpub: %s answered %d", p.cfg.URL, resp.StatusCode)
+	return fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode)
 }
 
 func (p *Publisher) Close() error { return nil }

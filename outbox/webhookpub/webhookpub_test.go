@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/outboxtest"
 	"github.com/idemhq/idem/outbox/webhookpub"
 )
@@ -77,5 +79,62 @@ func TestSecretChecked(t *testing.T) {
 		if _, err := webhookpub.New(webhookpub.Config{URL: "http://127.0.0.1:1", Secret: s}); err == nil {
 			t.Errorf("secret %q accepted", s)
 		}
+	}
+}
+
+// New takes only an absolute http(s) URL, and its refusal does not echo
+// the URL back.
+func TestURLChecked(t *testing.T) {
+	t.Parallel()
+	secret := webhookpub.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32))
+	for _, u := range []string{"", "ftp://host/hook", "/hook?token=s3cret", "https://", "http://user:s3cret@host:port/hook", "mailto:s3cret@host"} {
+		_, err := webhookpub.New(webhookpub.Config{URL: u, Secret: secret})
+		if err == nil {
+			t.Errorf("URL %q accepted", u)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("URL %q: error %q repeats it", u, err)
+		}
+	}
+	if _, err := webhookpub.New(webhookpub.Config{URL: "HTTPS://host/hook?token=t", Secret: secret}); err != nil {
+		t.Errorf("an https URL with an upper-case scheme: %v", err)
+	}
+}
+
+// A delivery's error names the receiver without the query or credentials
+// of its URL, where webhook URLs often carry their token: the relay logs
+// the error and keeps it on the outbox row, which the console shows for a
+// dead letter.
+func TestErrorsKeepTheURLsSecrets(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, _ := strconv.Atoi(r.URL.Query().Get("status"))
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there now
+	secret := webhookpub.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32))
+	userinfo := func(u string) string { return "http://hook-user:pw-s3cret@" + u[len("http://"):] }
+	for name, url := range map[string]string{
+		"refused":     srv.URL + "/hook?status=400&token=tok-s3cret",
+		"unavailable": srv.URL + "/hook?status=503&token=tok-s3cret",
+		"credentials": userinfo(srv.URL) + "/hook?status=400",
+		"unreachable": userinfo(closed.URL) + "/hook?token=tok-s3cret",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p, err := webhookpub.New(webhookpub.Config{URL: url, Secret: secret, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := p.Publish(t.Context(), []outbox.Message{{ID: "m1", Type: "t", Payload: []byte(`{}`)}})
+			if errs[0] == nil {
+				t.Fatal("delivered")
+			}
+			msg := errs[0].Error()
+			if strings.Contains(msg, "s3cret") || !strings.Contains(msg, "/hook") {
+				t.Errorf("error %q: want the receiver's host and path, nothing of its query or credentials", msg)
+			}
+		})
 	}
 }
