@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -89,12 +88,7 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 	var next atomic.Int64
 	next.Store(9_000_000_000_000_000 + time.Now().UnixMicro()%100_000_000_000*1000)
 	body := bytes.Repeat([]byte("x"), bodyBytes)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("listening http://%s\n", ln.Addr())
-	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveCeiling(addr, func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			Debit  string `json:"debit_account_id"`
 			Credit string `json:"credit_account_id"`
@@ -122,11 +116,8 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 			http.NotFound(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(body)
-	}))
+		created(w, body)
+	})
 }
 
 // pgbenchVar is a use of pgbench's variable k, a or b (not a cast's "::b…").

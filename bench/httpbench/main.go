@@ -86,18 +86,28 @@ func main() {
 // noop answers every POST with 201 and a fixed body: the replay ceiling.
 func noop(addr string, size int) error {
 	body := bytes.Repeat([]byte("x"), size)
+	return serveCeiling(addr, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		created(w, body)
+	})
+}
+
+// serveCeiling serves h on addr, printing the address for bench/run.
+func serveCeiling(addr string, h http.HandlerFunc) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("listening http://%s\n", ln.Addr())
-	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(body)
-	}))
+	return http.Serve(ln, h)
+}
+
+// created answers 201 with body, as idem answers a new transfer.
+func created(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(body)
 }
 
 var client = &http.Client{
