@@ -49,7 +49,7 @@ type Config struct {
 type Publisher struct {
 	cfg  Config
 	key  []byte
-	dest string // the URL without its query or credentials, for spans
+	dest string // the URL's scheme and host, for spans and errors
 }
 
 // New checks cfg and returns a publisher.
@@ -80,13 +80,13 @@ func New(cfg Config) (*Publisher, error) {
 		cfg.Clock = time.Now
 	}
 	// dest names the receiver in spans and errors, which are logged and
-	// shown: a webhook URL often carries its token in its query or
-	// credentials, so they are left out.
+	// shown: a webhook URL often carries its token in its path, its query
+	// or its credentials, so only the scheme and host are kept.
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("webhookpub: URL must be an absolute http or https URL")
 	}
-	return &Publisher{cfg: cfg, key: key, dest: u.Scheme + "://" + u.Host + u.Path}, nil
+	return &Publisher{cfg: cfg, key: key, dest: u.Scheme + "://" + u.Host}, nil
 }
 
 // DecodeSecret returns the HMAC key of a whsec_ secret.
@@ -118,8 +118,9 @@ type envelope struct {
 // MessagingSystem names webhooks in the relay's publish spans.
 func (p *Publisher) MessagingSystem() string { return "webhook" }
 
-// Destination is the receiving URL without its query or credentials, for
-// the relay's publish spans; errors name the receiver the same way.
+// Destination is the receiving URL's scheme and host (its path, query and
+// credentials may hold its token), for the relay's publish spans; errors
+// name the receiver the same way.
 func (p *Publisher) Destination(outbox.Message) string { return p.dest }
 
 // Publish delivers the messages concurrently (they have distinct ordering
@@ -164,7 +165,7 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil { // unreachable or timed out
-		// The client's error quotes the whole URL, its query with it.
+		// The client's error quotes the whole URL.
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}

@@ -100,10 +100,10 @@ func TestURLChecked(t *testing.T) {
 	}
 }
 
-// A delivery's error names the receiver without the query or credentials
-// of its URL, where webhook URLs often carry their token: the relay logs
-// the error and keeps it on the outbox row, which the console shows for a
-// dead letter.
+// A delivery's error names the receiver by its scheme and host, without
+// the path, query or credentials of its URL, where webhook URLs carry
+// their token: the relay logs the error and keeps it on the outbox row,
+// which the console shows for a dead letter.
 func TestErrorsKeepTheURLsSecrets(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -115,11 +115,13 @@ func TestErrorsKeepTheURLsSecrets(t *testing.T) {
 	closed.Close() // nothing listens there now
 	secret := webhookpub.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32))
 	userinfo := func(u string) string { return "http://hook-user:pw-s3cret@" + u[len("http://"):] }
+	host := map[bool]string{false: srv.URL, true: closed.URL}
 	for name, url := range map[string]string{
 		"refused":     srv.URL + "/hook?status=400&token=tok-s3cret",
 		"unavailable": srv.URL + "/hook?status=503&token=tok-s3cret",
 		"credentials": userinfo(srv.URL) + "/hook?status=400",
-		"unreachable": userinfo(closed.URL) + "/hook?token=tok-s3cret",
+		"path":        srv.URL + "/services/T0/B0/path-s3cret?status=400",
+		"unreachable": userinfo(closed.URL) + "/services/path-s3cret?token=tok-s3cret",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -132,8 +134,11 @@ func TestErrorsKeepTheURLsSecrets(t *testing.T) {
 				t.Fatal("delivered")
 			}
 			msg := errs[0].Error()
-			if strings.Contains(msg, "s3cret") || !strings.Contains(msg, "/hook") {
-				t.Errorf("error %q: want the receiver's host and path, nothing of its query or credentials", msg)
+			if strings.Contains(msg, "s3cret") || !strings.Contains(msg, host[name == "unreachable"]) {
+				t.Errorf("error %q: want the receiver's scheme and host, nothing of its path, query or credentials", msg)
+			}
+			if got := p.Destination(outbox.Message{}); got != host[name == "unreachable"] {
+				t.Errorf("Destination() = %q, want %q", got, host[name == "unreachable"])
 			}
 		})
 	}
