@@ -164,10 +164,10 @@ func checkFile(option, path string) error {
 }
 
 // Redact is publishURL fit for a log line or an error message: every
-// host's credentials are hidden, and so are the values of query keys that
-// are not this package's options (a webhook receiver may take a token in
-// its query). It hides too much rather than too little: anything before
-// the last @ of a host, even in a path.
+// host's credentials are hidden, and so are a webhook URL's path and the
+// values of query keys that are not this package's options (a webhook
+// receiver may take its token in either). It hides too much rather than
+// too little: anything before the last @ of a host, even in a path.
 func Redact(publishURL string) string {
 	hosts, query, hasQuery := strings.Cut(publishURL, "?")
 	parts := strings.Split(hosts, ",")
@@ -178,7 +178,13 @@ func Redact(publishURL string) string {
 		} else {
 			scheme += "://"
 		}
-		parts[i] = scheme + redactHost(rest)
+		rest = redactHost(rest)
+		if s := strings.ToLower(scheme); s == "http://" || s == "https://" {
+			if host, path, ok := strings.Cut(rest, "/"); ok && path != "" {
+				rest = host + "/…"
+			}
+		}
+		parts[i] = scheme + rest
 	}
 	out := strings.Join(parts, ",")
 	if !hasQuery {
