@@ -57,7 +57,6 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 	}
 	queue := make(chan transfer, 4096)
 	go func() {
-		var batch pgx.Batch
 		var taken []transfer
 		for t := range queue {
 			taken = append(taken[:0], t)
@@ -70,7 +69,7 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 					break fill
 				}
 			}
-			batch = pgx.Batch{}
+			var batch pgx.Batch
 			batch.Queue("BEGIN")
 			for _, t := range taken {
 				batch.Queue("transfer", t.k, t.a, t.b)
