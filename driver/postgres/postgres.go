@@ -8,10 +8,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -66,9 +68,10 @@ const defaultMaxConns = 16
 
 // Driver is the PostgreSQL implementation of driver.Driver.
 type Driver struct {
-	pool        *pgxpool.Pool
-	lockTimeout time.Duration
-	migrations  []driver.Migration
+	pool          *pgxpool.Pool
+	lockTimeout   time.Duration
+	migrations    []driver.Migration
+	migrateBudget time.Duration // migrationLockBudget; shorter in tests
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -106,7 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms}, nil
+	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms, migrateBudget: migrationLockBudget}, nil
 }
 
 // Pool is the underlying pgx pool, for users who begin their own
@@ -199,6 +202,18 @@ func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, 
 // migration commits with its record in one transaction, except those marked
 // idem:no-transaction, whose statements run alone (CREATE INDEX
 // CONCURRENTLY) before the record is written.
+//
+// Serving processes keep writing while a migration runs (a rolling
+// upgrade), so a migration yields to them: each of its lock waits is short
+// (migrationLockWait, and under half the server's deadlock_timeout), and a
+// migration whose wait runs out, or that deadlocks with a request, is
+// rolled back and tried again a moment later, for up to
+// migrationLockBudget. A request queues behind a migration's lock request
+// for that short wait at most, and in a deadlock between the two it is the
+// migration that gives up: its wait ends before the database looks for
+// deadlocks, as long as it asks for its next lock soon after taking the
+// previous one (a migration on busy tables takes them all in its first
+// statement, LOCK TABLE, in one order).
 func (d *Driver) Migrate(ctx context.Context) error {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
@@ -225,15 +240,32 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if st.TooNew() {
 		return fmt.Errorf("postgres: %w", st.Err())
 	}
-	for _, m := range driver.PendingOf(d.migrations, st) {
-		if err := applyMigration(ctx, conn, m); err != nil {
+	pending := driver.PendingOf(d.migrations, st)
+	if len(pending) == 0 {
+		return nil
+	}
+	var deadlockMS int64
+	if err := conn.QueryRow(ctx, sqlDeadlockTimeout).Scan(&deadlockMS); err != nil {
+		return fmt.Errorf("postgres: read deadlock_timeout: %w", mapErr(err))
+	}
+	wait := min(migrationLockWait, time.Duration(deadlockMS)*time.Millisecond/2)
+	for _, m := range pending {
+		if err := d.applyMigration(ctx, conn, m, wait); err != nil {
 			return fmt.Errorf("postgres: migration %d_%s: %w", m.Version, m.Name, mapErr(err))
 		}
 	}
 	return nil
 }
 
-func applyMigration(ctx context.Context, conn *pgxpool.Conn, m driver.Migration) error {
+const (
+	// migrationLockWait bounds each lock wait of a migration (see Migrate).
+	migrationLockWait = 200 * time.Millisecond
+	// migrationLockBudget is how long a migration is tried again while
+	// requests hold the locks it needs.
+	migrationLockBudget = time.Minute
+)
+
+func (d *Driver) applyMigration(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait time.Duration) error {
 	if m.NoTransaction {
 		for _, stmt := range m.Statements() {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
@@ -243,18 +275,50 @@ func applyMigration(ctx context.Context, conn *pgxpool.Conn, m driver.Migration)
 		_, err := conn.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom)
 		return err
 	}
+	start := time.Now()
+	pause := 25 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := applyInTx(ctx, conn, m, wait)
+		if err == nil || !lockLost(err) {
+			return err
+		}
+		if time.Since(start) > d.migrateBudget {
+			return fmt.Errorf("requests held the locks it needs through %d attempts over %s, each waiting %s at most; try again when the tables are less busy: %w",
+				attempt, time.Since(start).Round(time.Second), wait, err)
+		}
+		// Jittered, so that two migrators never meet in step.
+		select {
+		case <-time.After(pause/2 + rand.N(pause/2)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// applyInTx runs a migration and writes its record in one transaction whose
+// lock waits end after wait.
+func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait time.Duration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.Exec(ctx, m.SQL); err != nil {
+	setWait := fmt.Sprintf("SET LOCAL lock_timeout = %d;\n", max(wait.Milliseconds(), 1))
+	if _, err := tx.Exec(ctx, setWait+m.SQL); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// lockLost reports an attempt that ended waiting for a lock: its wait ran
+// out, or the database broke a deadlock by ending it.
+func lockLost(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == codeLockNotAvailable || pgErr.Code == codeDeadlockDetected)
 }
 
 // PendingMigrations lists the embedded migrations the database lacks.
@@ -301,6 +365,7 @@ ALTER TABLE idem_migrations ADD COLUMN IF NOT EXISTS compatible_from integer`
 SELECT coalesce(max(version), 0), coalesce(max(coalesce((to_jsonb(m) ->> 'compatible_from')::int, version)), 0)
   FROM idem_migrations m`
 	sqlMigrationInsert = `INSERT INTO idem_migrations (version, name, compatible_from) VALUES ($1, $2, $3)`
+	sqlDeadlockTimeout = `SELECT setting::bigint FROM pg_settings WHERE name = 'deadlock_timeout'`
 )
 
 // PoolStats reads the pgx pool's counters.

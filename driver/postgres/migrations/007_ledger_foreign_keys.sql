@@ -23,6 +23,12 @@
 --
 -- A binary of migration 6 writes in the same order under the same locks,
 -- and never deletes or renames an account, so it keeps serving here.
+--
+-- Serving processes write to these tables while this runs: every lock the
+-- migration needs is taken at once, first, so that its wait for them is
+-- the only one (the migrator bounds it and tries again rather than hold up
+-- or deadlock a request that holds one of them).
+LOCK TABLE ledger_transfers, ledger_accounts, ledger_entries IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE ledger_transfers DROP CONSTRAINT ledger_transfers_tenant_debit_account_id_fkey;
 ALTER TABLE ledger_transfers DROP CONSTRAINT ledger_transfers_tenant_credit_account_id_fkey;
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_tenant_account_id_fkey;
