@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,70 @@ func TestMigrationGivesUpOnBusyTables(t *testing.T) {
 	if err := d.Migrate(ctx); err != nil {
 		t.Fatalf("migrate once the request ended: %v", err)
 	}
+}
+
+// lockFirstFrom is the first migration written under the rule that
+// TestMigrationsLockFirst checks; older ones ran before it existed.
+const lockFirstFrom = 7
+
+// Every migration that changes tables requests write to takes their locks
+// in its first statement, so that its bounded wait for them is its only
+// one (Migrate): a LOCK TABLE that names each table an ALTER TABLE, a
+// trigger or an index of the migration changes, other than the tables the
+// migration creates.
+func TestMigrationsLockFirst(t *testing.T) {
+	t.Parallel()
+	ms, err := driver.LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := regexp.MustCompile(`(?is)^(?:ALTER TABLE (?:IF EXISTS )?(?:ONLY )?(\w+)|` +
+		`CREATE (?:OR REPLACE )?(?:CONSTRAINT )?TRIGGER .*? ON (\w+)|DROP TRIGGER (?:IF EXISTS )?\w+ ON (\w+)|` +
+		`CREATE (?:UNIQUE )?INDEX (?:IF NOT EXISTS )?\w+ ON (?:ONLY )?(\w+))`)
+	creates := regexp.MustCompile(`(?is)^CREATE TABLE (?:IF NOT EXISTS )?(\w+)`)
+	locks := regexp.MustCompile(`(?is)^LOCK (?:TABLE )?(.+?) IN ACCESS EXCLUSIVE MODE;$`)
+	for _, m := range ms {
+		if m.Version < lockFirstFrom || m.NoTransaction {
+			continue
+		}
+		var stmts []string
+		for _, s := range m.Statements() {
+			stmts = append(stmts, withoutComments(s))
+		}
+		created, changed := map[string]bool{}, map[string]bool{}
+		for _, s := range stmts {
+			if c := creates.FindStringSubmatch(s); c != nil {
+				created[strings.ToLower(c[1])] = true
+			}
+			if c := changes.FindStringSubmatch(s); c != nil {
+				if name := strings.ToLower(c[1] + c[2] + c[3] + c[4]); !created[name] {
+					changed[name] = true
+				}
+			}
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		locked := map[string]bool{}
+		if l := locks.FindStringSubmatch(stmts[0]); l != nil {
+			for _, name := range strings.Split(l[1], ",") {
+				locked[strings.ToLower(strings.TrimSpace(name))] = true
+			}
+		}
+		for name := range changed {
+			if !locked[name] {
+				t.Errorf("migration %d_%s changes %s but does not lock it first: begin it with LOCK TABLE naming every table it changes, IN ACCESS EXCLUSIVE MODE (docs/operations.md, \"Writing a migration\")", m.Version, m.Name, name)
+			}
+		}
+	}
+}
+
+func withoutComments(stmt string) string {
+	var keep []string
+	for _, line := range strings.Split(stmt, "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "--") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
