@@ -27,8 +27,10 @@
 -- Serving processes write to these tables while this runs: every lock the
 -- migration needs is taken at once, first, so that its wait for them is
 -- the only one (the migrator bounds it and tries again rather than hold up
--- or deadlock a request that holds one of them).
-LOCK TABLE ledger_transfers, ledger_accounts, ledger_entries IN ACCESS EXCLUSIVE MODE;
+-- or deadlock a request that holds one of them), and in the order a
+-- transfer takes them, accounts before transfers, so that the requests in
+-- flight finish rather than wait for it.
+LOCK TABLE ledger_accounts, ledger_transfers, ledger_entries IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE ledger_transfers DROP CONSTRAINT ledger_transfers_tenant_debit_account_id_fkey;
 ALTER TABLE ledger_transfers DROP CONSTRAINT ledger_transfers_tenant_credit_account_id_fkey;
 ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_tenant_account_id_fkey;
