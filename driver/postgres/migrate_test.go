@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem/driver"
 )
 
@@ -74,27 +76,9 @@ func TestMigrationWithoutTransaction(t *testing.T) {
 func TestMigrationYieldsToRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t)
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.pool.Exec(ctx, `CREATE TABLE u (id int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	latest := len(d.migrations)
-	d.migrations = append(d.migrations, driver.Migration{
-		Version: latest + 1, Name: "u_note", CompatibleFrom: latest,
-		SQL: "LOCK TABLE t IN ACCESS EXCLUSIVE MODE;\nSELECT pg_sleep(0.3);\nALTER TABLE u ADD COLUMN note text;\n",
-	})
-
-	req, err := d.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer req.Rollback(ctx) //nolint:errcheck
-	if _, err := req.Exec(ctx, `SELECT count(*) FROM u`); err != nil {
-		t.Fatal(err)
-	}
+	d, version := withMigration(t, "CREATE TABLE u (id int PRIMARY KEY)",
+		"LOCK TABLE t IN ACCESS EXCLUSIVE MODE;\nSELECT pg_sleep(0.3);\nALTER TABLE u ADD COLUMN note text;\n")
+	req := holding(t, d, `SELECT count(*) FROM u`)
 	migrated := make(chan error, 1)
 	go func() { migrated <- d.Migrate(ctx) }()
 	for {
@@ -105,7 +89,11 @@ func TestMigrationYieldsToRequests(t *testing.T) {
 		if held {
 			break
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case err := <-migrated:
+			t.Fatalf("migrate ended before it took t: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 	if _, err := req.Exec(ctx, `SELECT count(*) FROM t`); err != nil {
 		t.Fatalf("the request lost to the migration: %v", err)
@@ -121,7 +109,7 @@ func TestMigrationYieldsToRequests(t *testing.T) {
 		t.Fatalf("column u.note: %v, %v", note, err)
 	}
 	st, err := d.MigrationStatus(ctx)
-	if err != nil || st.Applied != latest+1 {
+	if err != nil || st.Applied != version {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 }
@@ -131,25 +119,10 @@ func TestMigrationYieldsToRequests(t *testing.T) {
 func TestMigrationGivesUpOnBusyTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t)
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d, version := withMigration(t, "", "ALTER TABLE t ADD COLUMN note text;")
 	d.migrateBudget = 500 * time.Millisecond
-	latest := len(d.migrations)
-	d.migrations = append(d.migrations, driver.Migration{
-		Version: latest + 1, Name: "t_note", CompatibleFrom: latest,
-		SQL: "ALTER TABLE t ADD COLUMN note text;",
-	})
-	req, err := d.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer req.Rollback(ctx) //nolint:errcheck
-	if _, err := req.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	err = d.Migrate(ctx)
+	req := holding(t, d, `INSERT INTO t VALUES (1)`)
+	err := d.Migrate(ctx)
 	if err == nil || !errors.Is(err, driver.ErrLockTimeout) || !strings.Contains(err.Error(), "attempts") {
 		t.Fatalf("migrate on a table a request holds: %v", err)
 	}
@@ -163,12 +136,48 @@ func TestMigrationGivesUpOnBusyTables(t *testing.T) {
 		t.Fatalf("%d rows in t, want the request's 2", n)
 	}
 	st, err := d.MigrationStatus(ctx)
-	if err != nil || st.Applied != latest {
+	if err != nil || st.Applied != version-1 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 	if err := d.Migrate(ctx); err != nil {
 		t.Fatalf("migrate once the request ended: %v", err)
 	}
+}
+
+// withMigration opens a migrated driver (with table t), runs setup on it
+// when not empty, and gives it one more migration to apply, of sql, whose
+// version it returns.
+func withMigration(t *testing.T, setup, sql string) (*Driver, int) {
+	t.Helper()
+	ctx := context.Background()
+	d := open(t)
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if setup != "" {
+		if _, err := d.pool.Exec(ctx, setup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := len(d.migrations) + 1
+	d.migrations = append(d.migrations, driver.Migration{Version: v, Name: "test", CompatibleFrom: v - 1, SQL: sql})
+	return d, v
+}
+
+// holding begins a transaction that stands for a request, runs stmt in it
+// and leaves it open: the locks stmt took stay held until the test ends it.
+func holding(t *testing.T, d *Driver, stmt string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // lockFirstFrom is the first migration written under the rule that
