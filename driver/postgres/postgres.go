@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -317,8 +316,8 @@ func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait
 // lockLost reports an attempt that ended waiting for a lock: its wait ran
 // out, or the database broke a deadlock by ending it.
 func lockLost(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == codeLockNotAvailable || pgErr.Code == codeDeadlockDetected)
+	err = mapErr(err)
+	return errors.Is(err, driver.ErrLockTimeout) || errors.Is(err, driver.ErrSerialization)
 }
 
 // PendingMigrations lists the embedded migrations the database lacks.
