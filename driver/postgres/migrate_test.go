@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -122,9 +123,17 @@ func TestMigrationGivesUpOnBusyTables(t *testing.T) {
 	d, version := withMigration(t, "", "ALTER TABLE t ADD COLUMN note text;")
 	d.migrateBudget = 500 * time.Millisecond
 	req := holding(t, d, `INSERT INTO t VALUES (1)`)
+	var pid int32
+	if err := req.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
 	err := d.Migrate(ctx)
 	if err == nil || !errors.Is(err, driver.ErrLockTimeout) || !strings.Contains(err.Error(), "attempts") {
 		t.Fatalf("migrate on a table a request holds: %v", err)
+	}
+	// The operator is told who holds the table, to end that session.
+	if holder := fmt.Sprintf("pid %d (", pid); !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), "idle in transaction") || !strings.Contains(err.Error(), ") on t") {
+		t.Fatalf("the error does not name the request's session (%s…, idle in transaction, on t): %v", holder, err)
 	}
 	if _, err := req.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
 		t.Fatal(err)

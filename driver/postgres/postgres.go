@@ -282,8 +282,8 @@ func (d *Driver) applyMigration(ctx context.Context, conn *pgxpool.Conn, m drive
 			return err
 		}
 		if time.Since(start) > d.migrateBudget {
-			return fmt.Errorf("requests held the locks it needs through %d attempts over %s, each waiting %s at most; try again when the tables are less busy: %w",
-				attempt, time.Since(start).Round(time.Second), wait, err)
+			return fmt.Errorf("requests held the locks it needs through %d attempts over %s, each waiting %s at most; try again when the tables are less busy%s: %w",
+				attempt, time.Since(start).Round(time.Second), wait, lockHolders(ctx, conn), err)
 		}
 		// Jittered, so that two migrators never meet in step.
 		select {
@@ -311,6 +311,44 @@ func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// lockHolders names, for an operator whose migration gave up, the sessions
+// that hold locks on the schema's tables now, the longest-open first: a
+// transaction left open (a console idle in transaction, a long report) is
+// what usually keeps a migration out, and its pid is what ends it. It is
+// best effort: a failed read names nobody.
+func lockHolders(ctx context.Context, conn *pgxpool.Conn) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, sqlLockHolders)
+	if err != nil {
+		return ""
+	}
+	var (
+		held  []string
+		total int
+	)
+	for rows.Next() {
+		var (
+			pid        int32
+			app, state string
+			open       float64
+			tables     string
+		)
+		if err := rows.Scan(&pid, &app, &state, &open, &tables, &total); err != nil {
+			return ""
+		}
+		held = append(held, fmt.Sprintf("pid %d (%s, %s, its transaction open %s) on %s", pid, app, state, time.Duration(open*float64(time.Second)).Round(time.Millisecond), tables))
+	}
+	if rows.Err() != nil || len(held) == 0 {
+		return ""
+	}
+	more := ""
+	if total > len(held) {
+		more = fmt.Sprintf(", and %d more", total-len(held))
+	}
+	return "; holding locks on its tables now: " + strings.Join(held, "; ") + more
 }
 
 // lockLost reports an attempt that ended waiting for a lock: its wait ran
@@ -365,6 +403,23 @@ SELECT coalesce(max(version), 0), coalesce(max(coalesce((to_jsonb(m) ->> 'compat
   FROM idem_migrations m`
 	sqlMigrationInsert = `INSERT INTO idem_migrations (version, name, compatible_from) VALUES ($1, $2, $3)`
 	sqlDeadlockTimeout = `SELECT setting::bigint FROM pg_settings WHERE name = 'deadlock_timeout'`
+	// The three longest-open sessions holding a lock on a table of the
+	// current schema, and how many hold one. A role without
+	// pg_read_all_stats sees other roles' sessions without their state.
+	sqlLockHolders = `
+SELECT a.pid, coalesce(nullif(a.application_name, ''), 'no application name'),
+       coalesce(a.state, 'state not visible'),
+       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8,
+       string_agg(DISTINCT c.relname, ', ' ORDER BY c.relname),
+       count(*) OVER ()::int
+  FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.granted AND l.pid <> pg_backend_pid() AND c.relkind IN ('r', 'p')
+   AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
+ GROUP BY a.pid, a.application_name, a.state, a.xact_start
+ ORDER BY a.xact_start NULLS LAST
+ LIMIT 3`
 )
 
 // PoolStats reads the pgx pool's counters.
