@@ -88,16 +88,6 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 
 // Presentation helpers of the story, events and outbox pages.
 
-// shortID abbreviates a long id for a table cell: the first 8 and last 4
-// characters. The page keeps the whole id in the element's title and in
-// the text the copy button copies.
-func shortID(id string) string {
-	if len(id) <= 16 {
-		return id
-	}
-	return id[:8] + "…" + id[len(id)-4:]
-}
-
 // utcWithHint shows a time in UTC, as everywhere in idem, with how long
 // ago (or ahead) it is.
 func utcWithHint(now, t time.Time) template.HTML {
@@ -147,7 +137,6 @@ func humanDuration(d time.Duration) string {
 // storyFuncs are the template functions of the story, events and outbox
 // pages.
 var storyFuncs = template.FuncMap{
-	"shortID":     shortID,
 	"copyButton":  CopyButton,
 	"utcWithHint": utcWithHint,
 	"duration":    humanDuration,
