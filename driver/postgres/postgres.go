@@ -325,6 +325,7 @@ func lockHolders(ctx context.Context, conn *pgxpool.Conn) string {
 	if err != nil {
 		return ""
 	}
+	defer rows.Close()
 	var (
 		held  []string
 		total int
