@@ -340,7 +340,13 @@ func lockHolders(ctx context.Context, conn *pgxpool.Conn) string {
 		if err := rows.Scan(&pid, &app, &state, &open, &tables, &total); err != nil {
 			return ""
 		}
-		held = append(held, fmt.Sprintf("pid %d (%s, %s, its transaction open %s) on %s", pid, app, state, time.Duration(open*float64(time.Second)).Round(time.Millisecond), tables))
+		age := time.Duration(open * float64(time.Second))
+		if age >= 10*time.Second {
+			age = age.Round(time.Second)
+		} else {
+			age = age.Round(time.Millisecond)
+		}
+		held = append(held, fmt.Sprintf("pid %d (%s, %s, its transaction open %s) on %s", pid, app, state, age, tables))
 	}
 	if rows.Err() != nil || len(held) == 0 {
 		return ""
