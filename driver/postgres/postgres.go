@@ -315,7 +315,7 @@ func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait
 
 // lockHolders names, for an operator whose migration gave up, the sessions
 // that hold locks on the schema's tables now, the longest-open first: a
-// transaction left open (a console idle in transaction, a long report) is
+// transaction left open (a psql session idle in transaction, a report) is
 // what usually keeps a migration out, and its pid is what ends it. It is
 // best effort: a failed read names nobody.
 func lockHolders(ctx context.Context, conn *pgxpool.Conn) string {
