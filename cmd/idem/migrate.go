@@ -55,6 +55,24 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return nil
 	}
+	// Say what is about to run: on PostgreSQL a migration on busy tables
+	// waits up to a minute for requests to let go of them, and a command
+	// silent for that long looks hung.
+	pending, err := d.PendingMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	if n := len(pending); n > 0 {
+		names := fmt.Sprintf("%03d_%s", pending[0].Version, pending[0].Name)
+		if n > 1 {
+			names += fmt.Sprintf(" … %03d_%s", pending[n-1].Version, pending[n-1].Name)
+		}
+		wait := ""
+		if d.Dialect() == "postgres" {
+			wait = "; each waits up to a minute for requests to free its tables"
+		}
+		fmt.Fprintf(stderr, "applying %d pending migration(s) to %s (%s)%s\n", n, d.Dialect(), names, wait)
+	}
 	if err := d.Migrate(ctx); err != nil {
 		return err
 	}

@@ -112,6 +112,10 @@ func TestMigrateReviewAndMigrateOff(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "migrated") {
 			t.Fatalf("migrate: %v\n%s", err, out)
 		}
+		// Before it applies anything, it says what it is about to apply.
+		if !regexp.MustCompile(`applying \d+ pending migration\(s\) to \w+ \(001_keeper … \d{3}_\w+\)`).Match(out) {
+			t.Fatalf("migrate does not name what it applies:\n%s", out)
+		}
 		out, err = exec.Command(binary(t), "migrate", "--db", db, "--dry-run").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), ": 0 pending") {
 			t.Fatalf("dry run after migrate: %v\n%s", err, out)
