@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/cli"
 	"github.com/idemhq/idem/internal/storage"
 )
@@ -40,15 +41,15 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if *print {
 			for _, m := range pending {
-				fmt.Fprintf(stdout, "-- migration %03d_%s (%s; compatible from %d)\n%s\n",
-					m.Version, m.Name, txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom, strings.TrimRight(m.SQL, "\n"))
+				fmt.Fprintf(stdout, "-- migration %s (%s; compatible from %d)\n%s\n",
+					fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom, strings.TrimRight(m.SQL, "\n"))
 			}
 			return nil
 		}
 		fmt.Fprintf(stdout, "%s at version %d of %d: %d pending\n", d.Dialect(), st.Applied, st.Latest, len(pending))
 		for _, m := range pending {
-			fmt.Fprintf(stdout, "  %03d_%s (%s; binaries of migration %d or later run on it)\n",
-				m.Version, m.Name, txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom)
+			fmt.Fprintf(stdout, "  %s (%s; binaries of migration %d or later run on it)\n",
+				fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom)
 		}
 		if st.TooNew() {
 			return st.Err()
@@ -63,9 +64,9 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if n := len(pending); n > 0 {
-		names := fmt.Sprintf("%03d_%s", pending[0].Version, pending[0].Name)
+		names := fileName(pending[0])
 		if n > 1 {
-			names += fmt.Sprintf(" … %03d_%s", pending[n-1].Version, pending[n-1].Name)
+			names += " … " + fileName(pending[n-1])
 		}
 		wait := ""
 		if d.Dialect() == "postgres" {
@@ -82,6 +83,11 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "migrated %s: version %d of %d\n", d.Dialect(), st.Applied, st.Latest)
 	return nil
+}
+
+// fileName is a migration as its file is named: 007_ledger_foreign_keys.
+func fileName(m driver.Migration) string {
+	return fmt.Sprintf("%03d_%s", m.Version, m.Name)
 }
 
 func txMode(noTx bool, dialect string) string {
