@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -104,6 +105,17 @@ DELETE FROM idem_outbox WHERE id IN (
   SELECT id FROM idem_outbox WHERE sent_at < $1 LIMIT $2)`
 
 const sqlOutboxDeleteHolds = `DELETE FROM idem_outbox_holds WHERE NOT dead AND until < $1`
+
+// The figures come from the pending and dead partial indexes, whatever the
+// statistics say: sqlOutboxStatsPlan rules out the other ways first, for
+// the statement's transaction (on the Reader, the implicit one its
+// pipeline runs in). Statistics taken during a backlog still count it
+// after the relay has drained it, and planned from them, the oldest
+// unsent row was looked for through the block-range index on sent_at: a
+// range that ever held an unsent row matches IS NULL for good, so that read
+// every block of the table (63 ms for 177,000 rows, every five seconds,
+// growing with retention).
+const sqlOutboxStatsPlan = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 const sqlOutboxStats = `
 SELECT (SELECT count(*) FROM idem_outbox WHERE sent_at IS NULL AND dead_at IS NULL),
@@ -250,7 +262,15 @@ func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.O
 func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
 	var s driver.OutboxStats
 	var oldest *time.Time
-	if err := tx.QueryRow(ctx, sqlOutboxStats).Scan(&s.Unsent, &oldest, &s.Dead); err != nil {
+	err := pipeline(ctx, tx,
+		step{sql: sqlOutboxStatsPlan, read: func(driver.Rows) error { return nil }},
+		step{sql: sqlOutboxStats, read: func(rows driver.Rows) error {
+			if !rows.Next() {
+				return fmt.Errorf("postgres: outbox stats: no row")
+			}
+			return rows.Scan(&s.Unsent, &oldest, &s.Dead)
+		}})
+	if err != nil {
 		return nil, err
 	}
 	if oldest != nil {
