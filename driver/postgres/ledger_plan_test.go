@@ -221,3 +221,21 @@ func migratedConn(t *testing.T) *pgxpool.Conn {
 	t.Cleanup(conn.Release)
 	return conn
 }
+
+// migratedSchema returns a new schema with every migration applied, for a
+// test that opens its drivers on it with settings of its own (migrating
+// takes two connections).
+func migratedSchema(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	schema := testpg.Schema(t)
+	m, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return schema
+}

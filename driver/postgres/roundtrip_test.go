@@ -66,16 +66,7 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 func TestBatchRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testpg.Schema(t)
-	m, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: schema, MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = m.Migrate(ctx)
-	m.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	schema := migratedSchema(t)
 	d, counter := countedDriver(t, func(pcfg *pgxpool.Config) {
 		pcfg.MaxConns = 1 // one connection, so its statement cache is warm on the second run
 		pcfg.ConnConfig.RuntimeParams["search_path"] = schema
