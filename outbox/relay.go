@@ -63,9 +63,9 @@ type RelayConfig struct {
 	// Retention is how long published rows stay (GET /v1/events shows
 	// them). Default 168h (7 days); bound 1m..8760h.
 	Retention time.Duration
-	// RetentionBatch bounds the rows one retention pass deletes per
-	// statement; a pass runs at most 10 statements. Default 1000; bound
-	// 1..100000.
+	// RetentionBatch bounds the rows one retention statement deletes; a
+	// pass, once a minute, runs statements until one deletes fewer, beside
+	// the publishing. Default 1000; bound 1..100000.
 	RetentionBatch int
 	// Registerer receives the relay's metrics. Default none.
 	Registerer prometheus.Registerer
@@ -172,7 +172,6 @@ type Relay struct {
 	shards     []int
 	leaseAt    time.Time
 	statsAt    time.Time
-	retainAt   time.Time
 	outageWait time.Duration
 }
 
@@ -205,6 +204,16 @@ func (r *Relay) Notify() {
 // fault it cannot outlive; database and broker outages are retried.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.releaseAll()
+	retention, stopRetention := context.WithCancel(ctx)
+	retained := make(chan struct{})
+	go func() {
+		defer close(retained)
+		r.runRetention(retention)
+	}()
+	defer func() {
+		stopRetention()
+		<-retained
+	}()
 	idle := time.NewTimer(0)
 	defer idle.Stop()
 	for {
@@ -223,10 +232,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		if !now.Before(r.statsAt) {
 			r.refreshStats(ctx)
 			r.statsAt = now.Add(5 * time.Second)
-		}
-		if !now.Before(r.retainAt) {
-			r.retain(ctx, now)
-			r.retainAt = now.Add(time.Minute)
 		}
 		n, err := r.cycle(ctx)
 		wait := r.cfg.PollInterval
@@ -741,11 +746,41 @@ func (r *Relay) refreshStats(ctx context.Context) {
 	r.metrics.stats.set(r.cfg.Owner, float64(s.Unsent), age, float64(s.Dead))
 }
 
-// retain deletes published rows older than Retention, in bounded batches.
+// runRetention runs a retention pass once a minute (by RelayConfig.Clock)
+// until ctx ends, in a goroutine of its own. A pass deletes what a minute of
+// publishing marked, which at thousands of messages a second is seconds of
+// statements: the publishing must not wait for them, and a pass bounded to
+// fewer would let the outbox grow (ten statements of 1,000 rows a minute
+// keep up with 167 messages a second, no more).
+func (r *Relay) runRetention(ctx context.Context) {
+	tick := time.NewTicker(min(r.cfg.PollInterval, time.Second))
+	defer tick.Stop()
+	var next time.Time
+	for {
+		if now := r.cfg.Clock(); !now.Before(next) {
+			r.retain(ctx, now)
+			next = now.Add(time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// retain deletes published rows older than Retention, RetentionBatch at a
+// time, until a statement deletes fewer.
 func (r *Relay) retain(ctx context.Context, now time.Time) {
-	for range 10 {
+	for {
 		n, err := r.deleteSent(ctx, now)
-		if err != nil || n < r.cfg.RetentionBatch {
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("outbox relay: retention", "err", err)
+			}
+			return
+		}
+		if n < r.cfg.RetentionBatch {
 			return
 		}
 	}
