@@ -212,8 +212,7 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 	var steps []step
 	if len(p.TransferKeys) > 0 {
 		tenants, ids := keyArrays(p.TransferKeys)
-		steps = append(steps, step{sql: sqlLedgerLockTransfers, args: []any{tenants, ids},
-			read: func(driver.Rows) error { return nil }})
+		steps = append(steps, unread(sqlLedgerLockTransfers, tenants, ids))
 	}
 	tenants, ids := keyArrays(p.AccountKeys)
 	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},

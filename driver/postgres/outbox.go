@@ -263,7 +263,7 @@ func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxS
 	var s driver.OutboxStats
 	var oldest *time.Time
 	err := pipeline(ctx, tx,
-		step{sql: sqlOutboxStatsPlan, read: func(driver.Rows) error { return nil }},
+		unread(sqlOutboxStatsPlan),
 		step{sql: sqlOutboxStats, read: func(rows driver.Rows) error {
 			if !rows.Next() {
 				return fmt.Errorf("postgres: outbox stats: no row")

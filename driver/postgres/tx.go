@@ -257,6 +257,11 @@ type step struct {
 	read func(driver.Rows) error
 }
 
+// unread is a step whose rows nobody reads: a lock taken, a setting made.
+func unread(sql string, args ...any) step {
+	return step{sql: sql, args: args, read: func(driver.Rows) error { return nil }}
+}
+
 // pipeline runs steps in order in tx and gives each its rows: in one round
 // trip when tx is this driver's (with the statements an ownedTx holds
 // queued), else one statement at a time. A step's error ends it.
