@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -117,20 +118,28 @@ func readPlan(t *testing.T, rows pgx.Rows) string {
 }
 
 // A keeper batch plans its statements once per connection (generic
-// plans, driver.BeginOptions.GenericPlans), blind to the arrays' length:
-// each must still find its keys through the primary key, however many
-// records the table holds.
+// plans, driver.BeginOptions.GenericPlans), blind to the arrays' length,
+// and so does the reader's batch of reads: each must still find its keys
+// through the primary key, however many records the table holds. The read
+// is checked on a thousand keys too, where a plain join read the whole
+// table into a hash.
 func TestKeyBatchPlansUseTheKey(t *testing.T) {
 	t.Parallel()
 	conn := migratedConn(t)
-	seed(t, conn, `INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+	insert := func(n int) string {
+		return fmt.Sprintf(`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
 		 SELECT 'default', 'POST /v1/transfers', 'k-' || i, '\x00', 201, now(), now() + interval '1 day'
-		   FROM generate_series(1, 20000) i`, `ANALYZE idem_keys`)
+		   FROM generate_series(1, %d) i ON CONFLICT DO NOTHING`, n)
+	}
 	const keys = `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{k-7,k-9}'`
+	read := planCase{"read", sqlKeyGetBatch, keys}
+	seed(t, conn, insert(1000), `ANALYZE idem_keys`)
+	genericPlan(t, conn, "idem_keys", planCase{"read, 1,000 keys", read.sql, read.args})
+	seed(t, conn, insert(20000), `ANALYZE idem_keys`)
 	for _, c := range []planCase{
 		{"claim", sqlKeyClaimBatch, `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{new-1,new-2}',
 			'{"\\x01","\\x02"}', now(), now() + interval '1 day'`},
-		{"read", sqlKeyGetBatch, keys},
+		read,
 		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}'`},
 		{"release", sqlKeyReleaseBatch, keys},
 	} {
