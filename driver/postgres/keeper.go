@@ -238,10 +238,10 @@ func (d *Driver) BatchesReads() bool { return true }
 // keyGetArraysFrom is the number of keys from which KeyGetBatch reads them
 // in one statement over arrays, under a generic plan. Measured on the fast
 // path's reads (four callers, a table of 175,000 keys), against a statement
-// a key: at six keys it cost PostgreSQL 20% less CPU a read and idem 21%
-// less; at eight, 33% and 37%; at sixteen, 31% and 42%; at four, about as
-// much. Planned anew each time instead, it cost PostgreSQL 1.6–2.6 times
-// as much.
+// a key: at six keys it cost PostgreSQL 18% less CPU a read and idem 19%
+// less; at eight, 30% and 32%; at sixteen, 33% and 43%; at four, about as
+// much (docs/benchmarks.md, "Reads over arrays"). Planned anew each time
+// instead, it cost PostgreSQL 1.5–2.5 times as much.
 const keyGetArraysFrom = 6
 
 // KeyGetBatch reads keys in one round trip. On the reader, from
