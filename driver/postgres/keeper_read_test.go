@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/internal/testpg"
 )
 
 // KeyGetBatch on the reader reads from keyGetArraysFrom keys on in one
@@ -19,11 +18,7 @@ import (
 func TestKeyGetBatchOnTheReader(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: migratedSchema(t), MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := oneConnDriver(t)
 	if _, err := d.pool.Exec(ctx, `INSERT INTO idem_keys (scope, operation, key, fingerprint, status, body, created_at, expires_at)
 		SELECT 's', 'op', 'k' || i, '\x00', 200 + i, convert_to('body ' || i, 'UTF8'), now(), now() + interval '1 day'
 		  FROM generate_series(1, 9) i`); err != nil {

@@ -248,3 +248,16 @@ func migratedSchema(t *testing.T) string {
 	}
 	return schema
 }
+
+// oneConnDriver opens a driver of one connection on a migrated schema of
+// its own, so that each statement meets whatever settings the ones before
+// it left behind.
+func oneConnDriver(t *testing.T) *Driver {
+	t.Helper()
+	d, err := Open(context.Background(), Config{URL: testpg.URL(t), SearchPath: migratedSchema(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/internal/testpg"
 )
 
 // The relay's writes run under generic plans (driver.BeginOptions.GenericPlans):
@@ -38,13 +37,7 @@ func TestOutboxMarkPlansUseTheID(t *testing.T) {
 func TestOutboxStatsReadThePartialIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// One connection, so that every statement below meets the settings any
-	// earlier one left behind.
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: migratedSchema(t), MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := oneConnDriver(t)
 	for _, sql := range []string{
 		`ALTER TABLE idem_outbox SET (autovacuum_enabled = false)`,
 		`INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, created_at)
