@@ -37,6 +37,8 @@ const (
 	ReadMaxBatch   = readMaxBatch
 	ReadWorthATrip = readWorthATrip
 	ReadMaxTrips   = readMaxTrips
+	ReadWindow     = readWindow
+	ReadWorth      = readWorth
 )
 
 // SetReadHooks makes k call queued with the key of each fast-path read

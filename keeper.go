@@ -288,14 +288,18 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 
 	// Fast path: a completed record is immutable until it expires, so a
 	// plain read answers most duplicates in one round trip, which the
-	// reads of the moment share (read.go). It decides no race: a miss goes
-	// on to the claim, where the constraint decides.
-	rec, err := k.reads.get(ctx, id)
-	switch {
-	case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
-		return replay(req.Key, rec, fp)
-	case err != nil && !errors.Is(err, driver.ErrNotFound):
-		return Result{}, err
+	// reads of the moment share (read.go), while duplicates are common
+	// enough to pay for it. It decides no race: a miss goes on to the
+	// claim, where the constraint decides.
+	if k.reads.first() {
+		rec, err := k.reads.get(ctx, id)
+		switch {
+		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
+			k.reads.note(true)
+			return replay(req.Key, rec, fp)
+		case err != nil && !errors.Is(err, driver.ErrNotFound):
+			return Result{}, err
+		}
 	}
 
 	// One bound for the whole call, in real time (not Config.Clock, the
@@ -362,6 +366,10 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, 
 		close(f.done)
 	}()
 	f.res, f.err = try(ctx, key, fp, lockWait)
+	var reused *ReusedError
+	if f.err == nil || errors.As(f.err, &reused) {
+		k.reads.note(f.res.Replayed || reused != nil)
+	}
 	return f.res, f.err
 }
 

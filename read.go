@@ -9,9 +9,10 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// The fast path's reads, coalesced. Every Do and Batcher.Do begins with a
-// read of its key's record: a replay is answered by it, a first arrival
-// finds nothing and goes on to its claim. Alone, each read is a round trip
+// The fast path's reads, coalesced. Do and Batcher.Do begin with a read of
+// their key's record (while such reads find records often enough, below):
+// a replay is answered by it, a first arrival finds nothing and goes on to
+// its claim. Alone, each read is a round trip
 // of its own, and under load the database's per-statement overhead and
 // the context switches cost more than the reads themselves. So the reads
 // of the moment share a round trip (driver.KeyGetBatch), as a Batcher's
@@ -47,6 +48,47 @@ const (
 	readMaxTrips = 4
 )
 
+// Whether to read at all. The read answers a replay in one round trip, but
+// a first arrival pays for it and still claims its key: without it,
+// first arrivals over HTTP ran 1.13 times as fast at 16 clients and 1.31
+// times at 64 (docs/benchmarks.md, "A read only where it finds
+// something"). A request that does not read is still answered right: its
+// claim finds the committed record and replays it, in its transaction,
+// which costs a replay about 100 µs more of the two processes' CPU than
+// the read. So where a read is a round trip
+// (driver.BatchesReads), each request notes whether its key held a
+// committed record, found by its read or by its claim, and requests read
+// first only while at least one in readWorth of the last readWindow did:
+// replays of a burst of redeliveries, or of retries sent to this process
+// by another, keep their one read; a stream of new work stops paying it.
+const (
+	readWindow = 256
+	readWorth  = 4
+)
+
+// readPolicy decides whether requests read their key before the claim.
+type readPolicy struct {
+	skip  atomic.Bool // the last window's requests found too few records
+	mu    sync.Mutex
+	seen  int // requests noted in this window
+	found int // of them, those whose key held a committed record
+}
+
+// note records whether a request's key held a committed record, and at the
+// end of each window decides for the next.
+func (p *readPolicy) note(found bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen++
+	if found {
+		p.found++
+	}
+	if p.seen == readWindow {
+		p.skip.Store(p.found*readWorth < readWindow)
+		p.seen, p.found = 0, 0
+	}
+}
+
 // reads coalesces the fast path's reads of one keeper. Nothing bounds the
 // queue but the callers: each waits for its own read, as it would wait for
 // a connection of the pool without the queue.
@@ -58,7 +100,20 @@ type reads struct {
 	queue   []*read // oldest first; holds given-up reads until a batch passes them
 	waiting int     // reads in queue still waiting to be taken
 
+	policy readPolicy
+
 	testHooks readHooks
+}
+
+// first reports whether a request is to read its key's record before its
+// claim: always where a read is no round trip, else as the policy says.
+func (s *reads) first() bool { return !s.d.BatchesReads() || !s.policy.skip.Load() }
+
+// note tells the policy whether a request's key held a committed record.
+func (s *reads) note(found bool) {
+	if s.d.BatchesReads() {
+		s.policy.note(found)
+	}
 }
 
 // readHooks let tests see the queue without sleeping; set only by

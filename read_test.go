@@ -392,3 +392,72 @@ func TestKeyGetBatch(t *testing.T) {
 		check("reader after a failed batch", recs, err)
 	})
 }
+
+// Requests read their key before the claim only while enough of them find
+// a record: after a window of first arrivals the next window claims
+// without reading; replays in it are still answered by their claims, with
+// their stored outcomes and no second run of their work; a window in which
+// one request in ReadWorth found a record brings the reads back, and one
+// with fewer stops them again. Each request is sequential, so each read is
+// a lone KeyGet, which gatedReads counts (and it batches reads on both
+// drivers, as PostgreSQL does).
+func TestReadsOnlyWhileTheyFind(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "")
+		k := newKeeper(t, g, idem.Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		reads := func() int {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(g.gets)
+		}
+		first := func(key string) {
+			t.Helper()
+			res, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`))
+			if err != nil || res.Replayed {
+				t.Fatalf("first arrival %s: %+v, %v", key, res, err)
+			}
+		}
+		replay := func(key string) {
+			t.Helper()
+			res, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, `{"again":true}`))
+			if err != nil || !res.Replayed || res.Status != 201 || string(res.Body) != `{"id":"`+key+`"}` {
+				t.Fatalf("replay %s: %+v, %v", key, res, err)
+			}
+		}
+		// window runs a window of requests, the first replays of them
+		// replays of a's keys and the rest first arrivals, and checks how
+		// many of them read first.
+		window := func(name string, replays int, wantReads int) {
+			t.Helper()
+			before, ran := reads(), runs.Load()
+			for i := range idem.ReadWindow {
+				if i < replays {
+					replay(fmt.Sprintf("a-%d", i))
+				} else {
+					first(fmt.Sprintf("%s-%d", name, i))
+				}
+			}
+			if got := reads() - before; got != wantReads {
+				t.Fatalf("window %s: %d reads, want %d", name, got, wantReads)
+			}
+			if got, want := runs.Load()-ran, int64(idem.ReadWindow-replays); got != want {
+				t.Fatalf("window %s: the work ran %d times, want %d", name, got, want)
+			}
+		}
+		w, share := idem.ReadWindow, idem.ReadWindow/idem.ReadWorth
+		window("a", 0, w)       // a new keeper reads first; nothing found
+		window("b", 0, 0)       // so the next window does not read
+		window("c", share, 0)   // its replays are found by their claims
+		window("d", share-1, w) // one in ReadWorth found: reads are back
+		window("e", 0, 0)       // one fewer: they stop again
+		if got, want := countRows(t, d, "biz"), 5*w-2*share+1; got != want {
+			t.Fatalf("biz rows %d, want %d", got, want)
+		}
+		if got, want := countRows(t, d, "idem_keys"), 5*w-2*share+1; got != want {
+			t.Fatalf("idem_keys rows %d, want %d", got, want)
+		}
+	})
+}
