@@ -36,7 +36,11 @@ import (
 // read and 23–30 µs with these rules; never more than one round trip
 // saved a few µs more, but capped Keeper.Do's replays
 // (BenchmarkKeeperReplay) at about 40,000 a second, where these rules keep
-// the 40,000–53,000 of a round trip a read.
+// the 40,000–53,000 of a round trip a read. Once six or more reads went as
+// one statement (driver.KeyGetBatch), larger batches paid more, and two
+// round trips in flight instead of four gave cold replays over HTTP 1.15
+// times the requests a second and BenchmarkKeeperReplay 1.2 times
+// (docs/benchmarks.md, "Reads over arrays").
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32
@@ -45,7 +49,7 @@ const (
 	readWorthATrip = 8
 	// readMaxTrips bounds the round trips in flight, each on a connection
 	// of its own.
-	readMaxTrips = 4
+	readMaxTrips = 2
 )
 
 // Whether to read at all. The read answers a replay in one round trip, but
