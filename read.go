@@ -12,9 +12,9 @@ import (
 // The fast path's reads, coalesced. Do and Batcher.Do begin with a read of
 // their key's record (while such reads find records often enough, below):
 // a replay is answered by it, a first arrival finds nothing and goes on to
-// its claim. Alone, each read is a round trip
-// of its own, and under load the database's per-statement overhead and
-// the context switches cost more than the reads themselves. So the reads
+// its claim. Alone, each read is a round trip of its own, and under load
+// the database's per-statement overhead and the context switches cost more
+// than the reads themselves. So the reads
 // of the moment share a round trip (driver.KeyGetBatch), as a Batcher's
 // first arrivals share a transaction, with no timer:
 //
@@ -59,12 +59,12 @@ const (
 // something"). A request that does not read is still answered right: its
 // claim finds the committed record and replays it, in its transaction,
 // which costs a replay about 100 µs more of the two processes' CPU than
-// the read. So where a read is a round trip
-// (driver.BatchesReads), each request notes whether its key held a
-// committed record, found by its read or by its claim, and requests read
-// first only while at least one in readWorth of the last readWindow did:
-// replays of a burst of redeliveries, or of retries sent to this process
-// by another, keep their one read; a stream of new work stops paying it.
+// the read. So where a read is a round trip (driver.BatchesReads), each
+// request notes whether its key held a committed record, found by its read
+// or by its claim, and requests read first only while at least one in
+// readWorth of the last readWindow did: replays of a burst of
+// redeliveries, or of retries sent to this process by another, keep their
+// one read; a stream of new work stops paying it.
 const (
 	readWindow = 256
 	readWorth  = 4
