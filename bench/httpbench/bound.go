@@ -51,10 +51,28 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 		return fmt.Errorf("%s: %w", script, err)
 	}
 
-	type transfer struct {
-		k, a, b int64
-		done    chan error
-	}
+	return serveBatches(addr, batchMax, bodyBytes, func(taken []transfer) error {
+		var batch pgx.Batch
+		batch.Queue("BEGIN")
+		for _, t := range taken {
+			batch.Queue("transfer", t.k, t.a, t.b)
+		}
+		batch.Queue("COMMIT")
+		return conn.SendBatch(ctx, &batch).Close()
+	})
+}
+
+// A transfer a bound server writes: key number k, from acc-a to acc-b.
+type transfer struct {
+	k, a, b int64
+	done    chan error
+}
+
+// serveBatches answers POST /v1/transfers once commit has written its
+// transfer, and POST /v1/accounts at once (the accounts exist). One
+// goroutine takes the waiting transfers, up to batchMax, and commits them
+// together: while one batch commits, the next fills.
+func serveBatches(addr string, batchMax, bodyBytes int, commit func([]transfer) error) error {
 	queue := make(chan transfer, 4096)
 	go func() {
 		var taken []transfer
@@ -69,13 +87,7 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 					break fill
 				}
 			}
-			var batch pgx.Batch
-			batch.Queue("BEGIN")
-			for _, t := range taken {
-				batch.Queue("transfer", t.k, t.a, t.b)
-			}
-			batch.Queue("COMMIT")
-			err := conn.SendBatch(ctx, &batch).Close()
+			err := commit(taken)
 			for _, t := range taken {
 				t.done <- err
 			}

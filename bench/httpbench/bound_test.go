@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -32,5 +35,74 @@ func TestPgbenchStatement(t *testing.T) {
 	}
 	if _, err := pgbenchStatement("SELECT :k;\nSELECT :a;"); err == nil {
 		t.Error("two statements: no error")
+	}
+}
+
+// The SQLite bound server writes what the one statement writes, running
+// totals included, and a batch that fails leaves nothing behind.
+func TestSQLiteBound(t *testing.T) {
+	ctx := t.Context()
+	b, err := openSQLiteBound(ctx, filepath.Join(t.TempDir(), "bound.db"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	batch := func(ts ...transfer) error { return b.commit(ts) }
+	if err := batch(transfer{k: 1, a: 1, b: 2}, transfer{k: 2, a: 1, b: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch(transfer{k: 3, a: 2, b: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// acc-9 does not exist: the batch fails, its first transfer with it.
+	if err := batch(transfer{k: 4, a: 1, b: 2}, transfer{k: 5, a: 1, b: 9}); err == nil {
+		t.Fatal("a transfer to a missing account: no error")
+	}
+
+	count := func(table string) (n int) {
+		if err := b.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for table, want := range map[string]int{"idem_keys": 3, "ledger_transfers": 3, "ledger_entries": 6, "idem_outbox": 3} {
+		if got := count(table); got != want {
+			t.Errorf("%s: %d rows, want %d", table, got, want)
+		}
+	}
+	for _, want := range []struct {
+		id                 string
+		debits, credits, n int64
+	}{{"acc-1", 200, 0, 2}, {"acc-2", 100, 100, 2}, {"acc-3", 0, 200, 2}} {
+		var d, c, n int64
+		if err := b.conn.QueryRowContext(ctx, `SELECT debits_posted, credits_posted, sequence
+			FROM ledger_accounts WHERE tenant = 'bench' AND id = ?`, want.id).Scan(&d, &c, &n); err != nil {
+			t.Fatal(err)
+		}
+		if d != want.debits || c != want.credits || n != want.n {
+			t.Errorf("%s: debits %d credits %d sequence %d, want %d %d %d", want.id, d, c, n, want.debits, want.credits, want.n)
+		}
+	}
+	// acc-2's entries: credited by one-1, then debited by one-3, each
+	// carrying the totals after it.
+	rows, err := b.conn.QueryContext(ctx, `SELECT sequence, transfer_id, credit, debits_posted, credits_posted
+		FROM ledger_entries WHERE account_id = 'acc-2' ORDER BY sequence`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var seq, credit, d, c int64
+		var id string
+		if err := rows.Scan(&seq, &id, &credit, &d, &c); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d %s %d %d %d", seq, id, credit, d, c))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1 one-1 1 0 100", "2 one-3 0 100 100"}; !slices.Equal(got, want) {
+		t.Errorf("acc-2's entries %q, want %q", got, want)
 	}
 }

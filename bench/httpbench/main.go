@@ -3,10 +3,12 @@
 // one), and serves their ceilings: for replays a Go HTTP server that
 // answers every POST with a body of the same size and does nothing (noop);
 // for first arrivals one that runs the one-statement ceiling's statement
-// for each transfer, a batch of them to a commit (bound, in bound.go).
+// for each transfer, a batch of them to a commit (bound, in bound.go), and
+// its counterpart on SQLite (bound-sqlite, in bound_sqlite.go).
 //
 //	httpbench noop  -addr 127.0.0.1:0 -body-bytes 300
 //	httpbench bound -addr 127.0.0.1:0 -body-bytes 300 -db URL [-sql FILE] [-batch-max 128]
+//	httpbench bound-sqlite -addr 127.0.0.1:0 -body-bytes 300 -db FILE [-accounts 1000] [-batch-max 128]
 //	httpbench first  -target URL [-c 16] [-d 10s] [-accounts 1000]
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
 //	httpbench seed   -target URL -keys 20000 -prefix cold
@@ -42,22 +44,22 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|first|replay|seed|cold [flags]")
+		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|bound-sqlite|first|replay|seed|cold [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	target := fs.String("target", "", "idem base URL (first, replay)")
 	clients := fs.Int("c", 16, "concurrent clients")
 	dur := fs.Duration("d", 10*time.Second, "measurement duration")
-	accounts := fs.Int("accounts", 1000, "accounts transfers move between (first)")
+	accounts := fs.Int("accounts", 1000, "accounts transfers move between (first; bound-sqlite creates them)")
 	keys := fs.Int("keys", 1000, "completed keys replayed (replay)")
 	expectReplay := fs.Bool("expect-replay", true, "require Idempotent-Replayed: true (replay; false for the no-op ceiling)")
-	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop, bound)")
-	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop, bound)")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop, bound, bound-sqlite)")
+	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop, bound, bound-sqlite)")
 	prefix := fs.String("prefix", "cold", "key prefix (seed, cold)")
-	db := fs.String("db", "", "PostgreSQL URL (bound)")
+	db := fs.String("db", "", "PostgreSQL URL (bound) or SQLite file (bound-sqlite)")
 	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
-	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound)")
+	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound, bound-sqlite)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -66,6 +68,8 @@ func main() {
 		err = noop(*addr, *bodyBytes)
 	case "bound":
 		err = bound(*addr, *db, *script, *batchMax, *bodyBytes)
+	case "bound-sqlite":
+		err = boundSQLite(*addr, *db, *accounts, *batchMax, *bodyBytes)
 	case "first":
 		err = first(*target, *clients, *dur, *accounts)
 	case "replay":
