@@ -27,7 +27,7 @@ const MaxKeyLength = 255
 // defaults.
 type Policy struct {
 	// MaxAttempts bounds the attempts of one request, the first included:
-	// the retry budget. Default 5; bound 1..100 (1: never retry).
+	// the retry budget. Default 5; bound 1..1000 (1: never retry).
 	MaxAttempts int
 	// BaseDelay bounds the first backoff; the bound doubles with each
 	// retry. Default 100ms; bound 1ms..1m.
@@ -43,6 +43,7 @@ type Policy struct {
 	// PATCH) and has none. It is called once per request, never per
 	// attempt. Default: a UUIDv7. A key derived from the caller's own
 	// record (an order id) survives a crash of the caller; see WithKey.
+	// "" sends the request without a key (a route that takes none).
 	NewKey func(*http.Request) (string, error)
 	// RequireReplayableBody refuses, before sending, a request whose body
 	// cannot be sent again (no GetBody). Default false: such a request is
@@ -64,6 +65,7 @@ type Attempt struct {
 	Request *http.Request
 	N       int           // 1 for the first attempt
 	Status  int           // 0 after a transport error
+	Header  http.Header   // the answer's headers; nil after a transport error
 	Err     error         // the transport error, if any
 	Elapsed time.Duration // on Policy.Now's clock
 	Final   bool          // the answer is returned (or the error is)
@@ -105,8 +107,8 @@ func (p Policy) withDefaults() Policy {
 
 func (p Policy) validate() error {
 	switch {
-	case p.MaxAttempts < 1 || p.MaxAttempts > 100:
-		return badInput("MaxAttempts %d is outside 1..100", p.MaxAttempts)
+	case p.MaxAttempts < 1 || p.MaxAttempts > 1000:
+		return badInput("MaxAttempts %d is outside 1..1000", p.MaxAttempts)
 	case p.BaseDelay < time.Millisecond || p.BaseDelay > time.Minute:
 		return badInput("BaseDelay %s is outside 1ms..1m", p.BaseDelay)
 	case p.MaxDelay < p.BaseDelay || p.MaxDelay > time.Hour:
@@ -188,7 +190,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.attempt(r)
 		a := Attempt{Request: r, N: n, Err: err, Elapsed: t.p.Now().Sub(start)}
 		if resp != nil {
-			a.Status = resp.StatusCode
+			a.Status, a.Header = resp.StatusCode, resp.Header
 		}
 		retry := t.retryable(ctx, resp, err)
 		if !retry || n >= maxAttempts {
@@ -252,8 +254,10 @@ func (t *Transport) prepare(req *http.Request, replayable bool) (*http.Request, 
 		if err != nil {
 			return nil, badInput("%s %s: making the Idempotency-Key: %v", req.Method, req.URL.Path, err)
 		}
-		key = k
-		r.Header.Set(HeaderKey, key)
+		if k != "" {
+			key = k
+			r.Header.Set(HeaderKey, key)
+		}
 	}
 	if key != "" {
 		if err := CheckKey(key); err != nil {
