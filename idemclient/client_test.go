@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,5 +283,44 @@ func TestNewKeyIsUUIDv7(t *testing.T) {
 			t.Fatalf("key %q", k)
 		}
 		seen[k] = true
+	}
+}
+
+// blocking answers its first attempt only when the attempt's context
+// ends, and every later one at once.
+type blocking struct{ n atomic.Int32 }
+
+func (b *blocking) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	if b.n.Add(1) == 1 {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return answer(201, nil, `{}`), nil
+}
+
+// TestAttemptTimeoutIsRetried: an attempt that outlives AttemptTimeout is
+// a transport error, retried with the same key, while the request's own
+// context lives on.
+func TestAttemptTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now()}
+	base := &blocking{}
+	var finals []bool
+	tr, err := idemclient.NewTransport(base, clock.policy(idemclient.Policy{AttemptTimeout: 10 * time.Millisecond,
+		OnAttempt: func(a idemclient.Attempt) { finals = append(finals, a.Final) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://localhost:8080/v1/transfers", strings.NewReader("{}"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 || base.n.Load() != 2 || len(finals) != 2 || finals[0] || !finals[1] {
+		t.Fatalf("status %d after %d attempts (final %v)", resp.StatusCode, base.n.Load(), finals)
 	}
 }

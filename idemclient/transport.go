@@ -181,14 +181,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var last lastAnswer
 	for n := 1; ; n++ {
+		// Each attempt is a request of its own: a transport may still
+		// hold the previous one (its body, closed in another goroutine)
+		// after RoundTrip returned.
+		ra := r
 		if n > 1 {
-			if r.Body, err = bodyAgain(req); err != nil {
+			ra = r.Clone(ctx)
+			if ra.Body, err = bodyAgain(req); err != nil {
 				return nil, err
 			}
 		}
 		start := t.p.Now()
-		resp, err := t.attempt(r)
-		a := Attempt{Request: r, N: n, Err: err, Elapsed: t.p.Now().Sub(start)}
+		resp, err := t.attempt(ra)
+		a := Attempt{Request: ra, N: n, Err: err, Elapsed: t.p.Now().Sub(start)}
 		if resp != nil {
 			a.Status, a.Header = resp.StatusCode, resp.Header
 		}
