@@ -548,3 +548,107 @@ func stderrOf(err error) string {
 	}
 	return ""
 }
+
+// Every typed call against the real server, its answers read into the
+// client's types and checked against the ledger's effects.
+func TestClientTypedCalls(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dialect string) {
+		p, _ := serveDB(t, dialect, nil)
+		ctx := t.Context()
+		c, err := idemclient.New(idemclient.Config{BaseURL: p.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bank, err := c.CreateAccount(ctx, idemclient.AccountParams{ID: "bank", Currency: "EUR"}, idemclient.WithKey("acct-bank"))
+		if err != nil || bank.ID != "bank" || bank.Replayed {
+			t.Fatalf("bank: %+v, %v", bank, err)
+		}
+		again, err := c.CreateAccount(ctx, idemclient.AccountParams{ID: "bank", Currency: "EUR"}, idemclient.WithKey("acct-bank"))
+		if err != nil || !again.Replayed || !again.CreatedAt.Equal(bank.CreatedAt) {
+			t.Fatalf("bank again: %+v, %v", again, err)
+		}
+		alice, err := c.CreateAccount(ctx, idemclient.AccountParams{ID: "alice", Currency: "EUR",
+			Flags: &idemclient.AccountFlags{DebitsMustNotExceedCredits: true}, Metadata: json.RawMessage(`{"tier":"gold"}`)})
+		if err != nil || !alice.Flags.DebitsMustNotExceedCredits || string(alice.Metadata) != `{"tier":"gold"}` {
+			t.Fatalf("alice: %+v, %v", alice, err)
+		}
+
+		t1, err := c.CreateTransfer(ctx, idemclient.TransferParams{ID: "t1", DebitAccountID: "bank", CreditAccountID: "alice",
+			Amount: 5000, Currency: "EUR"}, idemclient.WithKey("order-t1"))
+		if err != nil || t1.ID != "t1" || t1.Status != http.StatusCreated {
+			t.Fatalf("t1: %+v, %v", t1, err)
+		}
+		_, err = c.CreateTransfer(ctx, idemclient.TransferParams{DebitAccountID: "alice", CreditAccountID: "bank",
+			Amount: 9000, Currency: "EUR"}, idemclient.WithKey("order-poor"))
+		var pr *idemclient.Problem
+		if !errors.Is(err, idemclient.ErrInsufficientFunds) || !errors.As(err, &pr) || pr.Replayed {
+			t.Fatalf("overdraft: %v", err)
+		}
+		_, err = c.CreateTransfer(ctx, idemclient.TransferParams{DebitAccountID: "alice", CreditAccountID: "bank",
+			Amount: 9000, Currency: "EUR"}, idemclient.WithKey("order-poor"))
+		if !errors.As(err, &pr) || !pr.Replayed || pr.Code != "insufficient_funds" {
+			t.Fatalf("the overdraft again: %v; want its stored refusal, replayed", err)
+		}
+
+		half := int64(2000)
+		rev, err := c.ReverseTransfer(ctx, "t1", idemclient.ReversalParams{Amount: &half, Reason: "refund"}, idemclient.WithKey("refund-t1"))
+		if err != nil || rev.ReversesID != "t1" || rev.Amount != 2000 || rev.DebitAccountID != "alice" {
+			t.Fatalf("reversal: %+v, %v", rev, err)
+		}
+		got, err := c.GetTransfer(ctx, "t1")
+		if err != nil || len(got.Reversals) != 1 || got.Reversals[0].ID != rev.ID {
+			t.Fatalf("t1 with its reversals: %+v, %v", got, err)
+		}
+
+		batch, err := c.CreateTransfers(ctx, []idemclient.TransferParams{
+			{ID: "b1", DebitAccountID: "bank", CreditAccountID: "alice", Amount: 100, Currency: "EUR"},
+			{ID: "b2", DebitAccountID: "alice", CreditAccountID: "bank", Amount: 1 << 40, Currency: "EUR"},
+		}, idemclient.WithKey("batch-1"))
+		if err != nil || len(batch.Data) != 2 || batch.Data[0].Status != "created" || batch.Data[1].Status != "refused" ||
+			!errors.Is(batch.Data[1].Error, idemclient.ErrInsufficientFunds) {
+			t.Fatalf("batch: %+v, %v", batch, err)
+		}
+
+		// alice: +5000 -2000 +100.
+		now, err := c.Balance(ctx, "alice", nil)
+		if err != nil || now.Balance != 3100 {
+			t.Fatalf("alice now: %+v, %v", now, err)
+		}
+		before, err := c.Balance(ctx, "alice", &t1.CreatedAt)
+		if err != nil || before.Balance != 5000 {
+			t.Fatalf("alice as of t1: %+v, %v", before, err)
+		}
+		zero := time.Time{}
+		if b, err := c.Balance(ctx, "alice", &zero); err != nil || b.Balance != 0 {
+			t.Fatalf("alice as of the zero time: %+v, %v", b, err)
+		}
+		page, err := c.Entries(ctx, "alice", idemclient.EntriesParams{Limit: 2})
+		if err != nil || len(page.Data) != 2 || page.NextCursor == "" || page.Data[0].TransferID != "b1" {
+			t.Fatalf("alice's entries: %+v, %v", page, err)
+		}
+		rest, err := c.Entries(ctx, "alice", idemclient.EntriesParams{Limit: 2, After: page.NextCursor})
+		if err != nil || len(rest.Data) != 1 || rest.Data[0].TransferID != "t1" || rest.NextCursor != "" {
+			t.Fatalf("alice's last entry: %+v, %v", rest, err)
+		}
+		types := map[string]int{}
+		for after := ""; ; {
+			ev, err := c.Events(ctx, idemclient.EventsParams{After: after, Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ev.Data {
+				types[e.Type]++
+			}
+			if ev.NextCursor == "" || len(ev.Data) == 0 {
+				break
+			}
+			after = ev.NextCursor
+		}
+		if types["account.created"] != 2 || types["transfer.created"] != 2 || types["transfer.reversed"] != 1 {
+			t.Fatalf("events %v", types)
+		}
+		if _, err := c.GetAccount(ctx, "nobody"); !errors.Is(err, idemclient.ErrNotFound) {
+			t.Fatalf("a missing account: %v", err)
+		}
+	})
+}
