@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(clientHelperEnv) != "" {
+		os.Exit(clientHelper())
+	}
 	code := testpg.Main(m)
 	if binDir != "" {
 		os.RemoveAll(binDir)

@@ -120,7 +120,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		probes      = l.int("probes", def.Probes, "acknowledged operations re-sent after the run to check their replay (0: none)")
 		concurrency = l.int("concurrency", def.Concurrency, "clients sending at once")
 		timeout     = l.dur("timeout", def.Timeout, "bound on one HTTP exchange")
-		retries     = l.int("retries", def.Retries, "retries of one copy after a timeout, 409 or 5xx (0: none)")
+		retries     = l.int("retries", def.Retries, "retries of one copy after a transport error, 409, 425, 429, 502, 503 or 504 (0: none)")
 
 		accounts   = l.int("accounts", def.Accounts, "accounts the run creates")
 		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries")

@@ -1,19 +1,20 @@
 package run
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemhq/idem/idemclient"
 )
 
 // Pool is the set of live base URLs requests are spread over. The chaos
@@ -75,231 +76,223 @@ type Answer struct {
 	Replayed bool
 }
 
-// Client sends requests with bounded retries and records what happened.
+// Client sends requests through idemclient's Transport, which keeps each
+// copy's key and retries what is safe to retry, and records every attempt
+// into its Stats. Its base transport spreads the attempts over the pool.
 type Client struct {
 	http   *http.Client
+	conns  *http.Transport
 	pool   *Pool
 	apiKey string
 	cfg    Config
 	st     *Stats
 	// whKey signs webhook deliveries (nil: the run sends none).
 	whKey []byte
-
-	rmu sync.Mutex
-	rnd *rand.Rand
 }
 
 // NewClient returns a client for cfg that sends to pool's targets and
-// records into st.
+// records into st; seed drives the backoff's jitter.
 func NewClient(cfg Config, pool *Pool, st *Stats, seed uint64) *Client {
 	var whKey []byte
 	if cfg.WebhookSecret != "" {
 		whKey, _ = webhookKey(cfg.WebhookSecret) // validated with the config
 	}
-	tr := &http.Transport{
+	conns := &http.Transport{
 		MaxIdleConns:        4 * cfg.Concurrency * cfg.Burst,
 		MaxIdleConnsPerHost: 2 * cfg.Concurrency * cfg.Burst,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{http: &http.Client{Transport: tr, Timeout: cfg.Timeout}, pool: pool,
-		apiKey: cfg.APIKey, cfg: cfg, st: st, whKey: whKey, rnd: rand.New(rand.NewPCG(seed, 11))}
+	c := &Client{conns: conns, pool: pool, apiKey: cfg.APIKey, cfg: cfg, st: st, whKey: whKey}
+	var rmu sync.Mutex
+	rnd := rand.New(rand.NewPCG(seed, 11))
+	tr, err := idemclient.NewTransport(&targets{c: c}, idemclient.Policy{
+		MaxAttempts:    cfg.Retries + 1,
+		BaseDelay:      max(cfg.BackoffMax/40, time.Millisecond),
+		MaxDelay:       cfg.BackoffMax,
+		AttemptTimeout: cfg.Timeout,
+		// Every operation carries its own key, and a webhook delivery none.
+		NewKey: func(*http.Request) (string, error) { return "", nil },
+		Rand: func(n int64) int64 {
+			rmu.Lock()
+			defer rmu.Unlock()
+			return rnd.Int64N(n)
+		},
+		OnAttempt: observeAttempt,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("load: a validated config made a bad retry policy: %v", err))
+	}
+	c.http = &http.Client{Transport: tr}
+	return c
 }
 
 // WithStats returns a client that shares c's connections and settings and
-// records into st, with its own random source seeded by seed.
+// records into st.
 func (c *Client) WithStats(st *Stats, seed uint64) *Client {
-	return &Client{http: c.http, pool: c.pool, apiKey: c.apiKey, cfg: c.cfg, st: st, whKey: c.whKey,
-		rnd: rand.New(rand.NewPCG(seed, 11))}
+	cc := *c
+	cc.st = st
+	return &cc
 }
 
 // Close closes the client's idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() { c.conns.CloseIdleConnections() }
 
 // errNoTarget is returned while every server is down.
 var errNoTarget = errors.New("load: no live target")
 
-// exchange is one HTTP round trip's raw result.
-type exchange struct {
-	status     int
-	body       []byte
-	header     http.Header
-	retryAfter time.Duration
+// anyTarget is the host of the URLs the client builds: targets replaces
+// it with a live target's on each attempt.
+const anyTarget = "http://target.invalid"
+
+// sending is what a Send's attempts record into, carried by its context.
+type sending struct {
+	c *Client
+	o *Op
 }
 
-// roundTrip sends one request with hdr (nil for a GET: then only the API
-// key) to the next live target.
-func (c *Client) roundTrip(ctx context.Context, method, path string, hdr http.Header, body []byte) (exchange, error) {
-	base, ok := c.pool.pick()
+type sendingKey struct{}
+
+// targets is the Transport's base: each attempt goes to the next live
+// target, and a webhook delivery is signed again for each.
+type targets struct{ c *Client }
+
+func (t *targets) RoundTrip(r *http.Request) (*http.Response, error) {
+	base, ok := t.c.pool.pick()
 	if !ok {
-		return exchange{}, errNoTarget
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, errNoTarget
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	u, err := url.Parse(base + r.URL.RequestURI())
 	if err != nil {
-		return exchange{}, err
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	a := r.Clone(r.Context())
+	a.URL, a.Host = u, u.Host
+	if s, _ := r.Context().Value(sendingKey{}).(*sending); s != nil && s.o.Kind == KindWebhook {
+		for k, v := range t.c.headers(s.o) {
+			a.Header[k] = v
+		}
 	}
-	for k, v := range hdr {
-		req.Header[k] = v
+	return t.c.conns.RoundTrip(a)
+}
+
+// observeAttempt records one attempt of a Send into its client's stats.
+func observeAttempt(a idemclient.Attempt) {
+	s, _ := a.Request.Context().Value(sendingKey{}).(*sending)
+	if s == nil {
+		return // a verification's read
 	}
-	if hdr == nil && c.apiKey != "" {
+	st := s.c.st
+	if a.N > 1 {
+		st.Retries.Add(1)
+	}
+	switch {
+	case a.Err != nil:
+		if errors.Is(a.Err, errNoTarget) || a.Request.Context().Err() != nil {
+			return
+		}
+		st.observe(outcomeError, a.Elapsed)
+	case a.Status == http.StatusConflict:
+		st.observe(outcomeInFlight, a.Elapsed)
+	case idemclient.RetryableStatus(a.Status) || a.Status == http.StatusInternalServerError:
+		st.observe(outcomeUnavailable, a.Elapsed)
+	case a.Header.Get(idemclient.HeaderReplayed) == "true":
+		st.Replays.Add(1)
+		st.observe(outcomeReplayed, a.Elapsed)
+	case a.Status < 300:
+		st.observe(outcomeFirst, a.Elapsed)
+	default:
+		st.observe(outcomeRefused, a.Elapsed)
+	}
+	st.Requests.Add(1)
+}
+
+// Send sends one copy of o; the Transport retries transient failures with
+// the same key and body. It returns false when the retries ran out (or
+// ctx ended) without a final answer, and for a 500, which the contract
+// never answers to a duplicate: a violation the settle phase sends again.
+func (c *Client) Send(ctx context.Context, o *Op) (Answer, bool) {
+	ctx = context.WithValue(ctx, sendingKey{}, &sending{c: c, o: o})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, anyTarget+o.Path, strings.NewReader(o.Body))
+	if err != nil {
+		return Answer{}, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if o.Kind != KindWebhook {
+		// A webhook delivery carries neither: targets signs each attempt.
+		req.Header.Set(idemclient.HeaderKey, o.Key)
+		if c.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+c.apiKey)
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Answer{}, false
+	}
+	b, err := readAnswer(resp)
+	if err != nil {
+		return Answer{}, false
+	}
+	if resp.StatusCode == http.StatusInternalServerError {
+		c.st.Violate(Violation{Check: "internal_error", Key: o.Key, ID: o.ID,
+			Detail: fmt.Sprintf("500: %s", Truncate(b))})
+		return Answer{}, false
+	}
+	return Answer{Status: resp.StatusCode, Body: b, Replayed: resp.Header.Get(idemclient.HeaderReplayed) == "true"}, true
+}
+
+// readAnswer reads and closes an answer's body, bounded.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxBodyBytes {
+		return nil, fmt.Errorf("load: %s %s: answer larger than %d bytes", resp.Request.Method, resp.Request.URL.Path, maxBodyBytes)
+	}
+	return b, nil
+}
+
+// headers are a webhook delivery's request headers. It carries no
+// Idempotency-Key and no API key: it is signed as its sender would sign a
+// redelivery, under a timestamp of its own (each copy and retry steps one
+// second further back, within the spec's tolerance), so no two attempts in
+// a row share a signature and only the stable webhook-id can make them
+// one.
+func (c *Client) headers(o *Op) http.Header {
+	o.mu.Lock()
+	o.attempts++
+	n := o.attempts
+	o.mu.Unlock()
+	ts := time.Now().Add(-time.Duration(n%redeliverySpread) * time.Second)
+	return signStandard(c.whKey, o.Key, ts, []byte(o.Body))
+}
+
+// Get reads path; the Transport retries transport errors, 409, 425, 429,
+// 502, 503 and 504. Any other answer is returned as it is.
+func (c *Client) Get(ctx context.Context, path string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, anyTarget+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return exchange{}, err
+		return 0, nil, fmt.Errorf("load: GET %s: %w", path, err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes+1))
+	b, err := readAnswer(resp)
 	if err != nil {
-		return exchange{}, err
+		return 0, nil, err
 	}
-	if len(b) > maxBodyBytes {
-		return exchange{}, fmt.Errorf("load: %s %s: answer larger than %d bytes", method, path, maxBodyBytes)
-	}
-	ex := exchange{status: resp.StatusCode, body: b, header: resp.Header}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		ex.retryAfter = time.Duration(s) * time.Second
-	}
-	return ex, nil
-}
-
-// retryable reports whether an answer is transient: the same key is sent
-// again. Everything else (2xx, and 4xx but 408, 409, 425, 429) is final.
-func retryable(status int) bool {
-	switch status {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return true
-	}
-	return status >= 500
-}
-
-// Send sends one copy of o, retrying transient failures with the same key
-// and body. It returns false when the retries ran out (or ctx ended)
-// without a final answer.
-func (c *Client) Send(ctx context.Context, o *Op) (Answer, bool) {
-	body := []byte(o.Body)
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			c.st.Retries.Add(1)
-		}
-		start := time.Now()
-		ex, err := c.roundTrip(ctx, http.MethodPost, o.Path, c.headers(o), body)
-		elapsed := time.Since(start)
-		var wait time.Duration
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return Answer{}, false
-			}
-			if !errors.Is(err, errNoTarget) {
-				c.st.Requests.Add(1)
-				c.st.observe(outcomeError, elapsed)
-			}
-		case retryable(ex.status):
-			c.st.Requests.Add(1)
-			if ex.status == http.StatusConflict {
-				c.st.observe(outcomeInFlight, elapsed)
-			} else {
-				c.st.observe(outcomeUnavailable, elapsed)
-			}
-			if ex.status == http.StatusInternalServerError {
-				// The contract never answers 500 to a duplicate, and a
-				// 500 for a first copy is a bug the run must not hide.
-				c.st.Violate(Violation{Check: "internal_error", Key: o.Key, ID: o.ID,
-					Detail: fmt.Sprintf("500: %s", Truncate(ex.body))})
-			}
-			wait = min(ex.retryAfter, c.cfg.BackoffMax)
-		default:
-			c.st.Requests.Add(1)
-			a := Answer{Status: ex.status, Body: ex.body, Replayed: ex.header.Get("Idempotent-Replayed") == "true"}
-			switch {
-			case a.Replayed:
-				c.st.Replays.Add(1)
-				c.st.observe(outcomeReplayed, elapsed)
-			case a.Status < 300:
-				c.st.observe(outcomeFirst, elapsed)
-			default:
-				c.st.observe(outcomeRefused, elapsed)
-			}
-			return a, true
-		}
-		if attempt >= c.cfg.Retries {
-			return Answer{}, false
-		}
-		if wait == 0 {
-			wait = c.backoff(attempt)
-		}
-		select {
-		case <-ctx.Done():
-			return Answer{}, false
-		case <-time.After(wait):
-		}
-	}
-}
-
-// headers are one copy's request headers. An API operation carries its
-// Idempotency-Key and the API key. A webhook delivery carries neither: it
-// is signed as its sender would sign a redelivery, under a timestamp of its
-// own (each copy and retry steps one second further back, within the
-// spec's tolerance), so no two copies in a row share a signature and only
-// the stable webhook-id can make them one.
-func (c *Client) headers(o *Op) http.Header {
-	if o.Kind == KindWebhook {
-		o.mu.Lock()
-		o.attempts++
-		n := o.attempts
-		o.mu.Unlock()
-		ts := time.Now().Add(-time.Duration(n%redeliverySpread) * time.Second)
-		return signStandard(c.whKey, o.Key, ts, []byte(o.Body))
-	}
-	h := http.Header{}
-	h.Set("Idempotency-Key", o.Key)
-	if c.apiKey != "" {
-		h.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	return h
-}
-
-// backoff is exponential with full jitter, from BackoffMax/40 up to
-// BackoffMax.
-func (c *Client) backoff(attempt int) time.Duration {
-	base := max(c.cfg.BackoffMax/40, time.Millisecond)
-	ceil := min(base<<min(attempt, 20), c.cfg.BackoffMax)
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	return time.Duration(c.rnd.Int64N(int64(ceil))) + time.Millisecond
-}
-
-// Get reads path, retrying transport errors and 5xx; a 2xx or 4xx answer is
-// returned as it is.
-func (c *Client) Get(ctx context.Context, path string) (int, []byte, error) {
-	var lastErr error
-	for attempt := 0; attempt <= c.cfg.Retries; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return 0, nil, ctx.Err()
-			case <-time.After(c.backoff(attempt)):
-			}
-		}
-		ex, err := c.roundTrip(ctx, http.MethodGet, path, nil, nil)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if ex.status >= 500 || ex.status == http.StatusTooManyRequests {
-			lastErr = fmt.Errorf("GET %s: %d %s", path, ex.status, Truncate(ex.body))
-			continue
-		}
-		return ex.status, ex.body, nil
-	}
-	return 0, nil, fmt.Errorf("load: GET %s: retries exhausted: %w", path, lastErr)
+	return resp.StatusCode, b, nil
 }
 
 // Truncate shortens a body for a message.

@@ -44,8 +44,9 @@ type Config struct {
 	// Rate caps requests per second; 0 means as fast as the clients go.
 	// Default 0; bound 0..100000.
 	Rate float64
-	// Retries bounds the retries of one copy after a timeout, 409, 429 or
-	// 5xx. Default 8; bound 0..100 (0, with Explicit: none).
+	// Retries bounds the retries of one copy: idemclient's rules
+	// (docs/clients.md), after a transport error, 409, 425, 429, 502, 503
+	// or 504. Default 8; bound 0..100 (0, with Explicit: none).
 	Retries int
 	// Timeout bounds one HTTP exchange. Default 10s; bound 10ms..5m.
 	Timeout time.Duration
