@@ -18,6 +18,34 @@ export class IdemError extends Error {
   }
 }
 
+/**
+ * The stable problem codes of idem's API (docs/api.md). Switch on
+ * ProblemError.code with these; a code not listed here (a
+ * `transfer_exists_with_different_<field>`, a newer server's) is still
+ * passed through as it is.
+ */
+export const codes = Object.freeze({
+  invalidRequest: "invalid_request",
+  idempotencyKeyMissing: "idempotency_key_missing",
+  idempotencyKeyInvalid: "idempotency_key_invalid",
+  idempotencyKeyReused: "idempotency_key_reused",
+  requestInFlight: "request_in_flight",
+  bodyTooLarge: "body_too_large",
+  unsupportedMediaType: "unsupported_media_type",
+  misdirectedRequest: "misdirected_request",
+  unauthorized: "unauthorized",
+  notFound: "not_found",
+  unavailable: "unavailable",
+  internalError: "internal_error",
+  accountNotFound: "account_not_found",
+  currencyMismatch: "currency_mismatch",
+  sameAccount: "same_account",
+  insufficientFunds: "insufficient_funds",
+  amountOverflow: "amount_overflow",
+  reversalExceedsRemaining: "reversal_exceeds_remaining",
+  cannotReverseReversal: "cannot_reverse_reversal",
+} as const);
+
 /** Problem is an RFC 9457 problem details object as idem answers it. */
 export interface Problem {
   type?: string;

@@ -5,7 +5,7 @@
 // - IdemClient: typed calls for idem's API on it.
 
 export { IdemClient, type Answer, type CallOptions, type ClientOptions, type Replayed } from "./client.js";
-export { IdemError, BadInputError, ProblemError, RetryBudgetError, isRetryable, type Problem } from "./errors.js";
+export { IdemError, BadInputError, codes, ProblemError, RetryBudgetError, isRetryable, type Problem } from "./errors.js";
 export {
   defaultRetry,
   idemFetch,

@@ -11,7 +11,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { IdemClient, ProblemError, RetryBudgetError, idemFetch, type Attempt } from "../src/index.js";
+import { IdemClient, ProblemError, codes, RetryBudgetError, idemFetch, type Attempt } from "../src/index.js";
 import { dialect, env, freshDB, get, serve, sh, waitFor } from "./serve.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -20,14 +20,14 @@ let seq = 0;
 const prefix = () => `ts${Date.now().toString(36)}${(seq++).toString(36)}-`;
 
 /** An injected sleep that records the waits and lets real time pass only briefly. */
-function quickSleep(waits: number[], onWait?: (n: number) => Promise<void>) {
+function quickSleep(waits: number[], onWait?: (n: number) => Promise<void>, realCapMs = 50) {
   return async (ms: number, signal?: AbortSignal) => {
     waits.push(ms);
     await onWait?.(waits.length);
     if (signal?.aborted) {
       throw signal.reason;
     }
-    await new Promise((r) => setTimeout(r, Math.min(ms, 50)));
+    await new Promise((r) => setTimeout(r, Math.min(ms, realCapMs)));
   };
 }
 
@@ -317,7 +317,7 @@ test(`${dialect}: 422 and 400 are never retried; a stored refusal is replayed`, 
   // A business refusal is stored: its resend is the same refusal, replayed.
   attempts.length = 0;
   const refused = (replayed: boolean) => (e: unknown) =>
-    e instanceof ProblemError && e.status === 422 && e.code === "insufficient_funds" && e.replayed === replayed;
+    e instanceof ProblemError && e.status === 422 && e.code === codes.insufficientFunds && e.replayed === replayed;
   await assert.rejects(idem.createTransfer(body, { idempotencyKey: `${p}k1` }), refused(false));
   await assert.rejects(idem.createTransfer(body, { idempotencyKey: `${p}k1` }), refused(true));
   assert.equal(attempts.length, 2, "each call sent once");
@@ -366,14 +366,14 @@ if (dialect === "postgres") {
     const attempts: Attempt[] = [];
     const idem = new IdemClient({
       baseUrl: s.url,
-      maxAttempts: 60,
+      maxAttempts: 100,
       onAttempt: (a) => attempts.push(a),
       sleep: quickSleep(waits, async (n) => {
         if (n === 1) {
           await sh(env("IDEM_TEST_PG_RESUME"));
           resumed = true;
         }
-      }),
+      }, 250),
     });
     const key = `${p}down`;
     const tr = await idem.createTransfer({ debit_account_id: `${p}a`, credit_account_id: `${p}b`, amount: 3, currency: "EUR" }, { idempotencyKey: key });
