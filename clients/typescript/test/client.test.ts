@@ -80,3 +80,55 @@ test("the backoff is full jitter: random 0 waits 0, random near 1 waits the boun
     assert.deepEqual(waits, want);
   }
 });
+
+test("a Request's body is read once and sent on every attempt, under one key", async () => {
+  const seen: [string | null, string][] = [];
+  const f = idemFetch({
+    sleep: async () => {},
+    fetch: async (_u, init) => {
+      seen.push([new Headers(init?.headers).get("Idempotency-Key"), await new Response(init?.body).text()]);
+      return new Response("", { status: seen.length === 1 ? 502 : 201 });
+    },
+  });
+  const res = await f(new Request("http://localhost:8080/v1/accounts", { method: "POST", body: '{"currency":"EUR"}' }));
+  assert.equal(res.status, 201);
+  assert.equal(seen.length, 2);
+  assert.equal(seen[0]![1], '{"currency":"EUR"}');
+  assert.deepEqual(seen[1], seen[0]);
+  assert.notEqual(seen[0]![0], null);
+});
+
+test("an attempt past attemptTimeoutMs is a transport error, retried under the same key", async () => {
+  const keys: (string | null)[] = [];
+  const f = idemFetch({
+    attemptTimeoutMs: 5,
+    sleep: async () => {},
+    fetch: (_u, init) => {
+      keys.push(new Headers(init?.headers).get("Idempotency-Key"));
+      if (keys.length === 1) {
+        // The first attempt hangs until its timeout aborts it.
+        return new Promise((_, reject) => init!.signal!.addEventListener("abort", () => reject(init!.signal!.reason)));
+      }
+      return Promise.resolve(new Response("{}", { status: 201 }));
+    },
+  });
+  const res = await f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}" });
+  assert.equal(res.status, 201);
+  assert.equal(keys.length, 2);
+  assert.equal(keys[1], keys[0]);
+});
+
+test("the caller's abort during an attempt is final: the signal's reason, no retry", async () => {
+  const ctl = new AbortController();
+  let attempts = 0;
+  const f = idemFetch({
+    sleep: async () => {},
+    fetch: async () => {
+      attempts++;
+      ctl.abort();
+      throw new DOMException("aborted", "AbortError");
+    },
+  });
+  await assert.rejects(f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}", signal: ctl.signal }), (e) => e === ctl.signal.reason);
+  assert.equal(attempts, 1);
+});
