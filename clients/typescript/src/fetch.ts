@@ -267,10 +267,12 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
       } catch (err) {
         failure = err;
       }
-      // The caller's signal ending makes nothing retryable.
-      const retry = !signal?.aborted && (response === undefined || retryableStatus(response.status));
+      const answered = response !== undefined && !retryableStatus(response.status);
+      // The caller's signal ending makes nothing retryable; an answer that
+      // is final has arrived all the same and is returned.
+      const retry = !answered && !signal?.aborted;
       onAttempt?.({ n, status: response?.status ?? 0, error: failure, key, final: !retry || n >= maxAttempts });
-      if (signal?.aborted) {
+      if (!answered && signal?.aborted) {
         throw signal.reason;
       }
       if (!retry || !replayable) {
@@ -353,11 +355,18 @@ async function problemOf(res: Response, key: string | undefined): Promise<Proble
   return new ProblemError(res.status, await readProblem(res), res.headers.get(replayedHeader) === "true", key);
 }
 
-/** readProblem reads a problem+json body; a body that is not one gives a problem with only the status. */
+/** readLimitBytes bounds what is read of an answer that is not a success: enough for any problem. */
+const readLimitBytes = 64 << 10;
+
+/**
+ * readProblem reads a problem+json body (at most 64 KiB: a proxy's error
+ * page can be large); a body that is not one gives a problem with the
+ * status and the body's start as its detail.
+ */
 export async function readProblem(res: Response): Promise<Problem> {
   let text: string;
   try {
-    text = await res.text();
+    text = await readText(res, readLimitBytes);
   } catch {
     return { status: res.status };
   }
@@ -367,7 +376,39 @@ export async function readProblem(res: Response): Promise<Problem> {
       return v as Problem;
     }
   } catch {
-    // Not JSON: a proxy's page, say.
+    // Not JSON, or cut at the limit: a proxy's page, say.
   }
   return { status: res.status, detail: text.slice(0, 200) };
+}
+
+/** readText reads at most limit bytes of res's body as UTF-8 and cancels the rest. */
+async function readText(res: Response, limit: number): Promise<string> {
+  if (res.body === null) {
+    return "";
+  }
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < limit) {
+      const { done, value } = await reader.read();
+      if (done) {
+        break;
+      }
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } finally {
+    if (size >= limit) {
+      await reader.cancel().catch(() => {});
+    }
+    reader.releaseLock();
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all.subarray(0, limit));
 }

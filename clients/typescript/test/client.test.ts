@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { BadInputError, IdemClient, idemFetch, uuidv7 } from "../src/index.js";
+import { BadInputError, IdemClient, RetryBudgetError, idemFetch, uuidv7 } from "../src/index.js";
 
 const never: typeof fetch = async () => assert.fail("nothing may be sent");
 
@@ -131,4 +131,30 @@ test("the caller's abort during an attempt is final: the signal's reason, no ret
   });
   await assert.rejects(f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}", signal: ctl.signal }), (e) => e === ctl.signal.reason);
   assert.equal(attempts, 1);
+});
+
+test("a retried answer's body is read up to 64 KiB, not to its end", { timeout: 60_000 }, async () => {
+  let pulled = 0;
+  const endless = () =>
+    new ReadableStream<Uint8Array>({
+      pull(c) {
+        pulled++;
+        c.enqueue(new Uint8Array(16 << 10).fill(0x61));
+      },
+    });
+  const f = idemFetch({ maxAttempts: 2, sleep: async () => {}, fetch: async () => new Response(endless(), { status: 502 }) });
+  await assert.rejects(f("http://localhost:8080/v1/events"), (e: unknown) => e instanceof RetryBudgetError && e.status === 502);
+  assert.ok(pulled < 20, `${pulled} chunks of 16 KiB read`);
+});
+
+test("a final answer that arrives as the signal aborts is returned", async () => {
+  const ctl = new AbortController();
+  const f = idemFetch({
+    fetch: async () => {
+      ctl.abort();
+      return new Response("{}", { status: 201 });
+    },
+  });
+  const res = await f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}", signal: ctl.signal });
+  assert.equal(res.status, 201);
 });
