@@ -89,10 +89,10 @@ func nodeTest(t *testing.T, env []string, files ...string) {
 	if !strings.Contains(out.String(), "\n# fail 0") {
 		t.Fatalf("node --test %s: no failure count in the output\n%s", strings.Join(files, " "), out.String())
 	}
-	t.Logf("node --test %s:\n%s", strings.Join(files, " "), tail(out.String(), 9))
+	t.Logf("node --test %s:\n%s", strings.Join(files, " "), tsTail(out.String(), 9))
 }
 
-func tail(s string, lines int) string {
+func tsTail(s string, lines int) string {
 	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(parts) > lines {
 		parts = parts[len(parts)-lines:]
