@@ -1,8 +1,8 @@
 // The typed client for idem's HTTP API (docs/api.md), on idemFetch.
 
 import { BadInputError, ProblemError } from "./errors.js";
-import { idemFetch, keyHeader, readProblem, replayedHeader, type FetchOptions, type IdemFetch } from "./fetch.js";
-import { keyProblem } from "./key.js";
+import { idemFetch, keyHeader, needsKey, readProblem, replayedHeader, type FetchOptions, type IdemFetch } from "./fetch.js";
+import { cryptoFill, keyProblem, uuidv7 } from "./key.js";
 import type {
   Account,
   Balance,
@@ -60,6 +60,7 @@ export class IdemClient {
   readonly baseUrl: string;
   readonly #fetch: IdemFetch;
   readonly #authorization: string | undefined;
+  readonly #newKey: () => string;
 
   /** Throws BadInputError for a base URL without an http(s) scheme or a bound out of range. */
   constructor(options: ClientOptions) {
@@ -72,6 +73,8 @@ export class IdemClient {
     }
     this.#authorization = options.apiKey === undefined ? undefined : `Bearer ${options.apiKey}`;
     this.#fetch = idemFetch(options);
+    const now = options.now ?? Date.now;
+    this.#newKey = options.newKey ?? (() => uuidv7(now(), cryptoFill));
   }
 
   /** POST /v1/accounts: 201 Account (also when it exists with the same fields). */
@@ -164,7 +167,9 @@ export class IdemClient {
     if (this.#authorization !== undefined) {
       headers.set("Authorization", this.#authorization);
     }
-    const key = options.idempotencyKey;
+    // The key is made here rather than in idemFetch, so that every error
+    // of the call can name it.
+    const key = options.idempotencyKey ?? (needsKey(method.toUpperCase()) ? this.#newKey() : undefined);
     if (key !== undefined) {
       const why = typeof key === "string" ? keyProblem(key) : "idempotency key must be a string";
       if (why !== "") {
@@ -183,11 +188,16 @@ export class IdemClient {
     const res = await this.#fetch(this.baseUrl + path, init);
     const replayed = res.headers.get(replayedHeader) === "true";
     if (res.status < 200 || res.status > 299) {
-      throw new ProblemError(res.status, await readProblem(res), replayed, headers.get(keyHeader) ?? undefined);
+      throw new ProblemError(res.status, await readProblem(res), replayed, key);
     }
-    const value: unknown = await res.json();
+    let value: unknown;
+    try {
+      value = await res.json();
+    } catch {
+      value = undefined;
+    }
     if (value === null || typeof value !== "object" || Array.isArray(value)) {
-      throw new ProblemError(res.status, { status: res.status, code: "unexpected_answer", detail: "the answer is not a JSON object" }, replayed);
+      throw new ProblemError(res.status, { status: res.status, code: "unexpected_answer", detail: "the answer is not a JSON object" }, replayed, key);
     }
     return Object.assign(value as T & object, { replayed }) as Answer<T>;
   }

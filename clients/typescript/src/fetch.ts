@@ -130,7 +130,7 @@ export function retryBounds(c: RetryConfig = {}): RetryBounds {
 }
 
 /** The methods that need a key: those HTTP does not define as idempotent (idem requires one on every POST under /v1/). */
-function needsKey(method: string): boolean {
+export function needsKey(method: string): boolean {
   return method === "POST" || method === "PATCH";
 }
 

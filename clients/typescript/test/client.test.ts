@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { BadInputError, IdemClient, RetryBudgetError, idemFetch, uuidv7 } from "../src/index.js";
+import { BadInputError, IdemClient, ProblemError, RetryBudgetError, idemFetch, uuidv7 } from "../src/index.js";
 
 const never: typeof fetch = async () => assert.fail("nothing may be sent");
 
@@ -157,4 +157,17 @@ test("a final answer that arrives as the signal aborts is returned", async () =>
   });
   const res = await f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}", signal: ctl.signal });
   assert.equal(res.status, 201);
+});
+
+test("a refusal names the key the call was sent under, a generated one too", async () => {
+  let sent: string | null = null;
+  const idem = new IdemClient({
+    baseUrl: "http://localhost:8080",
+    fetch: async (_u, init) => {
+      sent = new Headers(init?.headers).get("Idempotency-Key");
+      return new Response('{"status":422,"code":"same_account"}', { status: 422, headers: { "Content-Type": "application/problem+json" } });
+    },
+  });
+  const t = { debit_account_id: "a", credit_account_id: "a", amount: 1, currency: "EUR" };
+  await assert.rejects(idem.createTransfer(t), (e: unknown) => e instanceof ProblemError && e.code === "same_account" && e.idempotencyKey === sent && sent !== null);
 });
