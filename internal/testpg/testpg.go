@@ -232,8 +232,18 @@ func (c *Cluster) Restart(tb testing.TB) { c.run(tb, "restart") }
 // RestartCommand is a shell command line that does what Restart does, for
 // a process that restarts the cluster itself (idem load
 // --chaos-db-restart).
-func (c *Cluster) RestartCommand() string {
-	return "bash " + shellQuote(script(filepath.Dir(c.dir))) + " restart " + shellQuote(c.dir)
+func (c *Cluster) RestartCommand() string { return c.command("restart") }
+
+// PauseCommand and ResumeCommand are shell command lines that do what
+// Pause and Resume do, for a process of another language that stops and
+// starts the cluster itself (the TypeScript client's tests).
+func (c *Cluster) PauseCommand() string { return c.command("pause") }
+
+// ResumeCommand: see PauseCommand.
+func (c *Cluster) ResumeCommand() string { return c.command("resume") }
+
+func (c *Cluster) command(op string) string {
+	return "bash " + shellQuote(script(filepath.Dir(c.dir))) + " " + op + " " + shellQuote(c.dir)
 }
 
 // shellQuote quotes s for sh.
