@@ -149,11 +149,22 @@ type Run func(ctx context.Context) (Reply, error)
 // request; the transaction rolls back and the key stays free.
 var errNotStored = errors.New("rpcguard: the handler's answer is not stored")
 
+// Guards reports whether method's calls are guarded (Config.Methods).
+func (g *Guard) Guards(method string) bool {
+	return g.cfg.Methods == nil || slices.Contains(g.cfg.Methods, method)
+}
+
+// RefuseRequest refuses a guarded call whose request cannot be guarded
+// (reported as idemhttp.KindInvalidBody), before it runs.
+func (g *Guard) RefuseRequest(ctx context.Context, method, reason, message string) Decision {
+	return g.refuse(ctx, method, idemhttp.KindInvalidBody, Refusal{Code: InvalidArgument, Reason: reason, Message: message})
+}
+
 // Do guards one unary call of method with the key values keys (the
 // metadata's idempotency-key values). request returns the request's bytes
 // for the fingerprint; it is called only for a guarded call.
 func (g *Guard) Do(ctx context.Context, method string, keys []string, request func() ([]byte, error), run Run) Decision {
-	if g.cfg.Methods != nil && !slices.Contains(g.cfg.Methods, method) {
+	if !g.Guards(method) {
 		return Decision{Answer: Pass}
 	}
 	if len(keys) == 0 && g.cfg.AllowMissingKey {
