@@ -3,11 +3,16 @@ module github.com/idemhq/idem/examples
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/google/uuid v1.6.0
 	github.com/idemhq/idem v0.0.0-00010101000000-000000000000
+	github.com/idemhq/idem/idemconnect v0.0.0-00010101000000-000000000000
+	github.com/idemhq/idem/idemgrpc v0.0.0-00010101000000-000000000000
 	github.com/idemhq/idem/idemtest v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/stripe/stripe-go/v82 v82.5.1
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -43,11 +48,12 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
