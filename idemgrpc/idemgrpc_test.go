@@ -426,4 +426,3 @@ func wantDetail(t testing.TB, st *status.Status, reason string, retry bool) {
 		t.Fatalf("%v: reason %q retry %v, want %q and %v", st, gotReason, gotRetry, reason, retry)
 	}
 }
-

@@ -185,4 +185,3 @@ func TestChargeIsAnnouncedOnceAcrossRelayCrash(t *testing.T) {
 		}
 	}
 }
-
