@@ -119,6 +119,13 @@ type env struct {
 
 func newEnv(t *testing.T, d driver.Driver, cfg idemgrpc.Config) *env {
 	t.Helper()
+	return newEnvTB(t, d, cfg)
+}
+
+// newEnvTB creates the charges table and serves the guarded service on d
+// over an in-memory listener.
+func newEnvTB(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
@@ -134,7 +141,7 @@ func newEnv(t *testing.T, d driver.Driver, cfg idemgrpc.Config) *env {
 }
 
 // serve starts the guarded service on d over an in-memory listener.
-func serve(t *testing.T, d driver.Driver, cfg idemgrpc.Config) *env {
+func serve(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
 	t.Helper()
 	k, err := idem.New(d, idem.Config{})
 	if err != nil {
@@ -156,7 +163,8 @@ func serve(t *testing.T, d driver.Driver, cfg idemgrpc.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.conn.Close() })
+	conn := e.conn
+	t.Cleanup(func() { _ = conn.Close() })
 	return e
 }
 
