@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -432,5 +434,30 @@ func wantDetail(t testing.TB, st *status.Status, reason string, retry bool) {
 	}
 	if gotReason != reason || gotRetry != retry {
 		t.Fatalf("%v: reason %q retry %v, want %q and %v", st, gotReason, gotRetry, reason, retry)
+	}
+}
+
+// TestConfig: a Config out of bounds is refused by New, naming the field.
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	k, err := idem.New(drivertest.Open(t, "sqlite"), idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  idemgrpc.Config
+		want string
+	}{
+		{idemgrpc.Config{}, "Keeper is required"},
+		{idemgrpc.Config{Keeper: k, MaxReplyBytes: 10}, "MaxReplyBytes"},
+		{idemgrpc.Config{Keeper: k, RetryAfter: time.Nanosecond}, "RetryAfter"},
+		{idemgrpc.Config{Keeper: k, Methods: make([]string, 1025)}, "Methods"},
+	} {
+		if _, err := idemgrpc.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := idemgrpc.New(idemgrpc.Config{Keeper: k}); err != nil {
+		t.Fatal(err)
 	}
 }
