@@ -131,6 +131,9 @@ func open(ctx context.Context, dbURL string) (driver.Driver, error) {
 type payments struct {
 	keeper *idem.Keeper
 	outbox *outbox.Outbox
+	// afterWrites, when set (by tests only), runs after charge's writes; its
+	// error fails the charge there, after its row and idem's outbox row.
+	afterWrites func() error
 }
 
 func newPayments(ctx context.Context, d driver.Driver) (*payments, error) {
@@ -171,6 +174,11 @@ func (s *payments) charge(ctx context.Context, amount int64) (string, error) {
 	payload := []byte(`{"charge":"` + id + `"}`)
 	if err := s.outbox.Enqueue(ctx, tx, outbox.Message{ID: id, Tenant: tenant, Type: "charge.created", Key: id, Payload: payload}); err != nil {
 		return "", err
+	}
+	if s.afterWrites != nil {
+		if err := s.afterWrites(); err != nil {
+			return "", err
+		}
 	}
 	return id, nil
 }

@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -184,4 +187,63 @@ func TestChargeIsAnnouncedOnceAcrossRelayCrash(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A charge that fails after its own row and idem's outbox row, over either
+// protocol, leaves none of them nor the key: the retry charges once.
+func TestFailedChargeRollsBack(t *testing.T) {
+	t.Parallel()
+	for _, protocol := range []string{"grpc", "connect"} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			s := newTestService(t)
+			fail := true
+			s.pay.afterWrites = func() error {
+				if fail {
+					return errors.New("the card network went away")
+				}
+				return nil
+			}
+			conn := s.grpcConn(t)
+			h, err := s.pay.connectHandler()
+			if err != nil {
+				t.Fatal(err)
+			}
+			charge := func() int {
+				if protocol == "grpc" {
+					_, err := grpcDoer{conn: conn, amount: 500}.Do(context.Background(), idem.Request{Key: idem.Key{Key: "k"}}, nil)
+					return int(status.Code(err))
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, connectCharge("k", 500))
+				return w.Code
+			}
+			if got := charge(); got != int(codes.Unavailable) && got != http.StatusServiceUnavailable {
+				t.Fatalf("failed charge answered %d, want Unavailable", got)
+			}
+			for table, want := range map[string]int{"charges": 0, "idem_outbox": 0, "idem_keys": 0} {
+				if n := s.count(t, table); n != want {
+					t.Fatalf("after the failed charge, %s has %d rows, want %d", table, n, want)
+				}
+			}
+			fail = false
+			if got := charge(); got != int(codes.OK) && got != http.StatusOK {
+				t.Fatalf("retry answered %d", got)
+			}
+			for table, want := range map[string]int{"charges": 1, "idem_outbox": 1, "idem_keys": 1} {
+				if n := s.count(t, table); n != want {
+					t.Fatalf("after the retry, %s has %d rows, want %d", table, n, want)
+				}
+			}
+		})
+	}
+}
+
+func (s *testService) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := s.d.Reader().QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
