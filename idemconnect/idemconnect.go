@@ -91,7 +91,7 @@ type Config struct {
 	Operation func(procedure string) string
 	// Procedures are the procedures that require a key; the unary calls of
 	// others pass through untouched (Tx nil). Default nil: every unary
-	// procedure. Bound 1024.
+	// procedure; an empty list is refused. Bound 1024.
 	Procedures []string
 	// AllowMissingKey is the rollout mode: a guarded call without a key
 	// runs the handler unguarded and is counted apart (Unguarded per

@@ -96,7 +96,7 @@ type Config struct {
 	Operation func(fullMethod string) string
 	// Methods are the full methods that require a key; the unary calls of
 	// other methods pass through untouched (Tx nil). Default nil: every
-	// unary method. Bound 1024 methods.
+	// unary method; an empty list is refused. Bound 1024 methods.
 	Methods []string
 	// AllowMissingKey is the rollout mode: a guarded call without a key
 	// runs the handler unguarded and is counted apart (Unguarded per

@@ -452,6 +452,7 @@ func TestConfig(t *testing.T) {
 		{idemgrpc.Config{Keeper: k, MaxReplyBytes: 10}, "MaxReplyBytes"},
 		{idemgrpc.Config{Keeper: k, RetryAfter: time.Nanosecond}, "RetryAfter"},
 		{idemgrpc.Config{Keeper: k, Methods: make([]string, 1025)}, "Methods"},
+		{idemgrpc.Config{Keeper: k, Methods: []string{}}, "Methods is empty"},
 	} {
 		if _, err := idemgrpc.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v): %v, want an error naming %s", tc.cfg, err, tc.want)

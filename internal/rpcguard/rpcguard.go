@@ -76,6 +76,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Keeper == nil:
 		return fmt.Errorf("%s: Keeper is required", c.Name)
+	case c.Methods != nil && len(c.Methods) == 0:
+		return fmt.Errorf("%s: Methods is empty, which would guard nothing; leave it nil to guard every unary method", c.Name)
 	case len(c.Methods) > 1024:
 		return fmt.Errorf("%s: %d Methods is more than 1024", c.Name, len(c.Methods))
 	case c.MaxReplyBytes < 1<<10 || c.MaxReplyBytes > 64<<20:
