@@ -294,7 +294,13 @@ func TestConcurrentCopies(t *testing.T) {
 func TestRollback(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		e := newEnv(t, d, idemgrpc.Config{})
+		var mu sync.Mutex
+		kinds := map[idemhttp.Kind]int{}
+		e := newEnv(t, d, idemgrpc.Config{OnAnswer: func(_ context.Context, _ string, k idemhttp.Kind) {
+			mu.Lock()
+			kinds[k]++
+			mu.Unlock()
+		}})
 		for _, amount := range []int64{-2, 0} { // transient after a write; invalid
 			a := e.call(t, amount, "k")
 			if want := map[int64]codes.Code{-2: codes.Unavailable, 0: codes.InvalidArgument}[amount]; a.st.Code() != want || a.replayed() {
@@ -309,6 +315,11 @@ func TestRollback(t *testing.T) {
 		}
 		if rows := e.rows(t); rows != 1 {
 			t.Fatalf("%d rows after the retry, want 1", rows)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if kinds[idemhttp.KindHandlerError] != 1 || kinds[idemhttp.KindInvalid] != 1 || kinds[idemhttp.KindFirst] != 1 {
+			t.Fatalf("kinds %v, want one handler_error, one invalid, one first", kinds)
 		}
 	})
 }

@@ -196,7 +196,7 @@ func (g *Guard) Do(ctx context.Context, method string, keys []string, request fu
 	}
 	key := idem.Key{Scope: scope, Operation: g.cfg.Operation(method), Key: clientKey}
 
-	ran := false
+	ran, invalid := false, false
 	res, err := g.cfg.Keeper.Do(ctx, idem.Request{Key: key, Fingerprint: fingerprint(method, body)},
 		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 			ran = true
@@ -209,6 +209,7 @@ func (g *Guard) Do(ctx context.Context, method string, keys []string, request fu
 				return idem.Outcome{}, fmt.Errorf("%s: reply of %d bytes is larger than MaxReplyBytes %d", g.cfg.Name, len(reply.Body), g.cfg.MaxReplyBytes)
 			}
 			if notStored(reply.Code) || gd.invalid.Load() {
+				invalid = reply.Code == InvalidArgument || gd.invalid.Load()
 				return idem.Outcome{}, errNotStored
 			}
 			return idem.Outcome{Status: int(reply.Code), Body: reply.Body}, nil
@@ -220,6 +221,9 @@ func (g *Guard) Do(ctx context.Context, method string, keys []string, request fu
 	case err == nil:
 		g.report(ctx, method, idemhttp.KindReplayed)
 		return Decision{Answer: Replay, Reply: Reply{Code: uint32(res.Status), Body: res.Body}}
+	case errors.Is(err, errNotStored) && ran && invalid:
+		g.report(ctx, method, idemhttp.KindInvalid)
+		return Decision{Answer: Handled}
 	case errors.Is(err, errNotStored) && ran:
 		g.report(ctx, method, idemhttp.KindHandlerError)
 		return Decision{Answer: Handled}
