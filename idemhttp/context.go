@@ -6,14 +6,17 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/guardctx"
 )
 
 type ctxKey int
 
-const (
-	scopeKey ctxKey = iota
-	guardKey
-)
+const scopeKey ctxKey = 0
+
+// guardKey is the context key every transport stores its guard under
+// (internal/guardctx), so that Tx, KeyFrom and MarkInvalid work in a
+// handler that idemgrpc or idemconnect runs too.
+var guardKey = guardctx.Key
 
 // guard is what a guarded request's handler can ask its context for, and
 // what it tells the middleware back.
@@ -22,6 +25,10 @@ type guard struct {
 	key     idem.Key
 	invalid atomic.Bool // MarkInvalid was called
 }
+
+func (g *guard) Tx() driver.Tx { return g.tx }
+func (g *guard) Key() idem.Key { return g.key }
+func (g *guard) MarkInvalid()  { g.invalid.Store(true) }
 
 // WithScope returns ctx carrying scope (the tenant), for an authentication
 // middleware in front of Wrap: the default Config.Scope reads it back.
@@ -42,9 +49,12 @@ func ScopeFrom(ctx context.Context) string {
 // example for a method Config.Methods lets through). Code written against
 // pgx or database/sql (sqlc's queries, CopyFrom) gets the same transaction
 // with postgres.PgxFromTx or sqlite.StdSQLFromTx.
+//
+// Tx, KeyFrom and MarkInvalid read the same guard in a handler that the
+// gRPC and Connect interceptors (modules idemgrpc and idemconnect) run.
 func Tx(ctx context.Context) driver.Tx {
-	if g, ok := ctx.Value(guardKey).(*guard); ok {
-		return g.tx
+	if g := guardctx.From(ctx); g != nil {
+		return g.Tx()
 	}
 	return nil
 }
@@ -52,8 +62,8 @@ func Tx(ctx context.Context) driver.Tx {
 // KeyFrom returns the scoped key of the guarded request ctx belongs to, for
 // handlers that derive a stable resource id from (tenant, Idempotency-Key).
 func KeyFrom(ctx context.Context) (idem.Key, bool) {
-	if g, ok := ctx.Value(guardKey).(*guard); ok {
-		return g.key, true
+	if g := guardctx.From(ctx); g != nil {
+		return g.Key(), true
 	}
 	return idem.Key{}, false
 }
@@ -72,7 +82,7 @@ func KeyFrom(ctx context.Context) (idem.Key, bool) {
 // it rolls back and is answered 500. Outside a guarded request MarkInvalid
 // does nothing.
 func MarkInvalid(ctx context.Context) {
-	if g, ok := ctx.Value(guardKey).(*guard); ok {
-		g.invalid.Store(true)
+	if g := guardctx.From(ctx); g != nil {
+		g.MarkInvalid()
 	}
 }

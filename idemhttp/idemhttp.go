@@ -45,6 +45,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/opcount"
 )
 
 // Header names of the draft.
@@ -144,6 +145,22 @@ type Config struct {
 	// ReplayCacheBytes bounds the cache's approximate size. Default 64 MiB;
 	// bound 1 KiB..4 GiB.
 	ReplayCacheBytes int64
+	// AllowMissingKey is the rollout mode: a request with a guarded method
+	// but no Idempotency-Key runs the handler unguarded — no claim, nothing
+	// stored, Tx nil — and is counted apart (KindUnguarded, Unguarded per
+	// operation). Turn it on while the clients of an API that never took
+	// keys learn to send them; turn it off once Unguarded stops growing.
+	// Default false: a request that needs a key and has none is refused 400
+	// idempotency_key_missing, since a retry of it could do the work twice.
+	// A request with a key is guarded either way; Batched routes always
+	// require one.
+	AllowMissingKey bool
+	// Fingerprint computes a request's fingerprint from its method, path
+	// and body (FingerprintFunc). Default: the canonical JSON of the body
+	// without IgnoreFields (JSONFingerprint), which refuses a body that is
+	// not JSON; FormFingerprint guards form-encoded bodies, BytesFingerprint
+	// protobuf and other bodies with one encoding per request.
+	Fingerprint FingerprintFunc
 	// OnAnswer, when set, is called once per guarded request with the
 	// kind of answer it got (metrics). It must be fast and must not write
 	// to w. Default none.
@@ -240,6 +257,7 @@ type Middleware struct {
 	replay     []string // canonical header names
 	retryAfter string
 	cache      *replayCache
+	unguarded  *opcount.Counter // requests run without a key (AllowMissingKey)
 }
 
 // New returns a Middleware, or an error naming the Config field out of
@@ -253,6 +271,7 @@ func New(cfg Config) (*Middleware, error) {
 		cfg:        cfg,
 		keeper:     cfg.Keeper,
 		retryAfter: retryAfterSeconds(cfg.RetryAfter),
+		unguarded:  newUnguardedCounter(),
 	}
 	for _, h := range cfg.ReplayHeaders {
 		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
@@ -293,6 +312,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(m.cfg.Methods, r.Method) {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if m.passUnguarded(w, r, next) {
 			return
 		}
 		m.serve(w, r, m.runHandler(next))
@@ -363,7 +385,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 
 	// The fingerprint holds the concrete path, the operation the pattern: a
 	// key reused on another resource of the same route is caught as reuse.
-	fp, err := idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
+	fp, err := m.fingerprint(r, body)
 	if err != nil {
 		m.answer(w, r, idem.ErrInvalidBody)
 		return

@@ -19,12 +19,15 @@ import (
 
 // heavy are the modules the idem binary and its tests need and a user of
 // the library must not get: NATS's server, the browser driver of the
-// console's tests, Stripe's SDK and Kafka's fake cluster.
+// console's tests, Stripe's SDK and Kafka's fake cluster; and the RPC
+// frameworks, which only the modules idemgrpc and idemconnect require.
 var heavy = []string{
 	"github.com/nats-io/nats-server/",
 	"github.com/chromedp/",
 	"github.com/stripe/stripe-go/",
 	"github.com/twmb/franz-go/pkg/kfake",
+	"google.golang.org/grpc",
+	"connectrpc.com/connect",
 }
 
 func isHeavy(module string) bool {

@@ -1,0 +1,316 @@
+// Package rpcguard is what the gRPC and Connect interceptors (modules
+// idemgrpc and idemconnect) share: the key's checks, the claim, the
+// handler's run inside the keeper's transaction, which replies are stored,
+// and which refusal answers each error of the keeper. It speaks in gRPC
+// status codes as numbers (Connect's codes are the same), so that it needs
+// neither grpc nor connect and the library's module stays lean.
+package rpcguard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/guardctx"
+	"github.com/idemhq/idem/internal/opcount"
+)
+
+// The gRPC status codes the guard stores or answers with.
+const (
+	OK                 uint32 = 0
+	Canceled           uint32 = 1
+	Unknown            uint32 = 2
+	InvalidArgument    uint32 = 3
+	DeadlineExceeded   uint32 = 4
+	FailedPrecondition uint32 = 9
+	Aborted            uint32 = 10
+	ResourceExhausted  uint32 = 8
+	Unimplemented      uint32 = 12
+	Internal           uint32 = 13
+	Unavailable        uint32 = 14
+	DataLoss           uint32 = 15
+)
+
+// Reasons are the stable ErrorInfo reasons of the guard's refusals, in
+// ErrorInfo's UPPER_SNAKE_CASE; Domain is their domain.
+const (
+	Domain            = "idem.github.com/idemhq/idem"
+	ReasonKeyMissing  = "IDEMPOTENCY_KEY_MISSING"
+	ReasonKeyInvalid  = "IDEMPOTENCY_KEY_INVALID"
+	ReasonKeyReused   = "IDEMPOTENCY_KEY_REUSED"
+	ReasonInFlight    = "REQUEST_IN_FLIGHT"
+	ReasonUnavailable = "UNAVAILABLE"
+	ReasonInternal    = "INTERNAL_ERROR"
+)
+
+// MaxUnguardedOperations bounds the operations counted apart by Unguarded.
+const MaxUnguardedOperations = 256
+
+// Config is the shared part of the interceptors' configs, with defaults
+// applied by the interceptor (its fields' comments are the contract).
+type Config struct {
+	Keeper          *idem.Keeper
+	Scope           func(ctx context.Context, method string) string
+	Operation       func(method string) string
+	Methods         []string
+	AllowMissingKey bool
+	MaxReplyBytes   int
+	RetryAfter      time.Duration
+	OnAnswer        func(ctx context.Context, method string, kind idemhttp.Kind)
+	Logger          *slog.Logger
+	// Name prefixes the messages: "idemgrpc", "idemconnect".
+	Name string
+}
+
+// Validate checks the fields' bounds.
+func (c Config) Validate() error {
+	switch {
+	case c.Keeper == nil:
+		return fmt.Errorf("%s: Keeper is required", c.Name)
+	case c.Methods != nil && len(c.Methods) == 0:
+		return fmt.Errorf("%s: Methods is empty, which would guard nothing; leave it nil to guard every unary method", c.Name)
+	case len(c.Methods) > 1024:
+		return fmt.Errorf("%s: %d Methods is more than 1024", c.Name, len(c.Methods))
+	case c.MaxReplyBytes < 1<<10 || c.MaxReplyBytes > 64<<20:
+		return fmt.Errorf("%s: MaxReplyBytes %d is outside 1 KiB..64 MiB", c.Name, c.MaxReplyBytes)
+	case c.RetryAfter < time.Millisecond || c.RetryAfter > time.Hour:
+		return fmt.Errorf("%s: RetryAfter %s is outside 1ms..1h", c.Name, c.RetryAfter)
+	}
+	return nil
+}
+
+// Guard runs unary calls once per key.
+type Guard struct {
+	cfg       Config
+	unguarded *opcount.Counter
+}
+
+// New returns a Guard on cfg, which must be valid.
+func New(cfg Config) *Guard {
+	return &Guard{cfg: cfg, unguarded: opcount.New(MaxUnguardedOperations)}
+}
+
+// Unguarded returns the calls without a key run under AllowMissingKey, per
+// operation.
+func (g *Guard) Unguarded() map[string]uint64 { return g.unguarded.Snapshot() }
+
+// Reply is a call's answer as stored: Code OK with the reply message's
+// bytes, or an error's code with its google.rpc.Status bytes.
+type Reply struct {
+	Code uint32
+	Body []byte
+}
+
+// Answer says what the interceptor sends.
+type Answer int
+
+const (
+	// Pass: the call is not guarded (a method outside Methods, or no key
+	// under AllowMissingKey): run the handler as is.
+	Pass Answer = iota
+	// Handled: the handler ran in this call; send its own reply or error
+	// (stored, or not stored because it was transient or a refusal).
+	Handled
+	// Replay: send Decision.Reply, marked replayed.
+	Replay
+	// Refuse: send Decision.Refusal.
+	Refuse
+)
+
+// Refusal is an answer of the guard itself.
+type Refusal struct {
+	Code    uint32
+	Reason  string
+	Message string
+	// RetryAfter, when positive, goes in a RetryInfo detail.
+	RetryAfter time.Duration
+}
+
+// Decision is what Do decided.
+type Decision struct {
+	Answer  Answer
+	Reply   Reply
+	Refusal Refusal
+}
+
+// Run runs the handler inside the key's transaction (ctx carries the
+// guard) and returns its reply as it would be stored. An error means the
+// reply could not be made into one (it could not be marshalled).
+type Run func(ctx context.Context) (Reply, error)
+
+// errNotStored: the handler's answer is transient or a refusal of the
+// request; the transaction rolls back and the key stays free.
+var errNotStored = errors.New("rpcguard: the handler's answer is not stored")
+
+// Guards reports whether method's calls are guarded (Config.Methods).
+func (g *Guard) Guards(method string) bool {
+	return g.cfg.Methods == nil || slices.Contains(g.cfg.Methods, method)
+}
+
+// RefuseRequest refuses a guarded call whose request cannot be guarded
+// (reported as idemhttp.KindInvalidBody), before it runs.
+func (g *Guard) RefuseRequest(ctx context.Context, method, reason, message string) Decision {
+	return g.refuse(ctx, method, idemhttp.KindInvalidBody, Refusal{Code: InvalidArgument, Reason: reason, Message: message})
+}
+
+// Do guards one unary call of method with the key values keys (the
+// metadata's idempotency-key values). request returns the request's bytes
+// for the fingerprint; it is called only for a guarded call.
+func (g *Guard) Do(ctx context.Context, method string, keys []string, request func() ([]byte, error), run Run) Decision {
+	if !g.Guards(method) {
+		return Decision{Answer: Pass}
+	}
+	if len(keys) == 0 && g.cfg.AllowMissingKey {
+		g.unguarded.Add(g.cfg.Operation(method))
+		g.report(ctx, method, idemhttp.KindUnguarded)
+		return Decision{Answer: Pass}
+	}
+	switch {
+	case len(keys) == 0:
+		return g.refuse(ctx, method, idemhttp.KindMissingKey, Refusal{Code: InvalidArgument, Reason: ReasonKeyMissing,
+			Message: "this call needs an idempotency-key metadata value"})
+	case len(keys) > 1:
+		return g.refuse(ctx, method, idemhttp.KindInvalidKey, Refusal{Code: InvalidArgument, Reason: ReasonKeyInvalid,
+			Message: "idempotency-key was sent more than once"})
+	}
+	clientKey, err := idem.ParseKey(keys[0])
+	if err != nil {
+		return g.refuse(ctx, method, idemhttp.KindInvalidKey, Refusal{Code: InvalidArgument, Reason: ReasonKeyInvalid, Message: err.Error()})
+	}
+	scope := g.cfg.Scope(ctx, method)
+	if scope == "" {
+		return g.fail(ctx, method, fmt.Errorf("%s: Config.Scope returned an empty scope", g.cfg.Name))
+	}
+	body, err := request()
+	if err != nil {
+		return g.fail(ctx, method, fmt.Errorf("%s: marshal the request: %w", g.cfg.Name, err))
+	}
+	key := idem.Key{Scope: scope, Operation: g.cfg.Operation(method), Key: clientKey}
+
+	ran, invalid := false, false
+	res, err := g.cfg.Keeper.Do(ctx, idem.Request{Key: key, Fingerprint: fingerprint(method, body)},
+		func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
+			ran = true
+			gd := &guard{tx: tx, key: key}
+			reply, err := run(guardctx.With(ctx, gd))
+			if err != nil {
+				return idem.Outcome{}, err
+			}
+			if len(reply.Body) > g.cfg.MaxReplyBytes {
+				return idem.Outcome{}, fmt.Errorf("%s: reply of %d bytes is larger than MaxReplyBytes %d", g.cfg.Name, len(reply.Body), g.cfg.MaxReplyBytes)
+			}
+			if notStored(reply.Code) || gd.invalid.Load() {
+				invalid = reply.Code == InvalidArgument || gd.invalid.Load()
+				return idem.Outcome{}, errNotStored
+			}
+			return idem.Outcome{Status: int(reply.Code), Body: reply.Body}, nil
+		})
+	switch {
+	case err == nil && !res.Replayed:
+		g.report(ctx, method, idemhttp.KindFirst)
+		return Decision{Answer: Handled}
+	case err == nil:
+		g.report(ctx, method, idemhttp.KindReplayed)
+		return Decision{Answer: Replay, Reply: Reply{Code: uint32(res.Status), Body: res.Body}}
+	case errors.Is(err, errNotStored) && ran && invalid:
+		g.report(ctx, method, idemhttp.KindInvalid)
+		return Decision{Answer: Handled}
+	case errors.Is(err, errNotStored) && ran:
+		g.report(ctx, method, idemhttp.KindHandlerError)
+		return Decision{Answer: Handled}
+	}
+	return g.refuseErr(ctx, method, err)
+}
+
+// notStored reports whether a reply with code is a transient failure, not
+// the call's outcome: the codes gRPC maps to a 5xx (and Canceled), which a
+// retry may answer otherwise, and InvalidArgument, a refusal of the request
+// before any work (the corrected request may reuse the key). Every other
+// code — OK, and business refusals such as FailedPrecondition or NotFound —
+// is stored and replayed.
+func notStored(code uint32) bool {
+	switch code {
+	case Canceled, Unknown, InvalidArgument, DeadlineExceeded, ResourceExhausted, Aborted,
+		Unimplemented, Internal, Unavailable, DataLoss:
+		return true
+	}
+	return false
+}
+
+// refuseErr maps an error of the keeper to its refusal, as idemhttp's
+// ProblemFor maps it to a problem.
+func (g *Guard) refuseErr(ctx context.Context, method string, err error) Decision {
+	p := idemhttp.ProblemFor(err, g.cfg.RetryAfter)
+	switch p.Code {
+	case idemhttp.CodeKeyReused:
+		return g.refuse(ctx, method, idemhttp.KindReused, Refusal{Code: FailedPrecondition, Reason: ReasonKeyReused,
+			Message: "this idempotency-key was already used with a different request"})
+	case idemhttp.CodeInFlight:
+		return g.refuse(ctx, method, idemhttp.KindInFlight, Refusal{Code: Aborted, Reason: ReasonInFlight,
+			Message: "a call with this idempotency-key is still being processed; retry later", RetryAfter: g.cfg.RetryAfter})
+	case idemhttp.CodeKeyInvalid, idemhttp.CodeKeyMissing:
+		return g.refuse(ctx, method, idemhttp.KindInvalidKey, Refusal{Code: InvalidArgument, Reason: ReasonKeyInvalid, Message: err.Error()})
+	case idemhttp.CodeUnavailable:
+		if errors.Is(err, context.Canceled) {
+			return g.refuse(ctx, method, idemhttp.KindUnavailable, Refusal{Code: Canceled, Reason: ReasonUnavailable, Message: "call canceled"})
+		}
+		return g.refuse(ctx, method, idemhttp.KindUnavailable, Refusal{Code: Unavailable, Reason: ReasonUnavailable,
+			Message: "the service cannot reach its database; nothing was done, retry later", RetryAfter: g.cfg.RetryAfter})
+	}
+	return g.fail(ctx, method, err)
+}
+
+// fail answers an unexpected error: Internal, nothing stored, logged
+// (a handler's panic was logged by the keeper with its stack).
+func (g *Guard) fail(ctx context.Context, method string, err error) Decision {
+	if !errors.Is(err, idem.ErrPanicked) {
+		g.cfg.Logger.ErrorContext(ctx, g.cfg.Name+": call failed", "method", method, "err", err)
+	}
+	return g.refuse(ctx, method, idemhttp.KindError, Refusal{Code: Internal, Reason: ReasonInternal, Message: "the call failed; nothing was stored"})
+}
+
+func (g *Guard) refuse(ctx context.Context, method string, kind idemhttp.Kind, r Refusal) Decision {
+	g.report(ctx, method, kind)
+	return Decision{Answer: Refuse, Refusal: r}
+}
+
+func (g *Guard) report(ctx context.Context, method string, kind idemhttp.Kind) {
+	if g.cfg.OnAnswer != nil {
+		g.cfg.OnAnswer(ctx, method, kind)
+	}
+}
+
+// fingerprint is SHA-256 over the full method and the request's bytes,
+// framed: the interceptors marshal the request deterministically, so equal
+// messages give equal bytes.
+func fingerprint(method string, body []byte) []byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(method), body} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return h.Sum(nil)
+}
+
+// guard is a guarded call's guard (internal/guardctx): idemhttp.Tx,
+// KeyFrom and MarkInvalid read it, as the interceptors' own Tx does.
+type guard struct {
+	tx      driver.Tx
+	key     idem.Key
+	invalid atomic.Bool // MarkInvalid was called
+}
+
+func (g *guard) Tx() driver.Tx { return g.tx }
+func (g *guard) Key() idem.Key { return g.key }
+func (g *guard) MarkInvalid()  { g.invalid.Store(true) }
