@@ -41,6 +41,8 @@ type Config struct {
 //	tls://host:port[,…][?…]     the same over TLS
 //	kafka://host:port[,host:port…][?topic=idem]
 //	                            Kafka (ParseKafka lists the SASL and TLS options)
+//	amqp://[user:pass@]host:port[/vhost][?exchange=idem]
+//	amqps://…                   RabbitMQ (ParseAMQP lists the options)
 //	http://…, https://…         Standard Webhooks to that URL
 //	stdout                      JSON lines, for development
 func Open(ctx context.Context, publishURL string, cfg Config) (outbox.Publisher, error) {
@@ -75,13 +77,15 @@ func Open(ctx context.Context, publishURL string, cfg Config) (outbox.Publisher,
 		return openNATS(ctx, publishURL)
 	case "kafka":
 		return openKafka(ctx, publishURL)
+	case "amqp", "amqps":
+		return openAMQP(ctx, publishURL)
 	case "http", "https":
 		if cfg.WebhookSecret == "" {
 			return nil, errors.New("--publish: webhooks need a signing secret (--webhook-secret / IDEM_WEBHOOK_SECRET)")
 		}
 		return webhookpub.New(webhookpub.Config{URL: publishURL, Secret: cfg.WebhookSecret})
 	}
-	return nil, fmt.Errorf("--publish %q: want nats://…, tls://…, kafka://…, http(s)://…, stdout, or nothing for embedded NATS",
+	return nil, fmt.Errorf("--publish %q: want nats://…, tls://…, kafka://…, amqp(s)://…, http(s)://…, stdout, or nothing for embedded NATS",
 		Redact(publishURL))
 }
 
