@@ -19,12 +19,12 @@ func TestParseAMQP(t *testing.T) {
 		tls, noDeclare              bool
 		err                         string
 	}{
-		{in: "amqp://127.0.0.1:5672", url: "amqp://127.0.0.1:5672", format: cloudevent.Idem},
+		{in: "amqp://127.0.0.1:5672", url: "amqp://127.0.0.1:5672"},
 		{in: "amqp://u:secret@h:5672/prod?exchange=events&declare=false&format=cloudevents",
 			url: "amqp://u:secret@h:5672/prod", exchange: "events", noDeclare: true, format: cloudevent.Binary},
 		{in: "amqps://h?tls_ca=/ca.pem&route={type}&route.order.created=orders",
-			url: "amqps://h", tls: true, template: "{type}", table: map[string]string{"order.created": "orders"}, format: cloudevent.Idem},
-		{in: "amqp://u@h?password_file=/pw", url: "amqp://u@h", format: cloudevent.Idem},
+			url: "amqps://h", tls: true, template: "{type}", table: map[string]string{"order.created": "orders"}},
+		{in: "amqp://u@h?password_file=/pw", url: "amqp://u@h"},
 		{in: "amqp://h?tls_ca=/ca.pem", err: "amqps://"},
 		{in: "amqp://h?exchnage=x", err: `unknown RabbitMQ option "exchnage"`},
 		{in: "amqp://h?format=xml", err: "format"},

@@ -122,14 +122,18 @@ func parseRoutes(q url.Values) (outbox.Routes, error) {
 }
 
 // parseCloudEvents reads format= (idem, cloudevents,
-// cloudevents-structured, both) and ce_source=.
+// cloudevents-structured, both) and ce_source=; absent, they are the
+// publisher's defaults.
 func parseCloudEvents(q url.Values) (cloudevent.Config, error) {
-	f, err := cloudevent.ParseFormat(q.Get("format"))
-	if err != nil {
-		return cloudevent.Config{}, fmt.Errorf("--publish: %w", err)
+	c := cloudevent.Config{Source: q.Get("ce_source")}
+	if s := q.Get("format"); s != "" {
+		f, err := cloudevent.ParseFormat(s)
+		if err != nil {
+			return c, fmt.Errorf("--publish: %w", err)
+		}
+		c.Format = f
 	}
-	c := cloudevent.Config{Format: f, Source: q.Get("ce_source")}.WithDefaults()
-	if err := c.Validate(); err != nil {
+	if err := c.WithDefaults().Validate(); err != nil {
 		return c, fmt.Errorf("--publish: %w", err)
 	}
 	return c, nil
