@@ -23,7 +23,7 @@ var (
 // rabbit is the package's RabbitMQ node, started on first use (a node
 // takes tens of seconds to start on a loaded machine) and stopped by
 // TestMain. Tests use exchanges and queues of their own names.
-func rabbit(t *testing.T) *testrabbit.Node {
+func rabbit(t testing.TB) *testrabbit.Node {
 	t.Helper()
 	rabbitOnce.Do(func() { rabbitNode, rabbitErr = testrabbit.StartMain() })
 	if rabbitErr != nil {
