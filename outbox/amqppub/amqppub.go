@@ -265,6 +265,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			return outbox.Errs(len(msgs), err)
 		}
 	}
+	// The batch's channel and connection: a fault below drops p's, and the
+	// confirms already awaited still belong to these.
+	conn, ch, returns := p.conn, p.ch, p.returns
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
 		key, err := p.RoutingKey(m)
@@ -277,7 +280,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			errs[i] = err
 			continue
 		}
-		confirms[i], err = p.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, key, true, false, pub)
+		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, key, true, false, pub)
 		if err != nil {
 			// The channel or connection is gone (or ctx ended): this and
 			// the rest wait for the next batch on a new connection.
@@ -296,7 +299,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		if c == nil {
 			continue
 		}
-		errs[i] = p.await(ctx, c, msgs[i].ID, returned)
+		errs[i] = await(ctx, conn, ch, returns, c, msgs[i].ID, returned)
 		if errors.Is(errs[i], outbox.ErrBrokerUnavailable) {
 			// The connection is lost or the broker does not answer: its
 			// confirms will not come.
@@ -316,8 +319,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 // before it (RabbitMQ sends a mandatory message's basic.return before its
 // basic.ack, on the same channel, so a returned message's return is in
 // hand when its ack arrives).
-func (p *Publisher) await(ctx context.Context, c *amqp.DeferredConfirmation, id string, returned map[string]amqp.Return) error {
-	rets := p.returns
+func await(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel, returns <-chan amqp.Return,
+	c *amqp.DeferredConfirmation, id string, returned map[string]amqp.Return) error {
+	rets := returns
 	take := func(r amqp.Return, ok bool) {
 		if !ok { // the channel closed; its confirms are nacked
 			rets = nil
@@ -350,7 +354,7 @@ wait:
 			r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText))
 	}
 	if !c.Acked() {
-		if p.ch.IsClosed() || p.conn.IsClosed() {
+		if ch.IsClosed() || conn.IsClosed() {
 			// amqp091 nacks the confirms outstanding when a channel closes.
 			return outbox.BrokerUnavailable(errors.New("amqppub: the connection closed before the broker confirmed"))
 		}

@@ -235,3 +235,66 @@ func TestOpenURL(t *testing.T) {
 		t.Fatalf("wrong password: %v", err)
 	}
 }
+
+// doneAt is a context whose Done is closed at its n-th call only: the
+// publish of the n-th message of a batch (amqp091 checks Done before each
+// publish) finds the context ended, the others do not.
+type doneAt struct {
+	context.Context
+	calls, n int
+}
+
+func (c *doneAt) Done() <-chan struct{} {
+	c.calls++
+	if c.calls == c.n {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return nil
+}
+
+func (c *doneAt) Err() error {
+	if c.calls >= c.n {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// A publish that fails mid-batch drops the connection: the batch's
+// messages already sent get an answer each (published, or an outage when
+// the closing connection nacked their confirms), the rest an outage, and
+// the next batch dials again and is published.
+func TestPublishFailsMidBatch(t *testing.T) {
+	t.Parallel()
+	x := exchange(t)
+	q := node.Queue(t, x, "#")
+	p := newPublisher(t, amqppub.Config{Exchange: x})
+	msgs := []outbox.Message{msg("a.b", "k1"), msg("a.b", "k2"), msg("a.b", "k3"), msg("a.b", "k4"), msg("a.b", "k5")}
+	errs := p.Publish(&doneAt{Context: context.Background(), n: 4}, msgs)
+	for i, err := range errs {
+		if (i >= 3 || err != nil) && !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			t.Fatalf("message %d: %v, want published or an outage (and an outage from the 4th)", i, err)
+		}
+	}
+	var again []outbox.Message
+	for i, err := range errs {
+		if err != nil {
+			again = append(again, msgs[i])
+		}
+	}
+	for i, err := range publish(t, p, again...) {
+		if err != nil {
+			t.Fatalf("republish %d: %v", i, err)
+		}
+	}
+	got := map[string]bool{}
+	for _, d := range q.Messages(t) {
+		got[d.MessageId] = true
+	}
+	for _, m := range msgs {
+		if !got[m.ID] {
+			t.Fatalf("message %s missing from the queue", m.ID)
+		}
+	}
+}

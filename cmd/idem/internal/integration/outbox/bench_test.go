@@ -193,7 +193,10 @@ func BenchmarkRelayDrainRabbitMQ(b *testing.B) {
 	start := time.Now()
 	var acked atomic.Int64
 	pub := &latencyPub{inner: p, done: func(string) { acked.Add(1) }}
-	r := runRelay(b, d, outbox.RelayConfig{Publisher: pub, BatchSize: batch})
+	// The shipped lease, so the shipped publish timeout (10s): a round of
+	// 1000 persistent messages can take a second to be confirmed on a
+	// loaded machine, longer than the 1s the tests' short lease gives.
+	r := runRelay(b, d, outbox.RelayConfig{Publisher: pub, BatchSize: batch, LeaseTTL: 30 * time.Second})
 	r.Notify()
 	waitForN(b, func() bool { return acked.Load() >= int64(b.N) })
 	for unsent(b, d) != 0 {
