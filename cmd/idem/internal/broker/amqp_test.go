@@ -64,3 +64,29 @@ func TestParseAMQP(t *testing.T) {
 		t.Errorf("Redact: %s", got)
 	}
 }
+
+// Routes and format reach the NATS and Kafka publishers' configuration
+// from their URLs too.
+func TestParseRoutesAndFormat(t *testing.T) {
+	t.Parallel()
+	n, err := ParseNATS("nats://h:4222?route={type}&route.a.b=x.y&format=both&ce_source=/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Config.Routes.Template != "{type}" || n.Config.Routes.Table["a.b"] != "x.y" ||
+		n.Config.CloudEvents.Format != cloudevent.Both || n.Config.CloudEvents.Source != "/shop" {
+		t.Fatalf("NATS: %+v", n.Config)
+	}
+	k, err := ParseKafka("kafka://h:9092?route.order.created=orders&format=cloudevents-structured")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Routes.Template != "" || k.Routes.Table["order.created"] != "orders" || k.CloudEvents.Format != cloudevent.Structured {
+		t.Fatalf("Kafka: %+v", k)
+	}
+	for _, bad := range []string{"kafka://h:9092?format=avro", "nats://h:4222?route.x=", "kafka://h:9092?rout.x=y"} {
+		if _, err := Open(t.Context(), bad, Config{}); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
