@@ -4,9 +4,12 @@
 # it beside the nodes it starts, so the tests need no source tree to find it.
 #
 #   scripts/rabbitmq install           install RabbitMQ when it is missing
-#   scripts/rabbitmq start DIR         start a private node with its data in
+#   scripts/rabbitmq start DIR [--watch PID]
+#                                      start a private node with its data in
 #                                      DIR, on free loopback ports; print its
-#                                      amqp:// URL
+#                                      amqp:// URL. With --watch, the node is
+#                                      stopped (and DIR removed) once process
+#                                      PID is gone, even if it never said so
 #   scripts/rabbitmq stop DIR          stop it and remove DIR
 #   scripts/rabbitmq restart DIR       kill it (SIGKILL: no clean shutdown)
 #                                      and start it again on the same ports
@@ -138,6 +141,12 @@ ENV
     echo "disk_free_limit.absolute = 50MB"
   } >"$dir/rabbitmq.conf"
   start_node
+  if [ "${3:-}" = "--watch" ] && [ -n "${4:-}" ]; then
+    # A test process that panics or is killed never runs its cleanup: the
+    # node must not outlive it.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; bash "$2" stop "$3"' \
+      watch "$4" "${BASH_SOURCE[0]}" "$dir" >/dev/null 2>&1 </dev/null &
+  fi
   echo "amqp://guest:guest@127.0.0.1:$port/"
   ;;
 restart)

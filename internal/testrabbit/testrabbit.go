@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -71,7 +72,8 @@ func start() (*Node, error) {
 		return nil, err
 	}
 	n := &Node{dir: filepath.Join(parent, "node")}
-	out, err := n.script("start", n.dir).Output()
+	// --watch: the node goes with this process, should it die before Stop.
+	out, err := n.script("start", n.dir, "--watch", strconv.Itoa(os.Getpid())).Output()
 	if err != nil {
 		_ = os.RemoveAll(parent)
 		return nil, fmt.Errorf("start RabbitMQ: %w %s", err, stderrOf(err))
