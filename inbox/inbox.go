@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -32,9 +34,11 @@ import (
 const (
 	MaxConsumerLen = 200
 	MaxIDLen       = 255
+	MaxSourceLen   = 255
 )
 
-// ErrInvalid: an empty or too long consumer name or message id.
+// ErrInvalid: an empty or too long consumer name or message id, or a too
+// long source.
 var ErrInvalid = errors.New("inbox: invalid consumer or message id")
 
 // Config configures New. The zero value is usable.
@@ -94,7 +98,30 @@ type Delivery struct {
 	// row's id: Nats-Msg-Id, Kafka's idem-id header, webhook-id), never a
 	// broker sequence number. 1 to MaxIDLen bytes.
 	MessageID string
+	// Source is the CloudEvents source of a CloudEvent (ce-source,
+	// ce_source, cloudEvents:source), whose MessageID is its id: an event is
+	// identified by its source and id together, so two sources' equal ids
+	// are two messages. Empty for a message that is not a CloudEvent.
+	// At most MaxSourceLen bytes.
+	Source string
 }
+
+// recordID is the id recorded for dl: a CloudEvent's is "ce:", Source's
+// length, ":", Source and MessageID; a plain message's is MessageID, or
+// "ce:0:" and MessageID when that starts with "ce:". No two deliveries
+// share one: the length prefix splits source from id, and the three forms
+// begin differently (a source is never empty, so its length is never 0).
+func (dl Delivery) recordID() string {
+	switch {
+	case dl.Source != "":
+		return cePrefix + strconv.Itoa(len(dl.Source)) + ":" + dl.Source + dl.MessageID
+	case strings.HasPrefix(dl.MessageID, cePrefix):
+		return cePrefix + "0:" + dl.MessageID
+	}
+	return dl.MessageID
+}
+
+const cePrefix = "ce:"
 
 // Process runs fn in tx once per delivery (consumer and message id): the
 // first call records it and runs fn; later calls (after that transaction
@@ -109,6 +136,9 @@ type Delivery struct {
 // the span's context.
 func (in *Inbox) Process(ctx context.Context, tx driver.Tx, dl Delivery, fn func(ctx context.Context, tx driver.Tx) error) (duplicate bool, err error) {
 	consumer, msgID := dl.Consumer, dl.MessageID
+	if len(dl.Source) > MaxSourceLen {
+		return false, fmt.Errorf("%w: source of %d bytes, more than %d", ErrInvalid, len(dl.Source), MaxSourceLen)
+	}
 	if err := driver.CheckTx(in.d, tx); err != nil {
 		return false, fmt.Errorf("inbox: %w", err)
 	}
@@ -128,7 +158,7 @@ func (in *Inbox) Process(ctx context.Context, tx driver.Tx, dl Delivery, fn func
 	if consumer == "" || len(consumer) > MaxConsumerLen || msgID == "" || len(msgID) > MaxIDLen {
 		return false, fmt.Errorf("%w: consumer %q, id %q", ErrInvalid, consumer, msgID)
 	}
-	claimed, err := in.d.InboxClaim(ctx, tx, &driver.InboxClaimParams{Consumer: consumer, MessageID: msgID, Now: in.cfg.Clock()})
+	claimed, err := in.d.InboxClaim(ctx, tx, &driver.InboxClaimParams{Consumer: consumer, MessageID: dl.recordID(), Now: in.cfg.Clock()})
 	if err != nil {
 		return false, err
 	}

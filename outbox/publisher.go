@@ -43,3 +43,19 @@ func Errs(n int, err error) []error {
 	}
 	return errs
 }
+
+// ErrUndeliverable marks a publish error that no retry can cure: the
+// broker has nowhere to put the message (no route for its type, a
+// RabbitMQ return of a mandatory publish). The relay makes the message a
+// dead letter at once, with the error as its reason, instead of retrying
+// it MaxAttempts times; only its key stops, and Redrive sends it again
+// once a route exists.
+var ErrUndeliverable = errors.New("outbox: undeliverable")
+
+// Undeliverable wraps err with ErrUndeliverable.
+func Undeliverable(err error) error {
+	if err == nil || errors.Is(err, ErrUndeliverable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUndeliverable, err)
+}

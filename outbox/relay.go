@@ -53,7 +53,8 @@ type RelayConfig struct {
 	PublishTimeout time.Duration
 	// MaxAttempts is how many times the broker may refuse a message before
 	// it becomes a dead letter. Broker outages (ErrBrokerUnavailable) do not
-	// count. Default 10; bound 1..1000.
+	// count; an undeliverable message (ErrUndeliverable) is dead at its
+	// first refusal. Default 10; bound 1..1000.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the wait before a failed message's
 	// next attempt (exponential, with jitter), and the relay's wait during
@@ -617,7 +618,8 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 		p := &driver.OutboxFailParams{
 			ID: f.row.ID, Tenant: f.row.Tenant, Key: f.row.Key, Attempts: attempts,
 			Error: truncate(f.err.Error(), 1000), Now: now,
-			HoldUntil: now.Add(r.backoff(attempts)), Dead: attempts >= r.cfg.MaxAttempts,
+			HoldUntil: now.Add(r.backoff(attempts)),
+			Dead:      attempts >= r.cfg.MaxAttempts || errors.Is(f.err, ErrUndeliverable),
 		}
 		if p.Dead {
 			dead++

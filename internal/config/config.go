@@ -57,6 +57,10 @@ type Config struct {
 	// WebhookSecret (whsec_…) signs outgoing webhooks when Publish is an
 	// http(s) URL. Default none.
 	WebhookSecret string
+	// WebhookFormat is the body of outgoing webhooks: idem (the Standard
+	// Webhooks envelope, default), cloudevents, cloudevents-structured or
+	// both (package outbox/cloudevent). Checked when the publisher opens.
+	WebhookFormat string
 	// RelayBatch bounds the rows one relay read takes. Default 2000;
 	// bound 1..10000.
 	RelayBatch int

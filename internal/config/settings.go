@@ -22,7 +22,7 @@ type setting struct {
 var settings = []setting{
 	{"db", "IDEM_DB", "db", "database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)",
 		func(c *Config, v string) error { c.DB = v; return nil }},
-	{"publish", "IDEM_PUBLISH", "publish", "publish to: nats://…, kafka://…, http(s)://…, stdout (default embedded NATS)",
+	{"publish", "IDEM_PUBLISH", "publish", "publish to: nats://…, kafka://…, amqp(s)://…, http(s)://…, stdout (default embedded NATS)",
 		func(c *Config, v string) error { c.Publish = v; return nil }},
 	{"addr", "IDEM_ADDR", "addr", "listen address (default 127.0.0.1:8080)",
 		func(c *Config, v string) error { c.Addr = v; return nil }},
@@ -38,6 +38,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.Relay, err = strconv.ParseBool(v); return err }},
 	{"webhook-secret", "IDEM_WEBHOOK_SECRET", "webhook_secret", "whsec_… secret that signs outgoing webhooks (publish to http(s)://…)",
 		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
+	{"webhook-format", "IDEM_WEBHOOK_FORMAT", "webhook_format", "body of outgoing webhooks: idem (default), cloudevents, cloudevents-structured or both",
+		func(c *Config, v string) error { c.WebhookFormat = v; return nil }},
 	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 2000)",
 		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
 	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
@@ -98,7 +100,7 @@ var settingTypes = map[string]string{
 }
 
 // relayShared are the flags of the relay that serve has too.
-var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
+var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "webhook-format", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

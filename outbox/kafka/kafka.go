@@ -1,6 +1,7 @@
 // Package kafka publishes outbox messages to Kafka with franz-go: the
 // ordering key is the record key (so a key's messages share a partition,
-// in order), and the message id travels in the idem-id header. Kafka cannot
+// in order), the topic is the message type's route (one topic by
+// default), and the message id travels in the idem-id header. Kafka cannot
 // drop a republish, so consumers deduplicate with package inbox.
 package kafka
 
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 )
 
 // Headers set on every record.
@@ -27,12 +29,30 @@ const (
 	HeaderCreatedAt = "idem-created-at"
 )
 
+// PrefixCloudEvents starts the CloudEvents attributes' headers (the Kafka
+// binding's binary mode): ce_id, ce_type, …; datacontenttype is the
+// content-type header.
+const PrefixCloudEvents = "ce_"
+
+// HeaderContentType carries the value's content type in the CloudEvents
+// formats.
+const HeaderContentType = "content-type"
+
 // Config configures New; Brokers are required.
 type Config struct {
 	// Brokers are the seed brokers (host:port). Required; at most 100.
 	Brokers []string
-	// Topic receives every message. Default "idem".
+	// Topic receives every message Routes does not send elsewhere.
+	// Default "idem".
 	Topic string
+	// Routes maps a message's type to its topic, e.g. a table of types or
+	// the template "events.{type}". Default every type to Topic. The record
+	// key stays the message's ordering key (the aggregate's id), so each
+	// key's messages share a partition of their topic, in order.
+	Routes outbox.Routes
+	// CloudEvents chooses the wire format (default idem's headers) and the
+	// source of CloudEvents.
+	CloudEvents cloudevent.Config
 	// Opts are extra franz-go options: kgo.DialTLSConfig for TLS, kgo.SASL
 	// with a mechanism of franz-go's pkg/sasl/plain or pkg/sasl/scram, a
 	// kfake cluster's dialer. (idem's kafka:// URLs set TLS and SASL from
@@ -40,11 +60,13 @@ type Config struct {
 	Opts []kgo.Opt
 }
 
-// Publisher produces to one topic.
+// Publisher produces to the topics of its routes.
 type Publisher struct {
-	cl    *kgo.Client
-	topic string
-	sasl  *saslWatch
+	cl     *kgo.Client
+	topic  string
+	routes outbox.Routes
+	ce     cloudevent.Config
+	sasl   *saslWatch
 }
 
 // New returns a producer. The client is idempotent (franz-go's default),
@@ -55,6 +77,13 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = "idem"
+	}
+	if err := cfg.Routes.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.CloudEvents = cfg.CloudEvents.WithDefaults()
+	if err := cfg.CloudEvents.Validate(); err != nil {
+		return nil, err
 	}
 	sasl := &saslWatch{}
 	opts := append([]kgo.Opt{
@@ -68,7 +97,7 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return &Publisher{cl: cl, topic: cfg.Topic, sasl: sasl}, nil
+	return &Publisher{cl: cl, topic: cfg.Topic, routes: cfg.Routes, ce: cfg.CloudEvents, sasl: sasl}, nil
 }
 
 // Ping asks the cluster for its metadata: it fails when no seed broker
@@ -102,30 +131,78 @@ func (w *saslWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ ti
 // MessagingSystem names Kafka in the relay's publish spans.
 func (p *Publisher) MessagingSystem() string { return "kafka" }
 
-// Destination is the topic, for the relay's publish spans.
-func (p *Publisher) Destination(outbox.Message) string { return p.topic }
+// Topic is m's topic (Config.Routes); an unroutable type is an error
+// wrapping outbox.ErrUnroutable.
+func (p *Publisher) Topic(m outbox.Message) (string, error) {
+	return p.routes.Destination(m, p.topic)
+}
+
+// Destination is the message's topic, for the relay's publish spans.
+func (p *Publisher) Destination(m outbox.Message) string {
+	if t, err := p.Topic(m); err == nil {
+		return t
+	}
+	return p.topic
+}
 
 // Publish produces the records and waits for every ack.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	recs := make([]*kgo.Record, len(msgs))
+	errs := make([]error, len(msgs))
+	recs := make([]*kgo.Record, 0, len(msgs))
+	at := make([]int, 0, len(msgs)) // recs[j] is msgs[at[j]]
 	for i, m := range msgs {
-		r := &kgo.Record{Topic: p.topic, Key: []byte(m.Key), Value: m.Payload, Headers: []kgo.RecordHeader{
-			{Key: HeaderID, Value: []byte(m.ID)},
-			{Key: HeaderType, Value: []byte(m.Type)},
-			{Key: HeaderTenant, Value: []byte(m.Tenant)},
-			{Key: HeaderCreatedAt, Value: []byte(m.CreatedAt.UTC().Format(time.RFC3339Nano))},
-		}}
-		for k, v := range m.Headers {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		r, err := p.record(m)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
-		recs[i] = r
+		recs = append(recs, r)
+		at = append(at, i)
+	}
+	if len(recs) == 0 {
+		return errs
 	}
 	res := p.cl.ProduceSync(ctx, recs...)
-	errs := make([]error, len(msgs))
-	for i, r := range res {
-		errs[i] = classify(r.Err)
+	for j, r := range res {
+		errs[at[j]] = classify(r.Err)
 	}
 	return errs
+}
+
+// record is m as a Kafka record in the configured format. The idem-id
+// header is always set: it is what consumers deduplicate by in the idem
+// format, and costs nothing in the others.
+func (p *Publisher) record(m outbox.Message) (*kgo.Record, error) {
+	topic, err := p.Topic(m)
+	if err != nil {
+		return nil, err
+	}
+	r := &kgo.Record{Topic: topic, Key: []byte(m.Key), Value: m.Payload,
+		Headers: []kgo.RecordHeader{{Key: HeaderID, Value: []byte(m.ID)}}}
+	f := p.ce.Format
+	if f.IdemHeaders() {
+		r.Headers = append(r.Headers,
+			kgo.RecordHeader{Key: HeaderType, Value: []byte(m.Type)},
+			kgo.RecordHeader{Key: HeaderTenant, Value: []byte(m.Tenant)},
+			kgo.RecordHeader{Key: HeaderCreatedAt, Value: []byte(m.CreatedAt.UTC().Format(time.RFC3339Nano))})
+	}
+	for k, v := range m.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	source := cloudevent.Source(p.ce.Source, m.Tenant)
+	switch {
+	case f.BinaryMode():
+		for _, a := range cloudevent.Attributes(m, source) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: PrefixCloudEvents + a.Name, Value: []byte(a.Value)})
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(cloudevent.ContentTypeData)})
+	case f.StructuredMode():
+		if r.Value, err = cloudevent.JSON(m, source); err != nil {
+			return nil, err
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(cloudevent.ContentTypeStructured)})
+	}
+	return r, nil
 }
 
 // classify marks faults of the cluster (unreachable, retriable broker

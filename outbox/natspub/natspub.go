@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 )
 
 // Headers set on every message besides Nats-Msg-Id.
@@ -23,6 +24,19 @@ const (
 	HeaderKey       = "Idem-Ordering-Key"
 	HeaderCreatedAt = "Idem-Created-At"
 )
+
+// PrefixCloudEvents starts the CloudEvents attributes' headers (the NATS
+// binding's binary mode): ce-id, ce-type, …; datacontenttype is the
+// content-type header.
+const PrefixCloudEvents = "ce-"
+
+// HeaderContentType carries the body's content type in the CloudEvents
+// formats.
+const HeaderContentType = "content-type"
+
+// DefaultRoute is the subject of a message under SubjectPrefix when Routes
+// sets none.
+const DefaultRoute = "{tenant}.{type}"
 
 // Config configures New. The zero value is usable.
 type Config struct {
@@ -47,6 +61,13 @@ type Config struct {
 	// an operator created with 3 is not scaled down), a new one gets 1;
 	// bound 1..5 (JetStream's own limit).
 	Replicas int
+	// Routes maps a message's type to its subject under SubjectPrefix
+	// (<prefix>.<route>, so the stream holds it). Default every type to
+	// DefaultRoute.
+	Routes outbox.Routes
+	// CloudEvents chooses the wire format (default idem's headers) and the
+	// source of CloudEvents.
+	CloudEvents cloudevent.Config
 	// CloseConn makes Close close the connection too: set it when the
 	// publisher owns the connection it was given. Default false: the
 	// caller closes it.
@@ -66,6 +87,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {
 		c.MaxPending = 4096
 	}
+	if len(c.Routes.Table) == 0 && c.Routes.Template == "" {
+		c.Routes.Template = DefaultRoute
+	}
+	c.CloudEvents = c.CloudEvents.WithDefaults()
 	return c
 }
 
@@ -79,7 +104,10 @@ func (c Config) validate() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("natspub: Replicas %d is outside 1..5", c.Replicas)
 	}
-	return nil
+	if err := c.Routes.Validate(); err != nil {
+		return err
+	}
+	return c.CloudEvents.Validate()
 }
 
 // Publisher publishes to one stream over one connection.
@@ -124,16 +152,28 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	return &Publisher{nc: nc, js: js, cfg: cfg}, nil
 }
 
-// Subject is the subject a message is published on.
-func (p *Publisher) Subject(m outbox.Message) string {
-	return p.cfg.SubjectPrefix + "." + m.Tenant + "." + m.Type
+// Subject is the subject a message is published on: its route under
+// SubjectPrefix. An unroutable type is an error wrapping
+// outbox.ErrUnroutable.
+func (p *Publisher) Subject(m outbox.Message) (string, error) {
+	route, err := p.cfg.Routes.Destination(m, "")
+	if err != nil {
+		return "", err
+	}
+	return p.cfg.SubjectPrefix + "." + route, nil
 }
 
 // MessagingSystem names NATS in the relay's publish spans.
 func (p *Publisher) MessagingSystem() string { return "nats" }
 
 // Destination is the message's subject, for the relay's publish spans.
-func (p *Publisher) Destination(m outbox.Message) string { return p.Subject(m) }
+func (p *Publisher) Destination(m outbox.Message) string {
+	subject, err := p.Subject(m)
+	if err != nil {
+		return p.cfg.SubjectPrefix
+	}
+	return subject
+}
 
 // Publish sends the messages asynchronously (pipelined on the connection)
 // and waits for every ack.
@@ -141,15 +181,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	errs := make([]error, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		nm := nats.NewMsg(p.Subject(m))
-		nm.Data = m.Payload
-		for k, v := range m.Headers {
-			nm.Header.Set(k, v)
+		nm, err := p.message(m)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
-		nm.Header.Set(HeaderType, m.Type)
-		nm.Header.Set(HeaderTenant, m.Tenant)
-		nm.Header.Set(HeaderKey, m.Key)
-		nm.Header.Set(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
 		if err != nil {
 			errs[i] = classify(err)
@@ -170,6 +206,42 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		}
 	}
 	return errs
+}
+
+// message is m as a NATS message in the configured format.
+func (p *Publisher) message(m outbox.Message) (*nats.Msg, error) {
+	subject, err := p.Subject(m)
+	if err != nil {
+		return nil, err
+	}
+	nm := nats.NewMsg(subject)
+	nm.Data = m.Payload
+	for k, v := range m.Headers {
+		nm.Header.Set(k, v)
+	}
+	f := p.cfg.CloudEvents.Format
+	if f.IdemHeaders() {
+		nm.Header.Set(HeaderType, m.Type)
+		nm.Header.Set(HeaderTenant, m.Tenant)
+		nm.Header.Set(HeaderKey, m.Key)
+		nm.Header.Set(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	source := cloudevent.Source(p.cfg.CloudEvents.Source, m.Tenant)
+	switch {
+	case f.BinaryMode():
+		// Set, not Add: nats.Header canonicalizes names, and the binding's
+		// lower-case ce- names must reach the wire as they are.
+		for _, a := range cloudevent.Attributes(m, source) {
+			nm.Header[PrefixCloudEvents+a.Name] = []string{a.Value}
+		}
+		nm.Header[HeaderContentType] = []string{cloudevent.ContentTypeData}
+	case f.StructuredMode():
+		if nm.Data, err = cloudevent.JSON(m, source); err != nil {
+			return nil, err
+		}
+		nm.Header[HeaderContentType] = []string{cloudevent.ContentTypeStructured}
+	}
+	return nm, nil
 }
 
 // classify marks connection-level faults as the broker's: the message

@@ -4,6 +4,13 @@
 // webhook-timestamp and webhook-signature (v1, HMAC-SHA256), and the
 // message's W3C trace context (traceparent, tracestate) when it has one. A
 // 2xx answer means delivered.
+//
+// With Config.CloudEvents the body is a CloudEvent instead, per the
+// CloudEvents HTTP binding: the payload itself with ce-* headers (binary
+// mode; the formats cloudevents and both, since an HTTP body is one thing)
+// or the event as application/cloudevents+json (structured mode). The
+// three webhook-* headers are sent and signed over the body in every
+// format.
 package webhookpub
 
 import (
@@ -22,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -43,6 +51,9 @@ type Config struct {
 	// Clock returns the current time, sent as webhook-timestamp. Default
 	// time.Now.
 	Clock func() time.Time
+	// CloudEvents chooses the body's format (default idem's envelope) and
+	// the source of CloudEvents.
+	CloudEvents cloudevent.Config
 }
 
 // Publisher posts to one URL.
@@ -78,6 +89,10 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	cfg.CloudEvents = cfg.CloudEvents.WithDefaults()
+	if err := cfg.CloudEvents.Validate(); err != nil {
+		return nil, err
 	}
 	// dest names the receiver in spans and errors, which are logged and
 	// shown: a webhook URL often carries its token in its path, its query
@@ -141,8 +156,28 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	return errs
 }
 
+// HeaderPrefixCloudEvents starts the CloudEvents attributes' headers in
+// binary mode (the HTTP binding): ce-id, ce-type, …
+const HeaderPrefixCloudEvents = "ce-"
+
+// body is m's request body and content type in the configured format,
+// with the ce-* headers of binary mode.
+func (p *Publisher) body(m outbox.Message) (body []byte, contentType string, ce []cloudevent.Attr, err error) {
+	f := p.cfg.CloudEvents.Format
+	source := cloudevent.Source(p.cfg.CloudEvents.Source, m.Tenant)
+	switch {
+	case f.BinaryMode():
+		return m.Payload, cloudevent.ContentTypeData, cloudevent.Attributes(m, source), nil
+	case f.StructuredMode():
+		body, err = cloudevent.JSON(m, source)
+		return body, cloudevent.ContentTypeStructured, nil, err
+	}
+	body, err = json.Marshal(envelope{Type: m.Type, Timestamp: m.CreatedAt.UTC(), Data: m.Payload})
+	return body, "application/json", nil, err
+}
+
 func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
-	body, err := json.Marshal(envelope{Type: m.Type, Timestamp: m.CreatedAt.UTC(), Data: m.Payload})
+	body, contentType, ce, err := p.body(m)
 	if err != nil {
 		return err
 	}
@@ -151,7 +186,10 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
+	for _, a := range ce {
+		req.Header.Set(HeaderPrefixCloudEvents+a.Name, a.Value)
+	}
 	req.Header.Set("webhook-id", m.ID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", Sign(p.key, m.ID, ts, body))

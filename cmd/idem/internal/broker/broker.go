@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 	"github.com/idemhq/idem/outbox/natspub"
 	"github.com/idemhq/idem/outbox/stdout"
 	"github.com/idemhq/idem/outbox/webhookpub"
@@ -25,6 +26,10 @@ type Config struct {
 	DataDir string
 	// WebhookSecret signs webhooks (whsec_…). Required for http(s) URLs.
 	WebhookSecret string
+	// WebhookFormat is the body of webhooks: idem (default), cloudevents,
+	// cloudevents-structured or both (the query of a webhook URL is the
+	// receiver's, so this is a setting of its own).
+	WebhookFormat string
 	// Stdout is where the stdout publisher writes. Default os.Stdout.
 	Stdout io.Writer
 }
@@ -41,6 +46,8 @@ type Config struct {
 //	tls://host:port[,…][?…]     the same over TLS
 //	kafka://host:port[,host:port…][?topic=idem]
 //	                            Kafka (ParseKafka lists the SASL and TLS options)
+//	amqp://[user:pass@]host:port[/vhost][?exchange=idem]
+//	amqps://…                   RabbitMQ (ParseAMQP lists the options)
 //	http://…, https://…         Standard Webhooks to that URL
 //	stdout                      JSON lines, for development
 func Open(ctx context.Context, publishURL string, cfg Config) (outbox.Publisher, error) {
@@ -75,13 +82,20 @@ func Open(ctx context.Context, publishURL string, cfg Config) (outbox.Publisher,
 		return openNATS(ctx, publishURL)
 	case "kafka":
 		return openKafka(ctx, publishURL)
+	case "amqp", "amqps":
+		return openAMQP(ctx, publishURL)
 	case "http", "https":
 		if cfg.WebhookSecret == "" {
 			return nil, errors.New("--publish: webhooks need a signing secret (--webhook-secret / IDEM_WEBHOOK_SECRET)")
 		}
-		return webhookpub.New(webhookpub.Config{URL: publishURL, Secret: cfg.WebhookSecret})
+		f, err := cloudevent.ParseFormat(cfg.WebhookFormat)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-format: %w", err)
+		}
+		return webhookpub.New(webhookpub.Config{URL: publishURL, Secret: cfg.WebhookSecret,
+			CloudEvents: cloudevent.Config{Format: f}})
 	}
-	return nil, fmt.Errorf("--publish %q: want nats://…, tls://…, kafka://…, http(s)://…, stdout, or nothing for embedded NATS",
+	return nil, fmt.Errorf("--publish %q: want nats://…, tls://…, kafka://…, amqp(s)://…, http(s)://…, stdout, or nothing for embedded NATS",
 		Redact(publishURL))
 }
 

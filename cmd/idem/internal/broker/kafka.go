@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 	"github.com/idemhq/idem/outbox/kafka"
 )
 
@@ -24,8 +25,13 @@ import (
 type Kafka struct {
 	// Brokers are the seed brokers, host:port.
 	Brokers []string
-	// Topic receives every message; "" is kafka.Config's default.
+	// Topic receives every message Routes does not send elsewhere; "" is
+	// kafka.Config's default.
 	Topic string
+	// Routes (route=TEMPLATE, route.TYPE=TOPIC) map types to topics.
+	Routes outbox.Routes
+	// CloudEvents (format, ce_source) is the wire format.
+	CloudEvents cloudevent.Config
 	// TLS is how the client encrypts.
 	TLS TLS
 	// SASL is the mechanism (sasl): "plain", "scram-sha-256",
@@ -38,7 +44,7 @@ type Kafka struct {
 }
 
 // kafkaOptions are the query keys of a Kafka URL.
-var kafkaOptions = append([]string{"topic", "sasl", "password_file"}, tlsOptions...)
+var kafkaOptions = append([]string{"topic", "sasl", "password_file", "route", "format", "ce_source"}, tlsOptions...)
 
 // saslMechanisms are the values of sasl=.
 var saslMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
@@ -46,7 +52,7 @@ var saslMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
 // ParseKafka parses
 //
 //	kafka://[user[:password]@]host:port[,host:port…][?topic=T&sasl=M&password_file=F
-//	        &tls=true&tls_ca=F&tls_cert=F&tls_key=F]
+//	        &tls=true&tls_ca=F&tls_cert=F&tls_key=F&route=T&route.TYPE=TOPIC&format=F&ce_source=S]
 //
 // Credentials need sasl (plain, scram-sha-256 or scram-sha-512) and
 // sasl needs them. Unknown options are refused.
@@ -61,7 +67,13 @@ func ParseKafka(publishURL string) (Kafka, error) {
 	}
 	k.Brokers = l.hosts
 	q := l.query
+	if k.Routes, err = parseRoutes(q); err != nil {
+		return k, err
+	}
 	if err := checkOptions(q, "Kafka", kafkaOptions); err != nil {
+		return k, err
+	}
+	if k.CloudEvents, err = parseCloudEvents(q); err != nil {
 		return k, err
 	}
 	if k.TLS, err = parseTLS(q, false); err != nil {
@@ -170,7 +182,7 @@ func openKafka(ctx context.Context, publishURL string) (outbox.Publisher, error)
 	if err != nil {
 		return nil, err
 	}
-	p, err := kafka.New(kafka.Config{Brokers: k.Brokers, Topic: k.Topic, Opts: opts})
+	p, err := kafka.New(kafka.Config{Brokers: k.Brokers, Topic: k.Topic, Routes: k.Routes, CloudEvents: k.CloudEvents, Opts: opts})
 	if err != nil {
 		return nil, fmt.Errorf("--publish: %w", err)
 	}

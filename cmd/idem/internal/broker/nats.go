@@ -52,12 +52,13 @@ type NATSAuth struct {
 
 // natsOptions are the query keys of a NATS URL.
 var natsOptions = append([]string{"stream", "duplicates", "replicas",
-	"creds", "nkey", "password_file", "token_file"}, tlsOptions...)
+	"creds", "nkey", "password_file", "token_file", "route", "format", "ce_source"}, tlsOptions...)
 
 // ParseNATS parses
 //
 //	nats://[user:pass@|token@]host:port[,host:port…][?stream=S&duplicates=D&replicas=N
-//	       &creds=F|nkey=F|password_file=F|token_file=F&tls=true&tls_ca=F&tls_cert=F&tls_key=F]
+//	       &creds=F|nkey=F|password_file=F|token_file=F&tls=true&tls_ca=F&tls_cert=F&tls_key=F
+//	       &route=T&route.TYPE=SUBJECT&format=F&ce_source=S]
 //
 // A tls:// URL is a nats:// one with tls=true. Hosts after the first may
 // repeat the scheme. Unknown options are refused.
@@ -74,7 +75,13 @@ func ParseNATS(publishURL string) (NATS, error) {
 		n.Servers = append(n.Servers, "nats://"+h)
 	}
 	q := l.query
+	if n.Config.Routes, err = parseRoutes(q); err != nil {
+		return n, err
+	}
 	if err := checkOptions(q, "NATS", natsOptions); err != nil {
+		return n, err
+	}
+	if n.Config.CloudEvents, err = parseCloudEvents(q); err != nil {
 		return n, err
 	}
 	if n.TLS, err = parseTLS(q, l.schemes["tls"]); err != nil {

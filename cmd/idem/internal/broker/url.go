@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -9,6 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/cloudevent"
 )
 
 // hostList is a broker URL with a list of hosts:
@@ -82,6 +86,57 @@ func checkOptions(q url.Values, kind string, known []string) error {
 		}
 	}
 	return nil
+}
+
+// routePrefix starts a route table entry's query key: route.TYPE=DEST.
+const routePrefix = "route."
+
+// parseRoutes reads route=TEMPLATE and route.TYPE=DEST (removing the
+// latter from q, so that checkOptions sees only fixed keys). With route
+// entries and no template, a type without an entry is unroutable: its
+// messages become dead letters.
+func parseRoutes(q url.Values) (outbox.Routes, error) {
+	var r outbox.Routes
+	for k, vs := range q {
+		typ, ok := strings.CutPrefix(k, routePrefix)
+		if !ok {
+			continue
+		}
+		if typ == "" || len(vs) != 1 || vs[0] == "" {
+			return r, fmt.Errorf("--publish: %s: want one route.TYPE=DESTINATION", k)
+		}
+		if r.Table == nil {
+			r.Table = map[string]string{}
+		}
+		r.Table[typ] = vs[0]
+		delete(q, k)
+	}
+	if q.Has("route") && q.Get("route") == "" {
+		return r, errors.New("--publish: route: want a template, e.g. route={tenant}.{type}")
+	}
+	r.Template = q.Get("route")
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("--publish: %w", err)
+	}
+	return r, nil
+}
+
+// parseCloudEvents reads format= (idem, cloudevents,
+// cloudevents-structured, both) and ce_source=; absent, they are the
+// publisher's defaults.
+func parseCloudEvents(q url.Values) (cloudevent.Config, error) {
+	c := cloudevent.Config{Source: q.Get("ce_source")}
+	if s := q.Get("format"); s != "" {
+		f, err := cloudevent.ParseFormat(s)
+		if err != nil {
+			return c, fmt.Errorf("--publish: %w", err)
+		}
+		c.Format = f
+	}
+	if err := c.WithDefaults().Validate(); err != nil {
+		return c, fmt.Errorf("--publish: %w", err)
+	}
+	return c, nil
 }
 
 // tlsOptions are the query keys of TLS, for every broker that has it.
@@ -193,7 +248,7 @@ func Redact(publishURL string) string {
 	pairs := strings.Split(query, "&")
 	for i, pair := range pairs {
 		k, v, ok := strings.Cut(pair, "=")
-		if key, err := url.QueryUnescape(k); ok && v != "" && (err != nil || !publicOptions[key]) {
+		if key, err := url.QueryUnescape(k); ok && v != "" && (err != nil || !publicOptions[key] && !strings.HasPrefix(key, routePrefix)) {
 			pairs[i] = k + "=…"
 		}
 	}
@@ -206,6 +261,7 @@ var publicOptions = map[string]bool{
 	"stream": true, "duplicates": true, "replicas": true, "topic": true, "sasl": true,
 	"tls": true, "tls_ca": true, "tls_cert": true, "tls_key": true,
 	"creds": true, "nkey": true, "password_file": true, "token_file": true,
+	"exchange": true, "exchange_kind": true, "declare": true, "route": true, "format": true, "ce_source": true,
 }
 
 // redactHost hides the credentials in a host for an error message.

@@ -37,8 +37,8 @@ func TestRedact(t *testing.T) {
 // A URL of no known kind is refused with its secrets hidden.
 func TestOpenUnknownScheme(t *testing.T) {
 	t.Parallel()
-	_, err := Open(context.Background(), "amqp://alice:secret@mq:5672?token=secret", Config{})
-	if err == nil || !strings.Contains(err.Error(), "amqp://…@mq:5672?token=…") || strings.Contains(err.Error(), "secret") {
+	_, err := Open(context.Background(), "mqtt://alice:secret@mq:1883?token=secret", Config{})
+	if err == nil || !strings.Contains(err.Error(), "mqtt://…@mq:1883?token=…") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("%v", err)
 	}
 }

@@ -54,8 +54,10 @@ type composeService struct {
 		Retries     int      `json:"retries"`
 		StartPeriod string   `json:"start_period"`
 	} `json:"healthcheck"`
-	Ports   []string `json:"ports"`
-	Volumes []string `json:"volumes"`
+	Ports    []string `json:"ports"`
+	Volumes  []string `json:"volumes"`
+	Profiles []string `json:"profiles"`
+	Hostname string   `json:"hostname"`
 }
 
 // composeVarRE matches compose's interpolations: $$, ${NAME}, ${NAME:-default},
@@ -218,6 +220,13 @@ func TestCompose(t *testing.T) {
 	var idemSvcs, natsSvcs, pgSvcs []string
 	for name, s := range cf.Services {
 		switch {
+		case strings.HasPrefix(s.Image, "rabbitmq:"):
+			// Optional: only with its profile, and on a volume (its
+			// durable queues and persistent messages outlive a restart).
+			if !slices.Equal(s.Profiles, []string{"rabbitmq"}) || !mounts(s, "/var/lib/rabbitmq") || s.Hostname == "" {
+				t.Errorf("service %s: profiles %q, volumes %q, hostname %q: want the rabbitmq profile, /var/lib/rabbitmq on a volume and a fixed hostname",
+					name, s.Profiles, s.Volumes, s.Hostname)
+			}
 		case s.Image == "idem:latest":
 			idemSvcs = append(idemSvcs, name)
 		case strings.HasPrefix(s.Image, "nats:"):

@@ -35,6 +35,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 	pub, err := broker.Open(ctx, cfg.Publish, broker.Config{
 		DataDir:       natsDir(cfg.DB),
 		WebhookSecret: cfg.WebhookSecret,
+		WebhookFormat: cfg.WebhookFormat,
 		Stdout:        stdout,
 	})
 	if err != nil {

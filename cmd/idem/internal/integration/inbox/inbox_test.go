@@ -139,3 +139,41 @@ func TestRollbackForgets(t *testing.T) {
 		}
 	})
 }
+
+// A CloudEvent is one message per source and id: the relay's republish
+// (same source, same id) is a duplicate; another source's event with the
+// same id is not, nor is a plain message whose id spells the pair.
+func TestCloudEventSourceAndID(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		in, err := inbox.New(d, inbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range []struct {
+			dl      inbox.Delivery
+			wantDup bool
+		}{
+			{inbox.Delivery{Consumer: "c", MessageID: "e1", Source: "/idem/acme"}, false},
+			{inbox.Delivery{Consumer: "c", MessageID: "e1", Source: "/idem/acme"}, true},
+			{inbox.Delivery{Consumer: "c", MessageID: "e1", Source: "/idem/other"}, false},
+			{inbox.Delivery{Consumer: "c", MessageID: "e1"}, false},
+			{inbox.Delivery{Consumer: "c", MessageID: "ce:10:/idem/acmee1"}, false},
+			{inbox.Delivery{Consumer: "c", MessageID: "1", Source: "/idem/acmee"}, false},
+		} {
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := false
+			dup, err := in.Process(ctx, tx, c.dl, func(context.Context, driver.Tx) error { applied = true; return nil })
+			if err != nil || dup != c.wantDup || applied == c.wantDup {
+				_ = tx.Rollback(ctx)
+				t.Fatalf("delivery %d %+v: dup=%v applied=%v err=%v, want dup=%v", i, c.dl, dup, applied, err, c.wantDup)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -117,6 +117,13 @@ func (p *proc) waitFailpoint(t *testing.T, name string) {
 // processes reach.
 func crashEnv(t *testing.T) (string, driver.Driver, *stream) {
 	t.Helper()
+	dbURL, d := crashDB(t)
+	return dbURL, d, newStream(t, "127.0.0.1:0")
+}
+
+// crashDB is a migrated Postgres schema that child processes reach.
+func crashDB(t *testing.T) (string, driver.Driver) {
+	t.Helper()
 	dbURL := drivertest.PostgresURL(t)
 	d, err := postgres.Open(context.Background(), postgres.Config{URL: dbURL})
 	if err != nil {
@@ -126,7 +133,7 @@ func crashEnv(t *testing.T) (string, driver.Driver, *stream) {
 	if err := d.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return dbURL, d, newStream(t, "127.0.0.1:0")
+	return dbURL, d
 }
 
 // Killed at a failpoint, the relay is restarted: the message is in the

@@ -24,6 +24,7 @@ import (
 // goroutine outlived them (a relay, consumer or connection left running).
 func TestMain(m *testing.M) {
 	code := testpg.Main(m)
+	stopRabbit()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

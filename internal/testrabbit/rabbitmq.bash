@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Starts and stops a throwaway RabbitMQ node for tests and benchmarks.
+# scripts/rabbitmq runs this file; internal/testrabbit embeds it and writes
+# it beside the nodes it starts, so the tests need no source tree to find it.
+#
+#   scripts/rabbitmq install           install RabbitMQ when it is missing
+#   scripts/rabbitmq start DIR [--watch PID]
+#                                      start a private node with its data in
+#                                      DIR, on free loopback ports; print its
+#                                      amqp:// URL. With --watch, the node is
+#                                      stopped (and DIR removed) once process
+#                                      PID is gone, even if it never said so
+#   scripts/rabbitmq stop DIR          stop it and remove DIR
+#   scripts/rabbitmq restart DIR       kill it (SIGKILL: no clean shutdown)
+#                                      and start it again on the same ports
+#                                      with the same data
+#
+# The node is private: its own name (idem-PORT@localhost), AMQP port,
+# distribution port and epmd port (so it never meets the system's node or
+# another test's), its own Erlang cookie (HOME is DIR), configuration,
+# plugins list (none), logs and Mnesia directory, all under DIR. It never
+# starts or touches the system's rabbitmq-server service. Debian's package
+# is installed first when missing and we are root, unless
+# IDEM_RABBITMQ_NO_INSTALL is set (as the tests set it: they never
+# install). The node runs as the calling user.
+set -euo pipefail
+
+sbin=/usr/lib/rabbitmq/bin
+
+install_rabbitmq() {
+  if [ -n "${IDEM_RABBITMQ_NO_INSTALL:-}" ]; then
+    echo "scripts/rabbitmq: RabbitMQ is not installed: install it (Debian: apt-get install rabbitmq-server)" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/rabbitmq: RabbitMQ is not installed and we are not root: install Debian's rabbitmq-server package" >&2
+    exit 1
+  fi
+  echo "scripts/rabbitmq: installing RabbitMQ with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  # Debian's policy-rc.d (in containers) or a stopped service manager keeps
+  # the package from starting the system's node; if it did start, it runs
+  # on the default ports and names, which our nodes never use.
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >&2
+}
+
+installed() { [ -x "$sbin/rabbitmq-server" ] && command -v epmd >/dev/null 2>&1; }
+
+# free_port picks a free loopback port below the kernel's ephemeral range,
+# so that no outgoing connection takes it while the node is down (restart).
+free_port() {
+  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
+import random, socket
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, low - 12000), low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit(1)
+PY
+}
+
+# node_env exports the node's private environment, kept in DIR/env.
+node_env() {
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  export HOME RABBITMQ_NODENAME RABBITMQ_NODE_IP_ADDRESS RABBITMQ_NODE_PORT RABBITMQ_DIST_PORT \
+    ERL_EPMD_PORT ERL_EPMD_ADDRESS RABBITMQ_MNESIA_BASE RABBITMQ_LOG_BASE RABBITMQ_CONFIG_FILE \
+    RABBITMQ_ADVANCED_CONFIG_FILE RABBITMQ_CONF_ENV_FILE RABBITMQ_ENABLED_PLUGINS_FILE \
+    RABBITMQ_PID_FILE RABBITMQ_PLUGINS_EXPAND_DIR RABBITMQ_GENERATED_CONFIG_DIR \
+    RABBITMQ_SCHEMA_DIR RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS
+}
+
+start_node() {
+  node_env
+  setsid "$sbin/rabbitmq-server" >"$dir/log/stdout.log" 2>&1 </dev/null &
+  if ! timeout 120 "$sbin/rabbitmqctl" -q wait --timeout 110 "$RABBITMQ_PID_FILE" >"$dir/log/wait.log" 2>&1; then
+    cat "$dir/log/wait.log" "$dir/log/stdout.log" >&2 || true
+    exit 1
+  fi
+}
+
+kill_node() {
+  node_env
+  if [ -f "$RABBITMQ_PID_FILE" ]; then
+    kill -9 "$(cat "$RABBITMQ_PID_FILE")" 2>/dev/null || true
+    while kill -0 "$(cat "$RABBITMQ_PID_FILE")" 2>/dev/null; do sleep 0.1; done
+    rm -f "$RABBITMQ_PID_FILE"
+  fi
+}
+
+cmd=${1:-}; dir=${2:-}
+if [ "$cmd" = install ]; then
+  installed || install_rabbitmq
+  exit 0
+fi
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/rabbitmq install|start|stop|restart DIR" >&2; exit 2; }
+
+case "$cmd" in
+start)
+  installed || install_rabbitmq
+  mkdir -p "$dir/log" "$dir/mnesia" "$dir/generated" "$dir/plugins-expand"
+  dir=$(cd "$dir" && pwd)
+  port=$(free_port); dist=$(free_port); epmd=$(free_port)
+  cat >"$dir/env" <<ENV
+HOME='$dir'
+RABBITMQ_NODENAME='idem-$port@localhost'
+RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+RABBITMQ_NODE_PORT=$port
+RABBITMQ_DIST_PORT=$dist
+ERL_EPMD_PORT=$epmd
+ERL_EPMD_ADDRESS=127.0.0.1
+RABBITMQ_MNESIA_BASE='$dir/mnesia'
+RABBITMQ_LOG_BASE='$dir/log'
+RABBITMQ_CONFIG_FILE='$dir/rabbitmq.conf'
+RABBITMQ_ADVANCED_CONFIG_FILE='$dir/advanced.config'
+RABBITMQ_CONF_ENV_FILE='$dir/rabbitmq-env.conf'
+RABBITMQ_ENABLED_PLUGINS_FILE='$dir/enabled_plugins'
+RABBITMQ_PID_FILE='$dir/rabbitmq.pid'
+RABBITMQ_PLUGINS_EXPAND_DIR='$dir/plugins-expand'
+RABBITMQ_GENERATED_CONFIG_DIR='$dir/generated'
+RABBITMQ_SCHEMA_DIR='$dir/generated'
+RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS='+S 2:2 +sbwt none +sbwtdcpu none +sbwtdio none -kernel inet_dist_use_interface {127,0,0,1}'
+ENV
+  : >"$dir/rabbitmq-env.conf"
+  echo "[]." >"$dir/enabled_plugins"
+  echo "[]." >"$dir/advanced.config"
+  {
+    echo "log.console = false"
+    echo "log.file.level = warning"
+    echo "disk_free_limit.absolute = 50MB"
+  } >"$dir/rabbitmq.conf"
+  start_node
+  if [ "${3:-}" = "--watch" ] && [ -n "${4:-}" ]; then
+    # A test process that panics or is killed never runs its cleanup: the
+    # node must not outlive it.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; bash "$2" stop "$3"' \
+      watch "$4" "${BASH_SOURCE[0]}" "$dir" >/dev/null 2>&1 </dev/null &
+  fi
+  echo "amqp://guest:guest@127.0.0.1:$port/"
+  ;;
+restart)
+  kill_node
+  start_node
+  ;;
+stop)
+  if [ -f "$dir/env" ]; then
+    kill_node
+    epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1 || true
+  fi
+  rm -rf "$dir"
+  ;;
+*)
+  echo "usage: scripts/rabbitmq install|start|stop|restart DIR" >&2; exit 2
+  ;;
+esac
