@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/driver/sqlite"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/testpg"
+	"github.com/idemhq/idem/ledger"
+)
+
+// smallPool opens a fresh migrated database of the dialect whose pool
+// holds conns connections (SQLite: its readers), so that a test can take
+// them all.
+func smallPool(t *testing.T, dialect string, conns int) driver.Driver {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		d   driver.Driver
+		err error
+	)
+	switch dialect {
+	case "postgres":
+		d, err = postgres.Open(ctx, postgres.Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: int32(conns)})
+	case "sqlite":
+		d, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "idem.db"), ReadConns: conns})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// tenantCall is one tenant's request: its answer's status and body.
+func tenantCall(t *testing.T, ts *httptest.Server, token, method, path, key, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.URL+path, rd)
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := ts.Client().Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, nil
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	return res.StatusCode, b
+}
+
+const (
+	tokenA = "key-for-tenant-a-0123"
+	tokenB = "key-for-tenant-b-0123"
+)
+
+// twoTenants is the service on d without a relay, with API keys for
+// tenants "a" and "b", each with accounts x and y and one transfer x → y
+// of 5, and its handler wrapped by wrap.
+func twoTenants(t *testing.T, d driver.Driver, wrap func(http.Handler) http.Handler, edit func(*config.Config)) (*Server, *httptest.Server) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Relay = false
+	var err error
+	if cfg.APIKeys, err = config.ParseAPIKeys("a:" + tokenA + ",b:" + tokenB); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(context.Background(), cfg, d, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	for _, token := range []string{tokenA, tokenB} {
+		for _, acct := range []string{"x", "y"} {
+			if st, b := tenantCall(t, ts, token, "POST", "/v1/accounts", "acct-"+acct, `{"id":"`+acct+`","currency":"EUR"}`); st != 201 {
+				t.Fatalf("create account %s: %d %s", acct, st, b)
+			}
+		}
+		if st, b := tenantCall(t, ts, token, "POST", "/v1/transfers", "t-0", `{"debit_account_id":"x","credit_account_id":"y","amount":5,"currency":"EUR"}`); st != 201 {
+			t.Fatalf("transfer: %d %s", st, b)
+		}
+	}
+	return s, ts
+}
+
+// TestAsOfWaitHoldsNoConnection is the two-tenant scenario of a future
+// as_of: tenant A's clients ask balances as of a moment 950 ms ahead, more
+// of them than the pool has connections. While they wait for the moment,
+// the pool holds none of their connections (none in use, so none idle in
+// a transaction), and tenant B's write and reads are answered while every
+// one of A's requests is still waiting. A's answers come once the moment
+// has passed, and are right.
+func TestAsOfWaitHoldsNoConnection(t *testing.T) {
+	t.Parallel()
+	const conns, clientsA = 4, 8
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			d := smallPool(t, dialect, conns)
+			var waitingA atomic.Int64 // A's as-of requests entered and not answered
+			_, ts := twoTenants(t, d, func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Query().Has("as_of") {
+						waitingA.Add(1)
+						defer waitingA.Add(-1)
+					}
+					next.ServeHTTP(w, r)
+				})
+			}, nil)
+
+			at := time.Now().Add(950 * time.Millisecond)
+			q := "?as_of=" + url.QueryEscape(at.UTC().Format(time.RFC3339Nano))
+			var wg sync.WaitGroup
+			answers := make([]ledger.Balance, clientsA)
+			for i := range clientsA {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st, b := tenantCall(t, ts, tokenA, "GET", "/v1/accounts/y/balance"+q, "", "")
+					if st != 200 {
+						t.Errorf("A's as-of read: %d %s", st, b)
+						return
+					}
+					if err := json.Unmarshal(b, &answers[i]); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			// Every one of A's requests has arrived; then, while they all
+			// wait, the pool's connections are all given back.
+			for arrived := time.Now(); waitingA.Load() < clientsA; time.Sleep(time.Millisecond) {
+				if time.Since(arrived) > 10*time.Second {
+					t.Fatalf("only %d of A's requests arrived", waitingA.Load())
+				}
+			}
+			for d.PoolStats().InUse > 0 && waitingA.Load() == clientsA {
+				time.Sleep(time.Millisecond)
+			}
+			if n := waitingA.Load(); n != clientsA {
+				t.Fatalf("%d of A's requests answered while the pool still had %d connections in use: "+
+					"they held them while waiting for the moment", clientsA-n, d.PoolStats().InUse)
+			}
+
+			// B writes and reads with every connection free.
+			if st, b := tenantCall(t, ts, tokenB, "POST", "/v1/transfers", "t-1", `{"debit_account_id":"x","credit_account_id":"y","amount":7,"currency":"EUR"}`); st != 201 {
+				t.Fatalf("B's transfer: %d %s", st, b)
+			}
+			st, b := tenantCall(t, ts, tokenB, "GET", "/v1/accounts/y/balance", "", "")
+			var bal ledger.Balance
+			if err := json.Unmarshal(b, &bal); st != 200 || err != nil || bal.Balance != 12 {
+				t.Fatalf("B's balance: %d %s", st, b)
+			}
+			if n := waitingA.Load(); n != clientsA {
+				t.Fatalf("B was answered after %d of A's waiting requests: it waited for them", clientsA-n)
+			}
+
+			wg.Wait()
+			for i, a := range answers {
+				if a.Balance != 5 || !a.AsOf.Equal(at.UTC()) {
+					t.Errorf("A's answer %d: %+v, want a balance of 5 as of %s", i, a, at.UTC())
+				}
+			}
+			if !time.Now().After(at) {
+				t.Error("A was answered before the moment passed")
+			}
+		})
+	}
+}
