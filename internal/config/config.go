@@ -354,44 +354,46 @@ const MinAPIKeyLength = 16
 
 // ParseAPIKeys parses "tenant:key,…". A key written sha256:HEX is already
 // hashed, so configuration files need not hold the token itself.
+//
+// Its errors name an entry by its position, never by its text: an entry
+// of the wrong shape (tenant=key, the key alone, key:tenant) may hold the
+// secret anywhere, and the error is printed at start-up, into the logs.
 func ParseAPIKeys(s string) ([]APIKey, error) {
 	var keys []APIKey
-	seen := map[[sha256.Size]byte]bool{}
+	seen := map[[sha256.Size]byte]int{}
+	n := 0
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
+		n++
 		tenant, key, ok := strings.Cut(item, ":")
 		if !ok || !tenantRE.MatchString(tenant) {
-			return nil, fmt.Errorf("API key entry %q: want tenant:key with a tenant of letters, digits, _ - (at most 64)", redactEntry(item))
+			return nil, fmt.Errorf("API key entry %d: want tenant:key with a tenant of letters, digits, _ - (at most 64); "+
+				"the entry is not shown, as it may hold the key", n)
 		}
 		var k APIKey
 		k.Tenant = tenant
 		if hexHash, ok := strings.CutPrefix(key, "sha256:"); ok {
 			b, err := hex.DecodeString(hexHash)
 			if err != nil || len(b) != sha256.Size {
-				return nil, fmt.Errorf("API key of tenant %q: sha256: wants 64 hex digits", tenant)
+				return nil, fmt.Errorf("API key entry %d: sha256: wants 64 hex digits", n)
 			}
 			copy(k.Hash[:], b)
 		} else {
 			if len(key) < MinAPIKeyLength {
-				return nil, fmt.Errorf("API key of tenant %q is shorter than %d characters", tenant, MinAPIKeyLength)
+				return nil, fmt.Errorf("API key entry %d: the key is shorter than %d characters", n, MinAPIKeyLength)
 			}
 			k.Hash = sha256.Sum256([]byte(key))
 		}
-		if seen[k.Hash] {
-			return nil, fmt.Errorf("API key of tenant %q is configured twice", tenant)
+		if first, dup := seen[k.Hash]; dup {
+			return nil, fmt.Errorf("API key entry %d: the same key as entry %d", n, first)
 		}
-		seen[k.Hash] = true
+		seen[k.Hash] = n
 		keys = append(keys, k)
 	}
 	return keys, nil
-}
-
-func redactEntry(item string) string {
-	tenant, _, _ := strings.Cut(item, ":")
-	return tenant + ":…"
 }
 
 // flagText holds a setting's flag as text, set later by the setting's own
