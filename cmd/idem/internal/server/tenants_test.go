@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,4 +208,79 @@ func TestAsOfWaitHoldsNoConnection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// eventsPage is a page of GET /v1/events.
+type eventsPage struct {
+	Data []struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	} `json:"data"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// TestEventCursorsAreTenantsOwn: tenant B pages through its events one at
+// a time while tenant A's events are interleaved with them. B lists each
+// of its events once, in order; its cursors are opaque (not the shared
+// outbox position, so the gap between two says nothing of A's events),
+// all of one length; and another tenant presenting one of B's cursors is
+// refused, as is a cursor altered by one character.
+func TestEventCursorsAreTenantsOwn(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		_, ts := twoTenants(t, d, nil, nil)
+		// B's transfers, with 0, 1, 5 and 20 of A's between them.
+		for i, between := range []int{0, 1, 5, 20} {
+			for j := range between {
+				if st, b := tenantCall(t, ts, tokenA, "POST", "/v1/transfers", fmt.Sprintf("a-%d-%d", i, j), `{"debit_account_id":"x","credit_account_id":"y","amount":1,"currency":"EUR"}`); st != 201 {
+					t.Fatalf("A's transfer: %d %s", st, b)
+				}
+			}
+			if st, b := tenantCall(t, ts, tokenB, "POST", "/v1/transfers", fmt.Sprintf("b-%d", i), fmt.Sprintf(`{"id":"b%d","debit_account_id":"x","credit_account_id":"y","amount":1,"currency":"EUR"}`, i)); st != 201 {
+				t.Fatalf("B's transfer: %d %s", st, b)
+			}
+		}
+		var (
+			ids     []string
+			cursors []string
+		)
+		for after := ""; ; {
+			st, b := tenantCall(t, ts, tokenB, "GET", "/v1/events?limit=1&after="+url.QueryEscape(after), "", "")
+			var p eventsPage
+			if err := json.Unmarshal(b, &p); st != 200 || err != nil {
+				t.Fatalf("B's events after %q: %d %s", after, st, b)
+			}
+			for _, e := range p.Data {
+				ids = append(ids, e.Type+" "+e.ID)
+			}
+			if p.NextCursor == nil {
+				break
+			}
+			after = *p.NextCursor
+			cursors = append(cursors, after)
+		}
+		// Two accounts, the setup transfer and four: seven events.
+		if len(ids) != 7 || len(slices.Compact(slices.Clone(ids))) != 7 {
+			t.Fatalf("B listed %d events: %v", len(ids), ids)
+		}
+		for _, c := range cursors {
+			if len(c) != len(cursors[0]) {
+				t.Fatalf("cursors of different lengths: %q", cursors)
+			}
+			if strings.Trim(c, "0123456789.") == "" {
+				t.Fatalf("cursor %q is a list position, shared by every tenant", c)
+			}
+		}
+		for _, c := range cursors {
+			for _, try := range []struct{ token, after string }{
+				{tokenA, c}, // another tenant's cursor
+				{tokenB, c[:len(c)-2] + map[bool]string{true: "AA", false: "BB"}[!strings.HasSuffix(c, "AA")]},
+			} {
+				st, b := tenantCall(t, ts, try.token, "GET", "/v1/events?limit=1&after="+url.QueryEscape(try.after), "", "")
+				if st != 400 || !strings.Contains(string(b), "after") {
+					t.Fatalf("cursor %q (of B's %q): %d %s, want 400 for after", try.after, c, st, b)
+				}
+			}
+		}
+	})
 }
