@@ -388,7 +388,7 @@ func ParseAPIKeys(s string) ([]APIKey, error) {
 			k.Hash = sha256.Sum256([]byte(key))
 		}
 		if first, dup := seen[k.Hash]; dup {
-			return nil, fmt.Errorf("API key entry %d: the same key as entry %d", n, first)
+			return nil, fmt.Errorf("API key entry %d: the same key as entry %d: a key configured twice", n, first)
 		}
 		seen[k.Hash] = n
 		keys = append(keys, k)
