@@ -88,6 +88,18 @@ type Config struct {
 	// BatchConcurrency is how many group-commit transactions run at once.
 	// Default 0: 2 on PostgreSQL, 1 on SQLite; bound 0..64.
 	BatchConcurrency int
+	// TenantRate bounds each tenant's requests a second (a token bucket
+	// of TenantBurst); a request over it is answered 429 with
+	// Retry-After. Default 0: no bound; bound 0..1,000,000.
+	TenantRate float64
+	// TenantBurst is how many requests a tenant may send at once above
+	// TenantRate. Default 0: TenantRate rounded up (at least 1); bound
+	// 0..1,000,000.
+	TenantBurst int
+	// TenantConcurrency bounds each tenant's requests in progress at once;
+	// one more is answered 429 with Retry-After. Default 0: no bound;
+	// bound 0..100,000.
+	TenantConcurrency int
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 15s; bound 1s..10m.
 	ShutdownTimeout time.Duration
@@ -274,6 +286,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: batch concurrency %d is outside 0..64", c.BatchConcurrency)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
+	case c.TenantRate < 0 || c.TenantRate > 1e6 || c.TenantRate != c.TenantRate:
+		return fmt.Errorf("config: tenant rate %v is outside 0..1000000 requests a second", c.TenantRate)
+	case c.TenantBurst < 0 || c.TenantBurst > 1_000_000:
+		return fmt.Errorf("config: tenant burst %d is outside 0..1000000", c.TenantBurst)
+	case c.TenantConcurrency < 0 || c.TenantConcurrency > 100_000:
+		return fmt.Errorf("config: tenant concurrency %d is outside 0..100000", c.TenantConcurrency)
 	case c.RelayBatch < 1 || c.RelayBatch > 10000:
 		return fmt.Errorf("config: relay batch %d is outside 1..10000", c.RelayBatch)
 	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:

@@ -284,3 +284,128 @@ func TestEventCursorsAreTenantsOwn(t *testing.T) {
 		}
 	})
 }
+
+// limitedCount is idem_tenant_requests_limited_total{tenant, limit}.
+func limitedCount(t *testing.T, s *Server, tenant, limit string) float64 {
+	t.Helper()
+	mfs, err := s.metrics.gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idem_tenant_requests_limited_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tenant"] == tenant && labels["limit"] == limit {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// inFlight is idem_tenant_requests_in_flight{tenant}.
+func inFlight(t *testing.T, s *Server, tenant string) float64 {
+	t.Helper()
+	mfs, err := s.metrics.gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idem_tenant_requests_in_flight" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == tenant {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestTenantLimits: over its request rate or its concurrency, a tenant is
+// answered 429 rate_limited with Retry-After (never 503), nothing done,
+// counted per tenant and limit; the other tenant is served meanwhile.
+func TestTenantLimits(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		t.Run("rate", func(t *testing.T) {
+			s, ts := twoTenants(t, d, nil, func(c *config.Config) { c.TenantRate, c.TenantBurst = 0.01, 9 })
+			// The setup spent 3 of each tenant's 9; three more reads, then
+			// a transfer over the rate.
+			for range 6 {
+				if st, b := tenantCall(t, ts, tokenA, "GET", "/v1/accounts/y/balance", "", ""); st != 200 {
+					t.Fatalf("A's read within its burst: %d %s", st, b)
+				}
+			}
+			req, err := http.NewRequest("POST", ts.URL+"/v1/transfers", strings.NewReader(`{"id":"over","debit_account_id":"x","credit_account_id":"y","amount":1,"currency":"EUR"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tokenA)
+			req.Header.Set("Idempotency-Key", "over")
+			req.Header.Set("Content-Type", "application/json")
+			res, err := ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 429 || !strings.Contains(string(b), `"rate_limited"`) || res.Header.Get("Retry-After") == "" {
+				t.Fatalf("A over its rate: %d %q %s", res.StatusCode, res.Header.Get("Retry-After"), b)
+			}
+			var n int
+			if err := d.Reader().QueryRow(context.Background(), "SELECT count(*) FROM ledger_transfers WHERE id = 'over'").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("the refused transfer: %d rows (%v)", n, err)
+			}
+			if st, b := tenantCall(t, ts, tokenB, "GET", "/v1/accounts/y/balance", "", ""); st != 200 {
+				t.Fatalf("B while A is over its rate: %d %s", st, b)
+			}
+			if got := limitedCount(t, s, "a", "rate"); got != 1 {
+				t.Fatalf("limited{a, rate} = %v, want 1", got)
+			}
+			if got := limitedCount(t, s, "b", "rate"); got != 0 {
+				t.Fatalf("limited{b, rate} = %v, want 0", got)
+			}
+		})
+		t.Run("concurrency", func(t *testing.T) {
+			s, ts := twoTenants(t, d, nil, func(c *config.Config) { c.TenantConcurrency = 2 })
+			// Two of A's requests in progress: reads as of a moment ahead.
+			q := "?as_of=" + url.QueryEscape(time.Now().Add(900*time.Millisecond).UTC().Format(time.RFC3339Nano))
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if st, b := tenantCall(t, ts, tokenA, "GET", "/v1/accounts/y/balance"+q, "", ""); st != 200 {
+						t.Errorf("A's waiting read: %d %s", st, b)
+					}
+				}()
+			}
+			for inFlight(t, s, "a") < 2 {
+				time.Sleep(time.Millisecond)
+			}
+			st, b := tenantCall(t, ts, tokenA, "GET", "/v1/accounts/y/balance", "", "")
+			stB, bB := tenantCall(t, ts, tokenB, "GET", "/v1/accounts/y/balance", "", "")
+			wg.Wait()
+			if st != 429 || !strings.Contains(string(b), `"rate_limited"`) {
+				t.Fatalf("A's third request at once: %d %s", st, b)
+			}
+			if stB != 200 {
+				t.Fatalf("B meanwhile: %d %s", stB, bB)
+			}
+			if got := limitedCount(t, s, "a", "concurrency"); got != 1 {
+				t.Fatalf("limited{a, concurrency} = %v, want 1", got)
+			}
+			if st, b := tenantCall(t, ts, tokenA, "GET", "/v1/accounts/y/balance", "", ""); st != 200 {
+				t.Fatalf("A once its requests ended: %d %s", st, b)
+			}
+		})
+	})
+}
