@@ -26,6 +26,7 @@ import (
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/ledger"
+	"github.com/idemhq/idem/outbox"
 )
 
 // smallPool opens a fresh migrated database of the dialect whose pool
@@ -408,4 +409,60 @@ func TestTenantLimits(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestEventsListingWaitsOnlyForEarlierWriters pins down what docs/api.md
+// says the listing delay of GET /v1/events depends on, on PostgreSQL:
+// tenant B's event is held back exactly while a transaction that began
+// writing before B's, here tenant A's, is open, and not by one of A's
+// that began writing after it. (SQLite has one writer: B's write would
+// wait for A's transaction instead, and its event is listed at commit.)
+func TestEventsListingWaitsOnlyForEarlierWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := drivertest.Open(t, "postgres")
+	s, ts := twoTenants(t, d, nil, nil)
+	openWriter := func() driver.TxCloser {
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if err := s.outbox.Enqueue(ctx, tx, outbox.Message{Tenant: "a", Type: "test.long", Key: "k", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		// The insert may travel with the next statement: send one, so the
+		// transaction has written (and has its id) now.
+		var xid string
+		if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	listedB := func() bool {
+		st, b := tenantCall(t, ts, tokenB, "GET", "/v1/events?limit=1000", "", "")
+		var p eventsPage
+		if err := json.Unmarshal(b, &p); st != 200 || err != nil {
+			t.Fatalf("B's events: %d %s", st, b)
+		}
+		return len(p.Data) == 4 // the setup's three events, then the transfer's
+	}
+	earlier := openWriter()
+	if st, b := tenantCall(t, ts, tokenB, "POST", "/v1/transfers", "b-late", `{"debit_account_id":"x","credit_account_id":"y","amount":1,"currency":"EUR"}`); st != 201 {
+		t.Fatalf("B's transfer: %d %s", st, b)
+	}
+	if listedB() {
+		t.Fatal("B's event listed while an earlier writer of A's is open: the listing would not be in order")
+	}
+	later := openWriter()
+	if err := earlier.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' transactions on the same server delay it too, briefly.
+	for start := time.Now(); !listedB(); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("B's event not listed once the earlier writer ended, with a later one of A's open")
+		}
+	}
+	_ = later.Rollback(ctx)
 }
