@@ -76,6 +76,13 @@ type LedgerDriver interface {
 	// Under REPEATABLE READ, a writer of the account that committed after
 	// the transaction's snapshot makes it fail with ErrSerialization.
 	LedgerSettle(ctx context.Context, tx Tx, p *LedgerSettleParams) (*LedgerSettleResult, error)
+	// LedgerClock reads the writers' clock (Postgres: clock_timestamp();
+	// SQLite: Now), in whole microseconds, outside any transaction: a
+	// pooled connection is taken for one statement and given back at once
+	// (SQLite reads no database at all). The ledger waits for an as-of
+	// moment with it before the read's transaction begins, so the wait
+	// holds no connection.
+	LedgerClock(ctx context.Context, p *LedgerClockParams) (time.Time, error)
 	// LedgerEntryAsOf reads the account's newest entry recorded at or
 	// before AsOf; ErrNotFound when there is none. It is one index lookup,
 	// whatever the length of the history.
@@ -240,6 +247,11 @@ type LedgerSettleResult struct {
 	// Locked reports that the account's in-flight writers were waited for
 	// and Clock read while holding its lock.
 	Locked bool
+}
+
+type LedgerClockParams struct {
+	// Now is the clock for drivers without their own.
+	Now time.Time
 }
 
 type LedgerEntryAsOfParams struct {

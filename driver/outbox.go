@@ -50,6 +50,13 @@ type OutboxDriver interface {
 	// back rows of a transaction while any transaction that began writing
 	// before it is still open (see OutboxRow.Tx).
 	OutboxList(ctx context.Context, tx Tx, p *OutboxListParams) ([]OutboxRow, error)
+	// OutboxSecret reads the secret stored under Name; ErrNotFound when
+	// there is none.
+	OutboxSecret(ctx context.Context, tx Tx, p *OutboxSecretParams) ([]byte, error)
+	// OutboxSecretInit stores Value under Name unless a secret is stored
+	// there already, in a write transaction; concurrent callers all end
+	// up with the one stored (OutboxSecret reads it).
+	OutboxSecretInit(ctx context.Context, tx Tx, p *OutboxSecretInitParams) error
 	// OutboxListDead reads dead letters in position order, at most Limit.
 	OutboxListDead(ctx context.Context, tx Tx, p *OutboxListDeadParams) ([]OutboxRow, error)
 	// OutboxRedrive makes a dead letter live again with no attempts and,
@@ -105,6 +112,15 @@ type OutboxRow struct {
 	LastError string
 	SentAt    time.Time // zero while unsent
 	DeadAt    time.Time // zero unless a dead letter
+}
+
+type OutboxSecretParams struct {
+	Name string
+}
+
+type OutboxSecretInitParams struct {
+	Name  string
+	Value []byte
 }
 
 type OutboxInsertParams struct {

@@ -28,7 +28,7 @@ type asOfAnswer struct {
 // ledger asks for it (inspect.ReadAsOf).
 func readAsOf(ctx context.Context, d driver.Driver, l *ledger.Ledger, id string, asOf time.Time) (asOfAnswer, error) {
 	var a asOfAnswer
-	err := inspect.ReadAsOf(ctx, d, func(ctx context.Context) (driver.TxCloser, error) {
+	err := inspect.ReadAsOf(ctx, d, l, &asOf, func(ctx context.Context) (driver.TxCloser, error) {
 		return d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 	}, func(tx driver.Tx) error {
 		b, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: id, AsOf: &asOf})
@@ -332,6 +332,17 @@ func TestAsOfFuture(t *testing.T) {
 		post(t, d, l, tenant, ledger.NewTransfer{DebitAccountID: "a", CreditAccountID: "b", Amount: 4, Currency: "USD"})
 		if again, err := readAsOf(ctx, d, l, "b", soon); err != nil || again.Balance != got.Balance || !slices.Equal(again.Entries, got.Entries) {
 			t.Fatalf("asked again: %+v %v (%v), first %+v %v", again.Balance, again.Entries, err, got.Balance, got.Entries)
+		}
+
+		// Inside a transaction nothing waits for time: a moment not yet
+		// passed is refused there, however near.
+		near := time.Now().Add(ledger.MaxAsOfWait / 4)
+		err = inTx(t, d, func(tx driver.Tx) error {
+			_, err := l.Balance(ctx, tx, ledger.BalanceQuery{Tenant: tenant, AccountID: "b", AsOf: &near})
+			return err
+		})
+		if le := wantCode(t, err, "invalid_request"); le.Field != "as_of" {
+			t.Fatalf("in a transaction, as of a moment just ahead: field = %q, want as_of", le.Field)
 		}
 
 		far := time.Now().Add(2 * ledger.MaxAsOfWait)

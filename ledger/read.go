@@ -60,11 +60,10 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery)
 // fails it with driver.ErrSerialization); any write transaction on SQLite.
 // In a read-only transaction it returns ErrNeedsWriteTx (wrapped), with the
 // transaction still usable: read again in a read-write one, which writes
-// nothing. A moment the writers' clock has not reached yet is waited for
-// when at most MaxAsOfWait ahead, before this call takes any lock (but a
-// SQLite write transaction holds the write lock from its start: wait there,
-// in a read-only transaction, first), and refused with invalid_request
-// (field as_of) when further ahead.
+// nothing. A moment the writers' clock has not passed yet is refused with
+// invalid_request (field as_of), never waited for in tx: call AwaitMoment
+// before beginning tx, which waits for a moment at most MaxAsOfWait ahead
+// holding no connection.
 func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Balance, error) {
 	tenant, accountID, asOf := q.Tenant, q.AccountID, q.AsOf
 	acct, err := l.account(ctx, tx, tenant, accountID)
@@ -95,8 +94,8 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Bal
 // (nil: now, every entry committed). It returns the cursor of the next
 // page, or "" when this is the last. With an AsOf, the answer is final and
 // needs what Balance's does: ErrNeedsWriteTx (wrapped) in a read-only
-// transaction for a moment at or after the account's newest entry, a wait
-// for a moment at most MaxAsOfWait ahead, invalid_request beyond.
+// transaction for a moment at or after the account's newest entry, and
+// invalid_request for a moment the clock has not passed (AwaitMoment first).
 func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, q EntriesQuery) ([]Entry, string, error) {
 	tenant, accountID := q.Tenant, q.AccountID
 	limit := q.Limit

@@ -204,9 +204,10 @@ func (c Config) validate() error {
 
 // Outbox writes and reads outgoing messages on one database.
 type Outbox struct {
-	d      driver.Driver
-	cfg    Config
-	tracer trace.Tracer
+	d       driver.Driver
+	cfg     Config
+	tracer  trace.Tracer
+	cursors cursorSealer
 }
 
 // New returns the outbox of d.
@@ -358,12 +359,14 @@ func validType(s string) bool {
 // page is the last for now. On Postgres a message appears once every
 // transaction that began writing before its own has ended, so that no
 // message can later be listed before one already listed: following
-// cursors never skips one (see docs/outbox.md).
+// cursors never skips one (see docs/outbox.md). A cursor is opaque and
+// the tenant's own: it says nothing of other tenants' messages, and
+// another tenant's is ErrInvalidCursor (see cursor.go).
 func (o *Outbox) List(ctx context.Context, tx driver.Tx, q ListQuery) ([]Event, string, error) {
 	if err := driver.CheckTx(o.d, tx); err != nil {
 		return nil, "", fmt.Errorf("outbox: %w", err)
 	}
-	c, limit, err := pageArgs(q.After, q.Limit)
+	_, limit, err := pageArgs("", q.Limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -371,11 +374,24 @@ func (o *Outbox) List(ctx context.Context, tx driver.Tx, q ListQuery) ([]Event, 
 	if tenant == "" {
 		tenant = idem.DefaultTenant
 	}
+	var c cursor
+	if q.After != "" {
+		if c, err = o.openCursor(ctx, tenant, q.After); err != nil {
+			return nil, "", err
+		}
+	}
 	rows, err := o.d.OutboxList(ctx, tx, &driver.OutboxListParams{Tenant: tenant, AfterTx: c.tx, AfterPos: c.pos, Limit: limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
-	rows, next := page(rows, limit)
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1]
+		if next, err = o.sealCursor(ctx, tenant, cursor{tx: last.Tx, pos: last.Pos}); err != nil {
+			return nil, "", err
+		}
+	}
 	events := make([]Event, len(rows))
 	for i, r := range rows {
 		events[i] = Event{ID: r.ID, Type: r.Type, CreatedAt: r.CreatedAt, Payload: r.Payload}

@@ -13,11 +13,15 @@
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
 //	httpbench seed   -target URL -keys 20000 -prefix cold
 //	httpbench cold   -target URL [-c 16] -keys 20000 -prefix cold
+//	httpbench tenants -target URL [-c 40] [-d 10s] [-rate 100]
 //
 // seed creates one transfer per key prefix-0…prefix-(keys-1); cold then
 // replays each of those keys exactly once, against a server that has not
 // seen them (a second process, or one restarted), so that every replay
 // misses the in-process cache: the redelivery hours later.
+//
+// tenants measures tenant B's latency alone and while tenant A's -c
+// clients ask balances as of a moment 950 ms ahead (tenants.go).
 //
 // first, replay and cold print one line: "ops/s=… p50_ms=… p99_ms=…
 // errors=… cpu_s=…", cpu_s being the CPU time httpbench itself used.
@@ -44,7 +48,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|bound-sqlite|first|replay|seed|cold [flags]")
+		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|bound-sqlite|first|replay|seed|cold|tenants [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -60,6 +64,7 @@ func main() {
 	db := fs.String("db", "", "PostgreSQL URL (bound) or SQLite file (bound-sqlite)")
 	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
 	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound, bound-sqlite)")
+	rate := fs.Int("rate", 100, "tenant B's requests per second (tenants)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -78,6 +83,8 @@ func main() {
 		err = seed(*target, *keys, *prefix)
 	case "cold":
 		err = cold(*target, *clients, *keys, *prefix)
+	case "tenants":
+		err = tenants(*target, *clients, *dur, *rate)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}

@@ -139,7 +139,8 @@ SELECT u.tenant, u.transfer_id, u.amount, u.add
 ON CONFLICT (tenant, transfer_id) DO UPDATE
    SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
 
-// The writers' clock, read by LedgerLock once its locks are held.
+// The writers' clock, read by LedgerLock once its locks are held, and by
+// LedgerClock outside any transaction.
 const sqlLedgerClock = `SELECT clock_timestamp()`
 
 // The writers' clock and whether the transaction may lock, read before any
@@ -332,6 +333,14 @@ func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.Ledge
 		return nil, err
 	}
 	return &driver.LedgerSettleResult{Clock: clock.UTC(), Locked: true}, nil
+}
+
+func (d *Driver) LedgerClock(ctx context.Context, _ *driver.LedgerClockParams) (time.Time, error) {
+	var clock time.Time
+	if err := d.Reader().QueryRow(ctx, sqlLedgerClock).Scan(&clock); err != nil {
+		return time.Time{}, err
+	}
+	return clock.UTC().Truncate(time.Microsecond), nil
 }
 
 func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.LedgerEntryAsOfParams) (*driver.LedgerEntry, error) {

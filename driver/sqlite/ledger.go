@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -241,6 +242,12 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 		}
 	}
 	return nil
+}
+
+// LedgerClock is Now: SQLite has no clock of its own, and the ledger's
+// writers stamp from the same one.
+func (d *Driver) LedgerClock(_ context.Context, p *driver.LedgerClockParams) (time.Time, error) {
+	return fromMicros(toMicros(p.Now)), nil
 }
 
 // LedgerSettle has nothing to wait for in a write transaction: it holds the

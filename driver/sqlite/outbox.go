@@ -156,6 +156,24 @@ func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxL
 	return queryOutboxRows(ctx, tx, sqlOutboxList, p.Tenant, p.AfterPos, p.Limit)
 }
 
+const (
+	sqlOutboxSecret     = `SELECT value FROM idem_secrets WHERE name = ?1`
+	sqlOutboxSecretInit = `INSERT INTO idem_secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING`
+)
+
+func (d *Driver) OutboxSecret(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretParams) ([]byte, error) {
+	var v []byte
+	if err := tx.QueryRow(ctx, sqlOutboxSecret, p.Name).Scan(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (d *Driver) OutboxSecretInit(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretInitParams) error {
+	_, err := tx.Exec(ctx, sqlOutboxSecretInit, p.Name, p.Value)
+	return err
+}
+
 func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
 	return queryOutboxRows(ctx, tx, sqlOutboxListDead, p.AfterPos, p.Limit)
 }

@@ -92,6 +92,18 @@ type Config struct {
 	// BatchConcurrency is how many group-commit transactions run at once.
 	// Default 0: 2 on PostgreSQL, 1 on SQLite; bound 0..64.
 	BatchConcurrency int
+	// TenantRate bounds each tenant's requests a second (a token bucket
+	// of TenantBurst); a request over it is answered 429 with
+	// Retry-After. Default 0: no bound; bound 0..1,000,000.
+	TenantRate float64
+	// TenantBurst is how many requests a tenant may send at once above
+	// TenantRate. Default 0: TenantRate rounded up (at least 1); bound
+	// 0..1,000,000.
+	TenantBurst int
+	// TenantConcurrency bounds each tenant's requests in progress at once;
+	// one more is answered 429 with Retry-After. Default 0: no bound;
+	// bound 0..100,000.
+	TenantConcurrency int
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 15s; bound 1s..10m.
 	ShutdownTimeout time.Duration
@@ -278,6 +290,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: batch concurrency %d is outside 0..64", c.BatchConcurrency)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
+	case c.TenantRate < 0 || c.TenantRate > 1e6 || c.TenantRate != c.TenantRate:
+		return fmt.Errorf("config: tenant rate %v is outside 0..1000000 requests a second", c.TenantRate)
+	case c.TenantBurst < 0 || c.TenantBurst > 1_000_000:
+		return fmt.Errorf("config: tenant burst %d is outside 0..1000000", c.TenantBurst)
+	case c.TenantConcurrency < 0 || c.TenantConcurrency > 100_000:
+		return fmt.Errorf("config: tenant concurrency %d is outside 0..100000", c.TenantConcurrency)
 	case c.RelayBatch < 1 || c.RelayBatch > 10000:
 		return fmt.Errorf("config: relay batch %d is outside 1..10000", c.RelayBatch)
 	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:
@@ -358,44 +376,46 @@ const MinAPIKeyLength = 16
 
 // ParseAPIKeys parses "tenant:key,…". A key written sha256:HEX is already
 // hashed, so configuration files need not hold the token itself.
+//
+// Its errors name an entry by its position, never by its text: an entry
+// of the wrong shape (tenant=key, the key alone, key:tenant) may hold the
+// secret anywhere, and the error is printed at start-up, into the logs.
 func ParseAPIKeys(s string) ([]APIKey, error) {
 	var keys []APIKey
-	seen := map[[sha256.Size]byte]bool{}
+	seen := map[[sha256.Size]byte]int{}
+	n := 0
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
+		n++
 		tenant, key, ok := strings.Cut(item, ":")
 		if !ok || !tenantRE.MatchString(tenant) {
-			return nil, fmt.Errorf("API key entry %q: want tenant:key with a tenant of letters, digits, _ - (at most 64)", redactEntry(item))
+			return nil, fmt.Errorf("API key entry %d: want tenant:key with a tenant of letters, digits, _ - (at most 64); "+
+				"the entry is not shown, as it may hold the key", n)
 		}
 		var k APIKey
 		k.Tenant = tenant
 		if hexHash, ok := strings.CutPrefix(key, "sha256:"); ok {
 			b, err := hex.DecodeString(hexHash)
 			if err != nil || len(b) != sha256.Size {
-				return nil, fmt.Errorf("API key of tenant %q: sha256: wants 64 hex digits", tenant)
+				return nil, fmt.Errorf("API key entry %d: sha256: wants 64 hex digits", n)
 			}
 			copy(k.Hash[:], b)
 		} else {
 			if len(key) < MinAPIKeyLength {
-				return nil, fmt.Errorf("API key of tenant %q is shorter than %d characters", tenant, MinAPIKeyLength)
+				return nil, fmt.Errorf("API key entry %d: the key is shorter than %d characters", n, MinAPIKeyLength)
 			}
 			k.Hash = sha256.Sum256([]byte(key))
 		}
-		if seen[k.Hash] {
-			return nil, fmt.Errorf("API key of tenant %q is configured twice", tenant)
+		if first, dup := seen[k.Hash]; dup {
+			return nil, fmt.Errorf("API key entry %d: the same key as entry %d: a key configured twice", n, first)
 		}
-		seen[k.Hash] = true
+		seen[k.Hash] = n
 		keys = append(keys, k)
 	}
 	return keys, nil
-}
-
-func redactEntry(item string) string {
-	tenant, _, _ := strings.Cut(item, ":")
-	return tenant + ":…"
 }
 
 // flagText holds a setting's flag as text, set later by the setting's own

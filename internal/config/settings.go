@@ -60,6 +60,12 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BatchMax, err = strconv.Atoi(v); return err }},
 	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 2 on PostgreSQL, 1 on SQLite)",
 		func(c *Config, v string) (err error) { c.BatchConcurrency, err = strconv.Atoi(v); return err }},
+	{"tenant-rate", "IDEM_TENANT_RATE", "tenant_rate", "each tenant's requests a second, over which it is answered 429 (default 0: no bound)",
+		func(c *Config, v string) (err error) { c.TenantRate, err = strconv.ParseFloat(v, 64); return err }},
+	{"tenant-burst", "IDEM_TENANT_BURST", "tenant_burst", "requests a tenant may send at once above --tenant-rate (default: the rate, at least 1)",
+		func(c *Config, v string) (err error) { c.TenantBurst, err = strconv.Atoi(v); return err }},
+	{"tenant-concurrency", "IDEM_TENANT_CONCURRENCY", "tenant_concurrency", "each tenant's requests in progress at once, over which it is answered 429 (default 0: no bound)",
+		func(c *Config, v string) (err error) { c.TenantConcurrency, err = strconv.Atoi(v); return err }},
 	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "IDEM_LOG_LEVEL", "log_level", "debug, info, warn or error (default info)",
@@ -95,6 +101,7 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 var settingTypes = map[string]string{
 	"migrate": "bool", "relay": "bool", "group-commit": "bool",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
+	"tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
 }
@@ -110,6 +117,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // --addr.
 var ServeSettings = slices.Concat([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
 	"key-retention", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "shutdown-timeout",
+	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least

@@ -132,7 +132,7 @@ type Balance struct {
 // account.
 func AccountBalance(ctx context.Context, d driver.Driver, l *ledger.Ledger, tenant, account string, asOf *time.Time) (Balance, error) {
 	out := Balance{Tenant: tenant}
-	err := ReadAsOf(ctx, d, d.BeginSnapshot, func(tx driver.Tx) (err error) {
+	err := ReadAsOf(ctx, d, l, asOf, d.BeginSnapshot, func(tx driver.Tx) (err error) {
 		if out.Account, err = l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: account}); err != nil {
 			return err
 		}
@@ -155,17 +155,24 @@ func Snapshot(ctx context.Context, d driver.Driver, fn func(tx driver.Tx) error)
 	return inTx(ctx, d.BeginSnapshot, fn)
 }
 
-// ReadAsOf runs fn, which reads the ledger as of a moment, in the read-only
-// transaction begin starts: a moment before the account's newest entry is
-// answered there, waiting for nobody. When the ledger answers
-// ledger.ErrNeedsWriteTx instead (the moment is at or after the newest
+// ReadAsOf runs fn, which reads the ledger as of *asOf (nil: now), in the
+// read-only transaction begin starts: a moment before the account's newest
+// entry is answered there, waiting for nobody. A moment the writers' clock
+// has not passed is waited for first, before any transaction begins
+// (ledger.AwaitMoment), so the wait holds no connection. When the ledger
+// answers ledger.ErrNeedsWriteTx (the moment is at or after the newest
 // entry, and entries up to it may still be committing), fn runs once more
 // in a read-write transaction — READ COMMITTED on Postgres, the single
 // writer's on SQLite — in which the ledger waits for those writers; it is
 // rolled back, as fn writes nothing. The service's routes, the console and
 // the CLI all read as-of moments through here, so all give the final
 // answer.
-func ReadAsOf(ctx context.Context, d driver.Driver, begin func(context.Context) (driver.TxCloser, error), fn func(tx driver.Tx) error) error {
+func ReadAsOf(ctx context.Context, d driver.Driver, l *ledger.Ledger, asOf *time.Time, begin func(context.Context) (driver.TxCloser, error), fn func(tx driver.Tx) error) error {
+	if asOf != nil {
+		if err := l.AwaitMoment(ctx, *asOf); err != nil {
+			return err
+		}
+	}
 	err := inTx(ctx, begin, fn)
 	if !errors.Is(err, ledger.ErrNeedsWriteTx) {
 		return err

@@ -198,7 +198,7 @@ func (c *Console) account(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
 	defer cancel()
 	var at, balance int64
-	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) (err error) {
+	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Ledger, asOf, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) (err error) {
 		at, balance, err = c.accountView(ctx, tx, tenant, p["id"], p["at"], asOf, data)
 		return err
 	})

@@ -434,7 +434,7 @@ func (c *Console) tellTransfer(ctx context.Context, tenant string, t ledger.Tran
 		v.MoreReversals = len(reversals) - storyReversals
 		reversals = reversals[:storyReversals]
 	}
-	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) error {
+	err := inspect.ReadAsOf(ctx, c.cfg.Driver, c.cfg.Ledger, &t.CreatedAt, c.cfg.Driver.BeginSnapshot, func(tx driver.Tx) error {
 		var err error
 		if v.Entries, err = c.entriesOf(ctx, tx, tenant, t); err != nil {
 			return err

@@ -41,9 +41,10 @@ func (s *Server) readTx(ctx context.Context, fn func(tx driver.Tx) error) error 
 // asOfTx is readTx for reads as of a moment, whose answer is final: a
 // moment at or after the account's newest entry is read again in a
 // read-write transaction that waits for the account's writers still
-// committing (see inspect.ReadAsOf).
-func (s *Server) asOfTx(ctx context.Context, fn func(tx driver.Tx) error) error {
-	return inspect.ReadAsOf(ctx, s.d, func(ctx context.Context) (driver.TxCloser, error) {
+// committing, and a moment not yet passed is waited for before any
+// transaction begins (see inspect.ReadAsOf).
+func (s *Server) asOfTx(ctx context.Context, asOf *time.Time, fn func(tx driver.Tx) error) error {
+	return inspect.ReadAsOf(ctx, s.d, s.ledger, asOf, func(ctx context.Context) (driver.TxCloser, error) {
 		return s.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 	}, fn)
 }
@@ -67,7 +68,7 @@ func (s *Server) getBalance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b ledger.Balance
-	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
+	err := s.asOfTx(r.Context(), asOf, func(tx driver.Tx) (err error) {
 		b, err = s.ledger.Balance(r.Context(), tx, ledger.BalanceQuery{Tenant: tenantFrom(r.Context()), AccountID: r.PathValue("id"), AsOf: asOf})
 		return err
 	})
@@ -109,7 +110,7 @@ func (s *Server) listEntries(w http.ResponseWriter, r *http.Request) {
 		entries []ledger.Entry
 		next    string
 	)
-	err := s.asOfTx(r.Context(), func(tx driver.Tx) (err error) {
+	err := s.asOfTx(r.Context(), asOf, func(tx driver.Tx) (err error) {
 		entries, next, err = s.ledger.Entries(r.Context(), tx, ledger.EntriesQuery{Tenant: tenantFrom(r.Context()),
 			AccountID: r.PathValue("id"), AsOf: asOf, Limit: limit, After: r.URL.Query().Get("after")})
 		return err

@@ -52,8 +52,10 @@ type Server struct {
 	metrics    *metrics
 	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
 	webhooks *webhooks
-	log      *slog.Logger
-	tenants  map[[sha256.Size]byte]string
+	// limits admits each tenant's requests under its rate and concurrency.
+	limits  *tenantLimits
+	log     *slog.Logger
+	tenants map[[sha256.Size]byte]string
 	// currencies are the exponents the console shows amounts with.
 	currencies *money.Currencies
 	// console is the operator console (nil when it could not be built):
@@ -100,6 +102,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	if s.metrics, err = newMetrics(reg, d); err != nil {
+		return nil, err
+	}
+	if s.limits, err = newTenantLimits(cfg, reg); err != nil {
 		return nil, err
 	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
@@ -201,7 +206,8 @@ func (s *Server) routes() http.Handler {
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
-// key it bears, or idem.DefaultTenant when no keys are configured.
+// key it bears, or idem.DefaultTenant when no keys are configured; then it
+// admits the request under the tenant's limits (429 when over them).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant := idem.DefaultTenant
@@ -223,6 +229,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			}
 			tenant = t
 		}
+		release, ok := s.limits.admit(w, tenant)
+		if !ok {
+			return
+		}
+		defer release()
 		next.ServeHTTP(w, r.WithContext(withTenant(idemhttp.WithScope(r.Context(), tenant), tenant)))
 	})
 }

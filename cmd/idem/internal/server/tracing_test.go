@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/tracing"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/natspub"
 )
@@ -255,6 +258,117 @@ func traceAcrossOutbox(t *testing.T, groupCommit bool) {
 		}
 		if want := "00-" + client.TraceID().String() + "-" + publish.SpanContext.SpanID().String() + "-01"; header != want {
 			t.Errorf("message traceparent %q, want the publish span's %q", header, want)
+		}
+	})
+}
+
+// TestTraceStateBounded: a client's 8 KB tracestate (32 members) is
+// bounded before it is stored on the request's outbox row and before it
+// reaches the broker: at most tracing.MaxStateBytes characters and
+// tracing.MaxStateMembers members, the members over 128 characters
+// dropped first, then members from the end; what is kept is the client's
+// members as written, in order.
+func TestTraceStateBounded(t *testing.T) {
+	traceSpans(t)
+	// 2 short members, 20 long ones, then 10 short ones: 8 KB.
+	var members, short []string
+	for i := range 32 {
+		m := fmt.Sprintf("v%02d=%s", i, strings.Repeat("s", 60))
+		if i >= 2 && i < 22 {
+			// Keys and values within the recommendation's 256 characters.
+			m = fmt.Sprintf("v%02d%s=%s", i, strings.Repeat("k", 120), strings.Repeat("l", 250))
+		} else {
+			short = append(short, m)
+		}
+		members = append(members, m)
+	}
+	huge := strings.Join(members, ",")
+	if len(huge) < 8000 {
+		t.Fatalf("the test's tracestate is %d bytes", len(huge))
+	}
+	bounded := func(t *testing.T, where, got string) {
+		t.Helper()
+		kept := strings.Split(got, ",")
+		if got == "" || len(got) > tracing.MaxStateBytes || len(kept) > tracing.MaxStateMembers ||
+			!slices.Equal(kept, short[:len(kept)]) {
+			t.Fatalf("%s: tracestate of %d bytes, %d members: %.200q; want at most %d bytes of the client's short members, in order",
+				where, len(got), len(kept), got, tracing.MaxStateBytes)
+		}
+	}
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		ts := inputServerWith(t, d, false)
+		req, err := http.NewRequest("POST", ts.URL+"/v1/transfers",
+			strings.NewReader(`{"debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "traced-state")
+		req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		req.Header.Set("tracestate", huge)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /v1/transfers: %d", resp.StatusCode)
+		}
+		var stored string
+		if err := d.Reader().QueryRow(ctx, `SELECT tracestate FROM idem_outbox WHERE type = 'transfer.created'`).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		bounded(t, "the outbox row", stored)
+
+		srv, err := embeddednats.Start(embeddednats.Config{DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		pub, err := natspub.New(ctx, nc, natspub.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		relay, err := outbox.NewRelay(d, outbox.RelayConfig{Publisher: pub, PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = relay.Run(rctx) }()
+		t.Cleanup(func() { stop(); <-done })
+		js, _ := jetstream.New(nc)
+		cons, err := js.CreateOrUpdateConsumer(ctx, "IDEM", jetstream.ConsumerConfig{
+			FilterSubject: "idem.default.transfer.created", AckPolicy: jetstream.AckExplicitPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jm jetstream.Msg
+		for m := range batch.Messages() {
+			jm = m
+		}
+		if jm == nil {
+			t.Fatal("no transfer.created message within 30s")
+		}
+		bounded(t, "the broker message", jm.Headers().Get(outbox.HeaderTraceState))
+		size := 0
+		for k, vs := range jm.Headers() {
+			for _, v := range vs {
+				size += len(k) + len(v)
+			}
+		}
+		if size > 2048 {
+			t.Fatalf("the message's headers are %d bytes", size)
 		}
 	})
 }
