@@ -254,3 +254,32 @@ func stderrOf(err error) string {
 	}
 	return ""
 }
+
+// Exec runs each statement on c as its superuser, one at a time outside a
+// transaction (ALTER SYSTEM, then SELECT pg_reload_conf(), for one).
+func (c *Cluster) Exec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		tb.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			tb.Fatalf("testpg: %s: %v", s, err)
+		}
+	}
+}
+
+// RequireStandby makes every commit on c wait for a synchronous standby
+// that c does not have (synchronous_standby_names = '*'), as a promoted
+// node still naming its lost standby does; with false it waits no more.
+func (c *Cluster) RequireStandby(tb testing.TB, on bool) {
+	tb.Helper()
+	names := "''"
+	if on {
+		names = "'*'"
+	}
+	c.Exec(tb, "ALTER SYSTEM SET synchronous_standby_names = "+names, "SELECT pg_reload_conf()")
+}
