@@ -274,7 +274,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, sqlMigrationsTable); err != nil {
 		return fmt.Errorf("postgres: migrations table: %w", mapErr(err))
 	}
-	st, err := d.status(ctx, poolTx(d.pool))
+	st, err := d.status(ctx, &pgTx{q: conn})
 	if err != nil {
 		return err
 	}
