@@ -35,7 +35,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopTracing() // after the relay stopped
-	d, err := storage.Open(ctx, cfg.DB)
+	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
+		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

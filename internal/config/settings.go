@@ -58,6 +58,10 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BatchMax, err = strconv.Atoi(v); return err }},
 	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 2 on PostgreSQL, 1 on SQLite)",
 		func(c *Config, v string) (err error) { c.BatchConcurrency, err = strconv.Atoi(v); return err }},
+	{"db-timeout", "IDEM_DB_TIMEOUT", "db_timeout", "deadline of each request's database work and each relay, lease and janitor step; also PostgreSQL's statement and idle-in-transaction timeouts (default 10s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.DBTimeout })},
+	{"db-connect-timeout", "IDEM_DB_CONNECT_TIMEOUT", "db_connect_timeout", "connect timeout per PostgreSQL host of the URL, then the next host is tried (default 5s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.DBConnectTimeout })},
 	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "IDEM_LOG_LEVEL", "log_level", "debug, info, warn or error (default info)",
@@ -95,10 +99,11 @@ var settingTypes = map[string]string{
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
+	"db-timeout": "duration", "db-connect-timeout": "duration",
 }
 
 // relayShared are the flags of the relay that serve has too.
-var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
+var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

@@ -71,8 +71,8 @@ func RegisterProcessMetrics(reg prometheus.Registerer, d driver.Driver) error {
 
 // poolCollector reads the database pool's state at each scrape.
 type poolCollector struct {
-	d                                   driver.Driver
-	maxConns, conns, waits, waitSeconds *prometheus.Desc
+	d                                                 driver.Driver
+	maxConns, conns, waits, waitSeconds, unreplicated *prometheus.Desc
 }
 
 func newPoolCollector(d driver.Driver) *poolCollector {
@@ -86,6 +86,8 @@ func newPoolCollector(d driver.Driver) *poolCollector {
 			"Connection acquires that found no idle connection and waited.", nil, nil),
 		waitSeconds: prometheus.NewDesc("idem_db_pool_wait_seconds_total",
 			"Time spent waiting for a database connection.", nil, nil),
+		unreplicated: prometheus.NewDesc("idem_db_unreplicated_commits_total",
+			"Commits PostgreSQL made on the primary but could not confirm reached its synchronous standbys: not acknowledged (503).", nil, nil),
 	}
 }
 
@@ -94,6 +96,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.conns
 	ch <- c.waits
 	ch <- c.waitSeconds
+	ch <- c.unreplicated
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -103,6 +106,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(s.Idle), "idle")
 	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.Waits))
 	ch <- prometheus.MustNewConstMetric(c.waitSeconds, prometheus.CounterValue, s.WaitTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.unreplicated, prometheus.CounterValue, float64(s.Unreplicated))
 }
 
 // newReadyGauge is idem_ready: the /readyz check, run at each scrape, so

@@ -78,7 +78,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait, Logger: log})
+	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait,
+		JanitorTimeout: cfg.DBTimeout, Logger: log})
 	if err != nil {
 		return nil, err
 	}
