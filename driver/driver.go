@@ -54,6 +54,13 @@ var (
 	// request may be sent again: it replays what the server holds, or,
 	// after a failover that lost the commit, does the work once.
 	ErrUnreplicated = errors.New("idem/driver: commit not confirmed replicated")
+	// ErrReadOnlyServer: the server takes no writes (a standby, or
+	// default_transaction_read_only on), so no connection to it was kept.
+	// Always with ErrUnavailable.
+	ErrReadOnlyServer = errors.New("idem/driver: the database server is read-only (a standby?)")
+	// ErrTooManyConnections: the server or a pooler refused a connection,
+	// its limit reached. Always with ErrUnavailable.
+	ErrTooManyConnections = errors.New("idem/driver: the database refused a connection: too many connections")
 )
 
 // CheckTx refuses a transaction that d cannot run statements in: a nil one

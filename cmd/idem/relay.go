@@ -80,7 +80,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // the returned stop is called.
 func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog.Logger) (stop func()) {
 	srv := &http.Server{
-		Handler:           server.OpsHandler(d, g),
+		Handler:           server.OpsHandler(d, g, log),
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +43,9 @@ func (c Config) validateLimits() error {
 // applyLimits bounds every wait of pcfg's connections: connecting (per
 // host), each statement and idle transaction on the server, the network
 // (keepalives, unacknowledged data), and a statement whose context ended
-// (asked to cancel, then cut off after cancelGrace). Settings the URL names
-// win. It returns the watch that counts unreplicated commits.
+// (asked to cancel, then cut off after cancelGrace). Unless cfg.ReadOnly,
+// connections go to a server that takes writes only. Settings the URL
+// names win. It returns the watch that counts unreplicated commits.
 func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 	cc := pcfg.ConnConfig
 	params := cc.RuntimeParams
@@ -65,6 +67,13 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 	cc.DialFunc = dialer.DialContext
 	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+	}
+	if !cfg.ReadOnly && cc.ValidateConnect == nil && !strings.Contains(cfg.URL, "target_session_attrs") {
+		// A writer keeps no connection to a server that takes no writes
+		// (libpq's target_session_attrs=read-write): of a multi-host URL's
+		// hosts it finds the primary, and with only a standby it fails to
+		// connect, saying so, instead of sending writes that fail.
+		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
 	w := &replicationWatch{log: cfg.Logger}
 	cc.OnNotice = w.onNotice

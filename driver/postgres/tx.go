@@ -532,7 +532,9 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrLockTimeout, err)
 		case codeSerializationFailure, codeDeadlockDetected:
 			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections, codeReadOnlyTransaction,
+		case codeTooManyConnections:
+			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
 			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
@@ -542,6 +544,9 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		}
 		return err
+	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrReadOnlyServer, err)
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error

@@ -192,7 +192,7 @@ func (s *Server) routes() http.Handler {
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(s.d))
+	mux.Handle("GET /readyz", readyz(s.d, s.log))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
