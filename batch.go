@@ -597,7 +597,10 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		// The commit may have happened all the same (the connection was
 		// lost on the way back): the retry that splitting makes then finds
 		// the records and answers them as replays of their own outcomes.
-		return nil, false, err
+		// Not when the database said it committed without the standbys it
+		// must wait for: that replay would acknowledge what a failover
+		// may lose, so every request of the batch gets the error.
+		return nil, errors.Is(err, ErrUnreplicated), err
 	}
 	return answers, false, nil
 }

@@ -36,6 +36,13 @@ var (
 	// ErrNotFound: Lookup found no live record for the key. It is
 	// driver.ErrNotFound.
 	ErrNotFound = driver.ErrNotFound
+	// ErrUnreplicated: the work committed on the database's primary, but
+	// the database gave up waiting for the synchronous standbys it must
+	// wait for, so a failover may lose it: it is not acknowledged. A
+	// retry with the same key replays what the primary holds (or, after a
+	// failover that lost it, does the work once). It is
+	// driver.ErrUnreplicated; IsRetryable is false (something committed).
+	ErrUnreplicated = driver.ErrUnreplicated
 )
 
 // KeyError says why a key is invalid. errors.Is(err, ErrKeyInvalid) holds.

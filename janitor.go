@@ -26,8 +26,10 @@ func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 }
 
 // RunJanitor deletes expired records every Config.JanitorInterval, batch
-// after batch while full batches come back, until ctx is done. Errors are
-// logged and retried at the next interval.
+// after batch while full batches come back, until ctx is done. Each batch
+// ends by Config.JanitorTimeout, so a database that stops answering fails
+// a batch instead of hanging the loop. Errors are logged and retried at
+// the next interval.
 func (k *Keeper) RunJanitor(ctx context.Context) {
 	t := time.NewTicker(k.cfg.JanitorInterval)
 	defer t.Stop()
@@ -38,7 +40,7 @@ func (k *Keeper) RunJanitor(ctx context.Context) {
 		case <-t.C:
 		}
 		for {
-			n, err := k.DeleteExpired(ctx)
+			n, err := k.deleteExpired(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					k.cfg.Logger.Warn("idem: janitor", "err", err)
@@ -50,4 +52,11 @@ func (k *Keeper) RunJanitor(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// deleteExpired is DeleteExpired bounded by Config.JanitorTimeout.
+func (k *Keeper) deleteExpired(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.JanitorTimeout)
+	defer cancel()
+	return k.DeleteExpired(ctx)
 }

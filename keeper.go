@@ -129,6 +129,9 @@ type Config struct {
 	// JanitorBatch bounds the rows one janitor statement deletes, so it never
 	// holds many locks at once. Default 1000; bound 1..100000.
 	JanitorBatch int
+	// JanitorTimeout bounds each of RunJanitor's batches, its commit
+	// included. Default 10s; bound 1ms..10m.
+	JanitorTimeout time.Duration
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 	// Logger receives the janitor's errors and the panics of work (with
@@ -157,6 +160,9 @@ func (c Config) withDefaults() Config {
 	if c.JanitorBatch == 0 {
 		c.JanitorBatch = 1000
 	}
+	if c.JanitorTimeout == 0 {
+		c.JanitorTimeout = 10 * time.Second
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -181,6 +187,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("idem: JanitorInterval %s is outside 1s..24h", c.JanitorInterval)
 	case c.JanitorBatch < 1 || c.JanitorBatch > 100000:
 		return fmt.Errorf("idem: JanitorBatch %d is outside 1..100000", c.JanitorBatch)
+	case c.JanitorTimeout < time.Millisecond || c.JanitorTimeout > 10*time.Minute:
+		return fmt.Errorf("idem: JanitorTimeout %s is outside 1ms..10m", c.JanitorTimeout)
 	}
 	return nil
 }

@@ -45,6 +45,22 @@ var (
 	// ErrWrongDialect: a method was given a transaction of another database
 	// than its driver's (a SQLite transaction to a keeper on Postgres).
 	ErrWrongDialect = errors.New("idem/driver: transaction of another database")
+	// ErrUnreplicated: the commit is durable on the server that took it,
+	// but the server gave up waiting for the synchronous standbys its
+	// configuration requires (PostgreSQL's "canceling wait for synchronous
+	// replication" warning, after a deadline or a cancel): a failover may
+	// lose it. The transaction is not to be acknowledged as done. It is
+	// not IsRetryable (something was committed), but the same keyed
+	// request may be sent again: it replays what the server holds, or,
+	// after a failover that lost the commit, does the work once.
+	ErrUnreplicated = errors.New("idem/driver: commit not confirmed replicated")
+	// ErrReadOnlyServer: the server takes no writes (a standby, or
+	// default_transaction_read_only on), so no connection to it was kept.
+	// Always with ErrUnavailable.
+	ErrReadOnlyServer = errors.New("idem/driver: the database server is read-only (a standby?)")
+	// ErrTooManyConnections: the server or a pooler refused a connection,
+	// its limit reached. Always with ErrUnavailable.
+	ErrTooManyConnections = errors.New("idem/driver: the database refused a connection: too many connections")
 )
 
 // CheckTx refuses a transaction that d cannot run statements in: a nil one
@@ -155,6 +171,8 @@ type PoolStats struct {
 	// for one; WaitTime is the time they spent waiting.
 	Waits    int64
 	WaitTime time.Duration
+	// Unreplicated counts the commits that returned ErrUnreplicated.
+	Unreplicated int64
 }
 
 // Driver is one database behind idem. Each business area adds its own

@@ -615,7 +615,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		kind = KindInFlight
 	case CodeUnavailable:
 		kind = KindUnavailable
-		if !errors.Is(err, idem.ErrBusy) {
+		if !errors.Is(err, idem.ErrBusy) && !errors.Is(err, idem.ErrUnreplicated) {
 			p.Detail = "the service cannot reach its database; nothing was done, retry later"
 		}
 	default:

@@ -34,6 +34,9 @@ type Problem struct {
 //	idem.ErrInvalidBody                 400 invalid_request
 //	idem.ErrKeyReused                   422 idempotency_key_reused
 //	idem.ErrInFlight                    409 request_in_flight, Retry-After
+//	idem.ErrUnreplicated                503 unavailable, Retry-After: committed on the
+//	                                        primary only, not acknowledged; the retry
+//	                                        with the same key replays it
 //	database unavailable, lock or       503 unavailable, Retry-After: nothing was
 //	serialization timeout, deadline         stored, a retry may succeed
 //	context.Canceled                    503 unavailable, Retry-After (the client went away)
@@ -68,6 +71,10 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// The service's own queue, not the database: nothing was done.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: "the service is too busy to take the request; nothing was done, retry later", RetryAfter: retryAfter}
+	case errors.Is(err, idem.ErrUnreplicated):
+		// Before the retryable faults: it committed, on the primary only.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail: unreplicatedDetail, RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: "the database is unavailable; nothing was stored, retry later", RetryAfter: retryAfter}
@@ -79,6 +86,11 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
 }
+
+// unreplicatedDetail is the answer to a request whose commit the database
+// could not confirm reached its synchronous standbys (idem.ErrUnreplicated).
+const unreplicatedDetail = "the database committed this request but could not confirm it reached its standbys; " +
+	"it is not acknowledged: retry with the same Idempotency-Key"
 
 // Write answers p. Headers set on w before are kept; problems are never
 // cached.

@@ -37,6 +37,8 @@ func TestProblemFor(t *testing.T) {
 			"the service is too busy to take the request; nothing was done, retry later", "3"},
 		{"database down", fmt.Errorf("begin: %w", driver.ErrUnavailable), 503, "unavailable",
 			"the database is unavailable; nothing was stored, retry later", "3"},
+		{"unreplicated, the connection lost too", fmt.Errorf("%w: canceling wait (%w)", driver.ErrUnreplicated, driver.ErrUnavailable), 503, "unavailable",
+			"the database committed this request but could not confirm it reached its standbys; it is not acknowledged: retry with the same Idempotency-Key", "3"},
 		{"serialization", driver.ErrSerialization, 503, "unavailable", "the database is unavailable; nothing was stored, retry later", "3"},
 		{"deadline", context.DeadlineExceeded, 503, "unavailable", "the database is unavailable; nothing was stored, retry later", "3"},
 		{"canceled", context.Canceled, 503, "unavailable", "request canceled", "3"},

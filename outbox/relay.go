@@ -51,6 +51,13 @@ type RelayConfig struct {
 	// LeaseTTL/3 when smaller; bound 10ms..LeaseTTL/3, so leases are renewed
 	// in time between cycles.
 	PublishTimeout time.Duration
+	// DBTimeout bounds each of the relay's database transactions, its
+	// commit included: a read, a mark of what was published, a lease
+	// renewal, a retention batch. A database that stops answering fails
+	// the step, logged, instead of hanging the relay. Default 10s, or
+	// LeaseTTL/3 when smaller; bound 10ms..LeaseTTL/3, so a renewal ends
+	// before the leases it renews.
+	DBTimeout time.Duration
 	// MaxAttempts is how many times the broker may refuse a message before
 	// it becomes a dead letter. Broker outages (ErrBrokerUnavailable) do not
 	// count; an undeliverable message (ErrUndeliverable) is dead at its
@@ -98,6 +105,9 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = min(10*time.Second, c.LeaseTTL/3)
 	}
+	if c.DBTimeout == 0 {
+		c.DBTimeout = min(10*time.Second, c.LeaseTTL/3)
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 10
 	}
@@ -143,6 +153,8 @@ func (c RelayConfig) validate() error {
 		return fmt.Errorf("outbox: LeaseTTL %s is outside 1s..10m", c.LeaseTTL)
 	case c.PublishTimeout < 10*time.Millisecond || c.PublishTimeout > c.LeaseTTL/3:
 		return fmt.Errorf("outbox: PublishTimeout %s is outside 10ms..LeaseTTL/3 (%s)", c.PublishTimeout, c.LeaseTTL/3)
+	case c.DBTimeout < 10*time.Millisecond || c.DBTimeout > c.LeaseTTL/3:
+		return fmt.Errorf("outbox: DBTimeout %s is outside 10ms..LeaseTTL/3 (%s)", c.DBTimeout, c.LeaseTTL/3)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
 		return fmt.Errorf("outbox: MaxAttempts %d is outside 1..1000", c.MaxAttempts)
 	case c.BackoffMin < time.Millisecond || c.BackoffMin > time.Hour:
@@ -171,7 +183,8 @@ type Relay struct {
 
 	// Owned only by the Run goroutine.
 	shards     []int
-	leaseAt    time.Time
+	leaseAt    time.Time // the next renewal
+	leaseUntil time.Time // the end of the leases last renewed
 	statsAt    time.Time
 	outageWait time.Duration
 }
@@ -225,10 +238,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		now := r.cfg.Clock()
 		if !now.Before(r.leaseAt) {
-			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
-				r.log.Warn("outbox relay: leases", "err", err)
-			}
 			r.leaseAt = now.Add(r.cfg.LeaseTTL / 3)
+			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
+				r.leaseFailed(now, err)
+			}
 		}
 		if !now.Before(r.statsAt) {
 			r.refreshStats(ctx)
@@ -265,6 +278,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-idle.C:
 		}
 	}
+}
+
+// leaseFailed handles a renewal that failed: it is tried again in a
+// second, and once the leases last renewed have ended the relay publishes
+// nothing until a renewal succeeds (another relay may hold its shards by
+// then), saying so at error level. A renewal the database committed
+// without its synchronous standbys counts as failed (driver.ErrUnreplicated).
+func (r *Relay) leaseFailed(now time.Time, err error) {
+	r.leaseAt = now.Add(min(time.Second, r.cfg.LeaseTTL/3))
+	if len(r.shards) == 0 || now.Before(r.leaseUntil) {
+		r.log.Warn("outbox relay: leases", "err", err)
+		return
+	}
+	r.log.Error("outbox relay: leases expired without renewal; publishing nothing until they are renewed",
+		"shards", len(r.shards), "expired_at", r.leaseUntil, "err", err)
+	r.shards = nil
+	r.metrics.shards.Set(0)
 }
 
 // cycle publishes the owned shards' unsent rows batch after batch, as a
@@ -392,6 +422,8 @@ var errLateOverflow = errors.New("outbox: too many rows committed behind the rel
 // rows may include it (its rows are unsent until marked), so they are
 // left out here.
 func (r *Relay) fetch(ctx context.Context, c *cycleReads, inFlight []driver.OutboxRow) ([]driver.OutboxRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
 	tx, err := r.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
@@ -596,7 +628,7 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 	if len(sent) == 0 && len(failed) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
 	defer cancel()
 	// The mark takes an array of ids: a plan made for each array's length
 	// cost PostgreSQL more than the update (0.3–0.4 ms a mark, measured).
@@ -666,6 +698,8 @@ func truncate(s string, n int) string {
 // its fair share of them: ceil(shards / live relays). It gives shards up
 // only here, between cycles, so a shard is never released mid-publish.
 func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
 	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
 		return err
@@ -707,6 +741,7 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 		r.statsAt = time.Time{} // report, or stop reporting, now
 	}
 	r.shards = mine
+	r.leaseUntil = until
 	r.metrics.shards.Set(float64(len(mine)))
 	return nil
 }
@@ -714,7 +749,7 @@ func (r *Relay) manageLeases(ctx context.Context, now time.Time) error {
 // releaseAll gives up every lease when the relay stops, so another relay
 // need not wait for them to expire.
 func (r *Relay) releaseAll() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DBTimeout)
 	defer cancel()
 	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
@@ -737,6 +772,8 @@ func (r *Relay) refreshStats(ctx context.Context) {
 		r.metrics.stats.drop(r.cfg.Owner)
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
 	s, err := r.d.OutboxStats(ctx, r.d.Reader())
 	if err != nil {
 		return
@@ -789,6 +826,8 @@ func (r *Relay) retain(ctx context.Context, now time.Time) {
 }
 
 func (r *Relay) deleteSent(ctx context.Context, now time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
 	tx, err := r.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
 		return 0, err

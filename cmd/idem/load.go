@@ -25,6 +25,7 @@ const loadUsage = `Usage:
   idem load   --target URL [flags]        duplicate-heavy load, then verify exactly-once
   idem load   --chaos --db URL [flags]    the same against servers it runs and SIGKILLs
               [--chaos-db-restart CMD] [--chaos-nats]   also restart the database, NATS nodes
+              [--chaos-failover CMD]                  also fail the database over
   idem load verify --target URL --journal FILE [--json]   verify a recorded run again
 
 Every flag also reads IDEM_LOAD_<FLAG> (--kill-every: IDEM_LOAD_KILL_EVERY);
@@ -145,7 +146,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		serveCfg  = l.str("serve-config", "", "configuration file the chaos servers read (serve --config): the webhook endpoints")
 		dbRestart = l.str("chaos-db-restart", "", "shell command (sh -c) that restarts the database, run at random intervals, e.g. 'scripts/pg restart DIR'")
 		dbEvery   = l.dur("chaos-db-every", 20*time.Second, "mean interval between database restarts (jittered ±50%)")
-		dbTimeout = l.dur("chaos-db-timeout", 60*time.Second, "bound on one run of the database restart command")
+		dbTimeout = l.dur("chaos-db-timeout", 60*time.Second, "bound on one run of the database restart or failover command")
+		failover  = l.str("chaos-failover", "", "shell command (sh -c) that fails the database over to a standby, run at random intervals of its own, e.g. 'patronictl failover --force'")
+		failEvery = l.dur("chaos-failover-every", time.Minute, "mean interval between failovers (jittered ±50%)")
 		chaosNATS = l.bool("chaos-nats", false, "run a 3-node NATS cluster the servers publish to (3 replicas), shut a node down at random intervals, and check the stream")
 		natsEvery = l.dur("chaos-nats-every", 10*time.Second, "mean interval between NATS node shutdowns (jittered ±50%)")
 		natsDown  = l.dur("chaos-nats-down", 3*time.Second, "how long a NATS node stays down")
@@ -204,6 +207,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
+		if *failover != "" && !*chaosRun {
+			return errors.New("load: --chaos-failover fails over the database under the servers --chaos runs: add --chaos")
+		}
 		if *chaosNATS && !*chaosRun {
 			return errors.New("load: --chaos-nats runs the NATS cluster of the servers --chaos runs: add --chaos")
 		}
@@ -226,6 +232,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
+				Failover: *failover, FailoverEvery: *failEvery,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
 			if err != nil {
 				return err
@@ -273,6 +280,7 @@ func runLoad(ctx context.Context, cfg loadrun.Config, sup *chaos.Supervisor, jou
 	if sup != nil && report != nil {
 		report.Restarts = sup.Kills()
 		report.DBRestarts = sup.DBRestarts()
+		report.Failovers = sup.Failovers()
 		report.NATSKills = sup.NATSKills()
 	}
 	if j != nil && journal != "" {

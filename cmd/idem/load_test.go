@@ -196,11 +196,14 @@ func TestLoadChaosFaults(t *testing.T) {
 	r, err := loadRun(t, "--chaos", "--db", pg.URL, "--serve-bin", binary(t), "--serve-config", serveCfg, "--kill-every", "3s",
 		"--chaos-db-restart", pg.RestartCommand(), "--chaos-db-every", "5s",
 		"--chaos-nats", "--chaos-nats-every", "4s", "--chaos-nats-down", "2s",
+		// A stand-in for a failover command (one node has no standby to
+		// promote): the schedule runs it and the summary counts it.
+		"--chaos-failover", "true", "--chaos-failover-every", "4s",
 		"--duration", "14s", "--operations", "1000000", "--concurrency", "8", "--seed", "11")
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("chaos: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Restarts == 0 || r.DBRestarts == 0 || r.NATSKills == 0 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
+	if r.Restarts == 0 || r.DBRestarts == 0 || r.Failovers == 0 || r.NATSKills == 0 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
 		t.Fatalf("chaos report: %+v", r)
 	}
 	t.Logf("chaos: %d kills, %d database restarts, %d NATS node kills; %d operations applied, %d events checked in the stream, %d requests, %d retries",
@@ -229,6 +232,9 @@ func TestLoadFlags(t *testing.T) {
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--serve-config", "idem.yaml"}, "--chaos"},
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--chaos-db-restart", "true"}, "add --chaos"},
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--chaos-nats"}, "add --chaos"},
+		{[]string{"load", "--target", "http://127.0.0.1:1", "--chaos-failover", "true"}, "add --chaos"},
+		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failover", "true", "--chaos-failover-every", "10ms"}, "failover interval 10ms"},
+		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failover", strings.Repeat("x", 5000)}, "at most 4096"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-nats", "--nats", "nats://127.0.0.1:1"}, "drop --nats"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-db-restart", "true", "--chaos-db-every", "10ms"}, "database restart interval 10ms"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-db-restart", "true", "--chaos-db-timeout", "2h"}, "database restart timeout"},

@@ -35,7 +35,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopTracing() // after the relay stopped
-	d, err := storage.Open(ctx, cfg.DB)
+	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
+		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // the returned stop is called.
 func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog.Logger) (stop func()) {
 	srv := &http.Server{
-		Handler:           server.OpsHandler(d, g),
+		Handler:           server.OpsHandler(d, g, log),
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

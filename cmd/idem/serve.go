@@ -27,7 +27,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing() // after the server and its relay stopped
 
-	d, err := storage.Open(ctx, cfg.DB)
+	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
+		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

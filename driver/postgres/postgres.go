@@ -8,6 +8,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -41,11 +42,45 @@ type Config struct {
 	// (default_transaction_read_only), for operator commands that must
 	// not write. Default false.
 	ReadOnly bool
+	// StatementTimeout bounds each statement on the server
+	// (statement_timeout). The server does not apply it to a commit's wait
+	// for synchronous standbys: the caller's context bounds that one (the
+	// driver asks the server to cancel when the context ends). Default 0:
+	// the server's setting (or the URL's options); bound 0 or 1ms..1h.
+	// Migrate's statements are exempt.
+	StatementTimeout time.Duration
+	// IdleInTransactionTimeout ends a session whose transaction waits on
+	// its client longer than this (idle_in_transaction_session_timeout):
+	// a client cut off by a network that drops instead of refusing leaves
+	// no transaction holding its locks (a key's claim) behind. Default 0:
+	// the server's setting; bound 0 or 1ms..1h.
+	IdleInTransactionTimeout time.Duration
+	// ConnectTimeout bounds a connection attempt to each host of the URL,
+	// after which the next host is tried. Default 10s, or the URL's
+	// connect_timeout when it names one; bound 1ms..10m.
+	ConnectTimeout time.Duration
+	// NetTimeout is how long a connection may go without a sign of life
+	// from the server before the kernel breaks it: data sent and not
+	// acknowledged (TCP_USER_TIMEOUT, on Linux), or, idle, no answer to
+	// TCP keepalives sent every NetTimeout/4. Default 30s; bound 1s..1h.
+	NetTimeout time.Duration
+	// Logger receives one error line per commit the server reported as
+	// not replicated (ErrUnreplicated). Default slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
 	if c.LockTimeout == 0 {
 		c.LockTimeout = 5 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.NetTimeout == 0 {
+		c.NetTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -60,7 +95,7 @@ func (c Config) validate() error {
 	if c.LockTimeout < time.Millisecond || c.LockTimeout > 10*time.Minute {
 		return fmt.Errorf("postgres: LockTimeout %s is outside 1ms..10m", c.LockTimeout)
 	}
-	return nil
+	return c.validateLimits()
 }
 
 const defaultMaxConns = 16
@@ -71,6 +106,7 @@ type Driver struct {
 	lockTimeout   time.Duration
 	migrations    []driver.Migration
 	migrateBudget time.Duration // migrationLockBudget; shorter in tests
+	replication   *replicationWatch
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -104,11 +140,13 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.ReadOnly {
 		pcfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
+	watch := applyLimits(pcfg, cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms, migrateBudget: migrationLockBudget}, nil
+	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms, migrateBudget: migrationLockBudget,
+		replication: watch}, nil
 }
 
 // Pool is the underlying pgx pool, for users who begin their own
@@ -219,6 +257,10 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		return mapErr(err)
 	}
 	defer conn.Release()
+	if err := unbounded(ctx, conn); err != nil {
+		return err
+	}
+	defer restoreBounds(ctx, conn)
 	if _, err := conn.Exec(ctx, sqlMigrateLock); err != nil {
 		return fmt.Errorf("postgres: migration lock: %w", mapErr(err))
 	}
@@ -232,7 +274,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, sqlMigrationsTable); err != nil {
 		return fmt.Errorf("postgres: migrations table: %w", mapErr(err))
 	}
-	st, err := d.status(ctx, poolTx(d.pool))
+	st, err := d.status(ctx, &pgTx{q: conn})
 	if err != nil {
 		return err
 	}
@@ -438,5 +480,7 @@ func (d *Driver) PoolStats() driver.PoolStats {
 		Idle:     int(s.IdleConns()),
 		Waits:    s.EmptyAcquireCount(),
 		WaitTime: s.EmptyAcquireWaitTime(),
+
+		Unreplicated: d.replication.count.Load(),
 	}
 }

@@ -317,12 +317,13 @@ func readAll(rows driver.Rows, read func(driver.Rows) error) error {
 	return rows.Err()
 }
 
-func (t *ownedTx) Commit(ctx context.Context) error {
+func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	if t.done {
 		return mapErr(pgx.ErrTxClosed)
 	}
 	t.done = true
 	defer t.conn.Release()
+	defer checkReplicated(t.conn)(&err)
 	if !t.begun && len(t.queued) == t.opening {
 		return nil // nothing was written: there is nothing to commit
 	}
@@ -501,6 +502,11 @@ const (
 	codeCannotConnectNow     = "57P03"
 	codeTooManyConnections   = "53300"
 	codeReadOnlyTransaction  = "25006"
+	// A statement canceled by statement_timeout or a context's deadline,
+	// and sessions the server ended for idling (in a transaction or not).
+	codeQueryCanceled      = "57014"
+	codeIdleInTransaction  = "25P03"
+	codeIdleSessionTimeout = "57P05"
 	// codeImmutable is raised by idem's triggers on append-only tables.
 	codeImmutable = "IDM01"
 )
@@ -526,7 +532,10 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrLockTimeout, err)
 		case codeSerializationFailure, codeDeadlockDetected:
 			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections, codeReadOnlyTransaction:
+		case codeTooManyConnections:
+			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
+			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
@@ -535,6 +544,9 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		}
 		return err
+	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrReadOnlyServer, err)
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error

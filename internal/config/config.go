@@ -104,6 +104,22 @@ type Config struct {
 	// one more is answered 429 with Retry-After. Default 0: no bound;
 	// bound 0..100,000.
 	TenantConcurrency int
+	// DBTimeout is the deadline of each request's database work and of
+	// each database step of the relay (a read, a mark, a lease renewal),
+	// the janitor and the lease manager: a database that stops answering
+	// fails them, 503 with Retry-After for a request, instead of hanging
+	// them. On PostgreSQL it is also the session's statement_timeout and
+	// idle_in_transaction_session_timeout, and the bound on unacknowledged
+	// data and silent idle connections (TCP_USER_TIMEOUT, keepalives).
+	// A duplicate's wait for its twin (InFlightWait) is part of its
+	// request's deadline; the relay's steps take RelayLease/3 when that is
+	// shorter (a renewal ends before the leases it renews). Default 10s;
+	// bound 100ms..10m.
+	DBTimeout time.Duration
+	// DBConnectTimeout bounds a connection attempt to each PostgreSQL host
+	// of the URL, after which the next host is tried; the URL's
+	// connect_timeout wins. Default 5s; bound 100ms..10m.
+	DBConnectTimeout time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
 	// Default 15s; bound 1s..10m.
 	ShutdownTimeout time.Duration
@@ -144,6 +160,8 @@ func Default() Config {
 		GroupCommit:      true,
 		BatchMax:         128,
 		ShutdownTimeout:  15 * time.Second,
+		DBTimeout:        10 * time.Second,
+		DBConnectTimeout: 5 * time.Second,
 		LogLevel:         "info",
 		LogFormat:        "text",
 	}
@@ -304,6 +322,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: relay lease %s is outside 1s..10m", c.RelayLease)
 	case c.RelayMaxAttempts < 1 || c.RelayMaxAttempts > 1000:
 		return fmt.Errorf("config: relay max attempts %d is outside 1..1000", c.RelayMaxAttempts)
+	case c.DBTimeout < 100*time.Millisecond || c.DBTimeout > 10*time.Minute:
+		return fmt.Errorf("config: db timeout %s is outside 100ms..10m", c.DBTimeout)
+	case c.DBConnectTimeout < 100*time.Millisecond || c.DBConnectTimeout > 10*time.Minute:
+		return fmt.Errorf("config: db connect timeout %s is outside 100ms..10m", c.DBConnectTimeout)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -66,6 +66,10 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.TenantBurst, err = strconv.Atoi(v); return err }},
 	{"tenant-concurrency", "IDEM_TENANT_CONCURRENCY", "tenant_concurrency", "each tenant's requests in progress at once, over which it is answered 429 (default 0: no bound)",
 		func(c *Config, v string) (err error) { c.TenantConcurrency, err = strconv.Atoi(v); return err }},
+	{"db-timeout", "IDEM_DB_TIMEOUT", "db_timeout", "deadline of each request's database work and each relay, lease and janitor step; also PostgreSQL's statement and idle-in-transaction timeouts (default 10s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.DBTimeout })},
+	{"db-connect-timeout", "IDEM_DB_CONNECT_TIMEOUT", "db_connect_timeout", "connect timeout per PostgreSQL host of the URL, then the next host is tried (default 5s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.DBConnectTimeout })},
 	{"shutdown-timeout", "IDEM_SHUTDOWN_TIMEOUT", "shutdown_timeout", "drain time on SIGTERM (default 15s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "IDEM_LOG_LEVEL", "log_level", "debug, info, warn or error (default info)",
@@ -104,10 +108,11 @@ var settingTypes = map[string]string{
 	"tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
+	"db-timeout": "duration", "db-connect-timeout": "duration",
 }
 
 // relayShared are the flags of the relay that serve has too.
-var relayShared = []string{"db", "migrate", "publish", "webhook-secret", "webhook-format", "relay-batch", "relay-poll",
+var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "webhook-format", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/postgres"
@@ -26,12 +28,38 @@ const DefaultDir = "idem-data"
 //
 // A SQLite file is created when missing. It does not migrate.
 func Open(ctx context.Context, dbURL string) (driver.Driver, error) {
+	return OpenServing(ctx, dbURL, Limits{})
+}
+
+// Limits bound a serving process's waits on its database (idem serve,
+// idem relay). The zero value leaves the drivers' defaults.
+type Limits struct {
+	// Timeout is PostgreSQL's statement_timeout and
+	// idle_in_transaction_session_timeout, and its connections' bound on
+	// unacknowledged data and silent idle time (postgres.Config's
+	// NetTimeout). The callers' contexts carry the same deadline; SQLite
+	// needs nothing more.
+	Timeout time.Duration
+	// ConnectTimeout bounds the connection attempt to each PostgreSQL host.
+	ConnectTimeout time.Duration
+	// Logger receives the PostgreSQL driver's reports of commits not
+	// replicated.
+	Logger *slog.Logger
+}
+
+// OpenServing is Open with the waits of a serving process bounded.
+func OpenServing(ctx context.Context, dbURL string, lim Limits) (driver.Driver, error) {
 	path, pgURL, err := parse(dbURL)
 	if err != nil {
 		return nil, err
 	}
 	if pgURL != "" {
-		return postgres.Open(ctx, postgres.Config{URL: pgURL})
+		cfg := postgres.Config{URL: pgURL, StatementTimeout: lim.Timeout, IdleInTransactionTimeout: lim.Timeout,
+			ConnectTimeout: lim.ConnectTimeout, Logger: lim.Logger}
+		if lim.Timeout > 0 {
+			cfg.NetTimeout = max(lim.Timeout, time.Second)
+		}
+		return postgres.Open(ctx, cfg)
 	}
 	return sqlite.Open(ctx, sqlite.Config{Path: path})
 }

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -263,4 +264,59 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
+}
+
+// Exec runs each statement on c as its superuser, one at a time outside a
+// transaction (ALTER SYSTEM, then SELECT pg_reload_conf(), for one).
+func (c *Cluster) Exec(tb testing.TB, stmts ...string) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		tb.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			tb.Fatalf("testpg: %s: %v", s, err)
+		}
+	}
+}
+
+// RequireStandby makes every commit on c wait for a synchronous standby
+// that c does not have (synchronous_standby_names = '*'), as a promoted
+// node still naming its lost standby does; with false it waits no more.
+func (c *Cluster) RequireStandby(tb testing.TB, on bool) {
+	tb.Helper()
+	names := "''"
+	if on {
+		names = "'*'"
+	}
+	// The probe's table is made while commits do not wait (RequireStandby
+	// turns the wait on before it turns it off).
+	c.Exec(tb, "CREATE TABLE IF NOT EXISTS testpg_probe (i int)",
+		"ALTER SYSTEM SET synchronous_standby_names = "+names, "SELECT pg_reload_conf()")
+	// The reload reaches the server's processes in their own time: wait
+	// until a commit that wrote a row waits, or does not, as asked.
+	deadline := time.Now().Add(30 * time.Second)
+	for c.commitWaits(tb) != on {
+		if time.Now().After(deadline) {
+			tb.Fatalf("testpg: synchronous_standby_names = %s not in effect after 30s", names)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// commitWaits reports whether a commit on c waits longer than a moment.
+func (c *Cluster) commitWaits(tb testing.TB) bool {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL)
+	if err != nil {
+		tb.Fatalf("testpg: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = conn.Exec(ctx, "INSERT INTO testpg_probe VALUES (1)")
+	return err != nil
 }

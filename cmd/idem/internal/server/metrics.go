@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -76,7 +77,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		r, span := startSpan(r)
+		// Every database call of the request ends by this deadline, so a
+		// database that stops answering costs the client a 503 with
+		// Retry-After (idemhttp.ProblemFor), not a hang.
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DBTimeout)
+		defer cancel()
+		r, span := startSpan(r.WithContext(ctx))
 		next.ServeHTTP(sw, r)
 		endSpan(span, cmp.Or(sw.status, http.StatusOK))
 		route := r.Pattern

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,11 +18,11 @@ import (
 // OpsHandler serves what an orchestrator and Prometheus ask of a process
 // that has no API of its own (idem relay): GET /metrics from g, /healthz and
 // /readyz as serve answers them.
-func OpsHandler(d driver.Driver, g prometheus.Gatherer) http.Handler {
+func OpsHandler(d driver.Driver, g prometheus.Gatherer, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(d))
+	mux.Handle("GET /readyz", readyz(d, log))
 	return mux
 }
 
@@ -33,16 +36,19 @@ func healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz answers 200 when the database answers and the binary can run on
-// its schema: fully migrated, or newer but compatible.
-func readyz(d driver.Driver) http.HandlerFunc {
+// its schema: fully migrated, or newer but compatible. A database that
+// cannot be used is logged once when the reason changes, not at each poll.
+func readyz(d driver.Driver, log *slog.Logger) http.HandlerFunc {
+	var last notReady
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		st, err := d.MigrationStatus(ctx)
+		last.note(log, err)
 		switch {
 		case err != nil:
 			w.Header().Set("Retry-After", "1")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"})
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": unreachable(err)})
 		case st.Pending():
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "migrations pending", "migration": st.Applied, "latest": st.Latest})
 		case st.TooNew():
@@ -53,6 +59,42 @@ func readyz(d driver.Driver) http.HandlerFunc {
 			// expand step of a rolling upgrade) is ready too.
 			writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "migration": st.Applied})
 		}
+	}
+}
+
+// unreachable is /readyz's reason for a database it could not use.
+func unreachable(err error) string {
+	switch {
+	case errors.Is(err, driver.ErrReadOnlyServer):
+		return "database read-only"
+	case errors.Is(err, driver.ErrTooManyConnections):
+		return "database refuses connections: too many"
+	}
+	return "database unreachable"
+}
+
+// notReady remembers the last reason /readyz could not use the database,
+// so that each change is logged once.
+type notReady struct {
+	mu     sync.Mutex
+	reason string
+}
+
+func (n *notReady) note(log *slog.Logger, err error) {
+	reason := ""
+	if err != nil {
+		reason = unreachable(err)
+	}
+	n.mu.Lock()
+	changed := reason != n.reason
+	n.reason = reason
+	n.mu.Unlock()
+	switch {
+	case !changed:
+	case err != nil:
+		log.Error("idem: not ready: "+reason, "err", err)
+	default:
+		log.Info("idem: the database answers again")
 	}
 }
 
@@ -71,8 +113,8 @@ func RegisterProcessMetrics(reg prometheus.Registerer, d driver.Driver) error {
 
 // poolCollector reads the database pool's state at each scrape.
 type poolCollector struct {
-	d                                   driver.Driver
-	maxConns, conns, waits, waitSeconds *prometheus.Desc
+	d                                                 driver.Driver
+	maxConns, conns, waits, waitSeconds, unreplicated *prometheus.Desc
 }
 
 func newPoolCollector(d driver.Driver) *poolCollector {
@@ -86,6 +128,8 @@ func newPoolCollector(d driver.Driver) *poolCollector {
 			"Connection acquires that found no idle connection and waited.", nil, nil),
 		waitSeconds: prometheus.NewDesc("idem_db_pool_wait_seconds_total",
 			"Time spent waiting for a database connection.", nil, nil),
+		unreplicated: prometheus.NewDesc("idem_db_unreplicated_commits_total",
+			"Commits PostgreSQL made on the primary but could not confirm reached its synchronous standbys: not acknowledged (503).", nil, nil),
 	}
 }
 
@@ -94,6 +138,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.conns
 	ch <- c.waits
 	ch <- c.waitSeconds
+	ch <- c.unreplicated
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -103,6 +148,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(s.Idle), "idle")
 	ch <- prometheus.MustNewConstMetric(c.waits, prometheus.CounterValue, float64(s.Waits))
 	ch <- prometheus.MustNewConstMetric(c.waitSeconds, prometheus.CounterValue, s.WaitTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.unreplicated, prometheus.CounterValue, float64(s.Unreplicated))
 }
 
 // newReadyGauge is idem_ready: the /readyz check, run at each scrape, so

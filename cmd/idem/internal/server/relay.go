@@ -46,6 +46,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 		BatchSize:    cfg.RelayBatch,
 		PollInterval: cfg.RelayPoll,
 		LeaseTTL:     cfg.RelayLease,
+		DBTimeout:    min(cfg.DBTimeout, cfg.RelayLease/3),
 		MaxAttempts:  cfg.RelayMaxAttempts,
 		Registerer:   reg,
 		Logger:       log,

@@ -80,7 +80,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait, Logger: log})
+	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait,
+		JanitorTimeout: cfg.DBTimeout, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func (s *Server) routes() http.Handler {
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(s.d))
+	mux.Handle("GET /readyz", readyz(s.d, s.log))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

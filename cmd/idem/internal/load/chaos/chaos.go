@@ -65,9 +65,21 @@ type Config struct {
 	// DBEvery is the mean interval between database restarts, jittered
 	// ±50%. Default 20s; bound 1s..1h.
 	DBEvery time.Duration
-	// DBTimeout bounds one run of DBRestart; a command still running then
-	// is killed and the run goes on. Default 60s; bound 1s..10m.
+	// DBTimeout bounds one run of DBRestart or Failover; a command still
+	// running then is killed and the run goes on. Default 60s; bound
+	// 1s..10m.
 	DBTimeout time.Duration
+	// Failover, when set, is a shell command (sh -c) that fails the
+	// database over to a standby — "patronictl failover --force", an RDS
+	// reboot with failover, a script that kills the primary and promotes
+	// its standby — run at random intervals of its own. The servers must
+	// reach the database through a URL that follows the primary (a
+	// multi-host URL with target_session_attrs=read-write, a DNS name the
+	// failover moves). Default none; at most 4096 bytes.
+	Failover string
+	// FailoverEvery is the mean interval between failovers, jittered ±50%.
+	// Default 60s; bound 1s..1h.
+	FailoverEvery time.Duration
 
 	// NATS runs a three-node JetStream cluster inside this process, points
 	// every server at it (serve --publish nats://…?replicas=3), and shuts
@@ -104,6 +116,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DBEvery == 0 {
 		c.DBEvery = 20 * time.Second
 	}
+	if c.FailoverEvery == 0 {
+		c.FailoverEvery = time.Minute
+	}
 	if c.DBTimeout == 0 {
 		c.DBTimeout = 60 * time.Second
 	}
@@ -132,6 +147,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("load: chaos: %d extra serve arguments; at most 64", len(c.Args))
 	case len(c.DBRestart) > 4096:
 		return fmt.Errorf("load: chaos: database restart command of %d bytes; at most 4096", len(c.DBRestart))
+	case len(c.Failover) > 4096:
+		return fmt.Errorf("load: chaos: failover command of %d bytes; at most 4096", len(c.Failover))
+	case c.FailoverEvery < time.Second || c.FailoverEvery > time.Hour:
+		return fmt.Errorf("load: failover interval %s is outside 1s..1h", c.FailoverEvery)
 	case c.DBEvery < time.Second || c.DBEvery > time.Hour:
 		return fmt.Errorf("load: database restart interval %s is outside 1s..1h", c.DBEvery)
 	case c.DBTimeout < time.Second || c.DBTimeout > 10*time.Minute:
@@ -166,6 +185,7 @@ type Supervisor struct {
 	servers    []*server
 	kills      int
 	dbRestarts int
+	failovers  int
 	natsKills  int
 
 	stop chan struct{}
@@ -231,6 +251,13 @@ func (s *Supervisor) Kills() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.kills
+}
+
+// Failovers is how many failover commands completed.
+func (s *Supervisor) Failovers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failovers
 }
 
 // DBRestarts is how many database restarts completed.
@@ -386,7 +413,16 @@ func (s *Supervisor) Run(ctx context.Context) {
 	}
 	every(s.cfg.KillEvery, s.rnd, func() error { return s.killOne(ctx) })
 	if s.cfg.DBRestart != "" {
-		every(s.cfg.DBEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 17)), func() error { s.restartDB(ctx); return nil })
+		every(s.cfg.DBEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 17)), func() error {
+			s.runDBCommand(ctx, "database restart", s.cfg.DBRestart, &s.dbRestarts)
+			return nil
+		})
+	}
+	if s.cfg.Failover != "" {
+		every(s.cfg.FailoverEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 23)), func() error {
+			s.runDBCommand(ctx, "failover", s.cfg.Failover, &s.failovers)
+			return nil
+		})
 	}
 	if s.nats != nil {
 		rnd := rand.New(rand.NewPCG(uint64(s.cfg.Seed), 19))
@@ -425,14 +461,15 @@ func (s *Supervisor) killOne(ctx context.Context) error {
 	return nil
 }
 
-// restartDB runs the database restart command once, bounded by DBTimeout.
-// A failed command is logged and not counted; the schedule goes on.
-func (s *Supervisor) restartDB(ctx context.Context) {
+// runDBCommand runs a database fault's command (a restart, a failover)
+// once, bounded by DBTimeout, and counts it in *done (under s.mu). A
+// failed command is logged and not counted; the schedule goes on.
+func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, done *int) {
 	// Not cut short when the run ends: a restart killed halfway could
 	// leave the database down.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DBTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", s.cfg.DBRestart)
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
 	// The command's children (pg_ctl, docker) may hold its output open
 	// after a timeout kills the shell: stop waiting for them soon after.
 	cmd.WaitDelay = 5 * time.Second
@@ -441,14 +478,14 @@ func (s *Supervisor) restartDB(ctx context.Context) {
 	start := time.Now()
 	err := cmd.Run()
 	if err != nil {
-		s.logf("database restart failed after %s: %v: %s", time.Since(start).Round(time.Millisecond), err, strings.TrimSpace(out.String()))
+		s.logf("%s failed after %s: %v: %s", what, time.Since(start).Round(time.Millisecond), err, strings.TrimSpace(out.String()))
 		return
 	}
 	s.mu.Lock()
-	s.dbRestarts++
-	n := s.dbRestarts
+	*done++
+	n := *done
 	s.mu.Unlock()
-	s.logf("database restart %d took %s", n, time.Since(start).Round(time.Millisecond))
+	s.logf("%s %d took %s", what, n, time.Since(start).Round(time.Millisecond))
 }
 
 // killNATSNode shuts NATS node i down and, after NATSDown (cut

@@ -61,6 +61,7 @@ type Report struct {
 	Probes         int                `json:"probes"`
 	Restarts       int                `json:"restarts"`
 	DBRestarts     int                `json:"db_restarts"`
+	Failovers      int                `json:"db_failovers"`
 	NATSKills      int                `json:"nats_node_kills"`
 	EventsChecked  int                `json:"events_checked"`
 	WebhookEvents  int                `json:"webhook_events"`
@@ -189,6 +190,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.DBRestarts > 0 {
 		fmt.Fprintf(tw, "db restarts\t%d\n", r.DBRestarts)
+	}
+	if r.Failovers > 0 {
+		fmt.Fprintf(tw, "db failovers\t%d\n", r.Failovers)
 	}
 	if r.NATSKills > 0 {
 		fmt.Fprintf(tw, "nats node kills\t%d\n", r.NATSKills)

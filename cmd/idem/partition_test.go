@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/netfault"
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+// A network between idem and PostgreSQL that drops everything without
+// refusing (a blackhole): requests are answered 503 with Retry-After by
+// their deadline instead of hanging, hold no claim (their keys run once
+// the network is back, not replayed, not in flight), and the service
+// recovers by itself. Afterwards no connection, server session or
+// goroutine is left behind.
+func TestPartitionBlackhole(t *testing.T) {
+	t.Parallel()
+	// A schema of its own on the shared server: the proxy needs only its
+	// address.
+	pgURL, err := url.Parse(drivertest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := netfault.Start(pgURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	viaProxy := *pgURL
+	viaProxy.Host = proxy.Addr()
+	q := viaProxy.Query()
+	q.Set("application_name", "idem-partition")
+	viaProxy.RawQuery = q.Encode()
+
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", viaProxy.String(),
+		"--db-timeout", "1s", "--db-connect-timeout", "500ms", "--relay-lease", "3s", "--in-flight-wait", "200ms")
+	u := p.URL
+	account(t, u, "a", "EUR")
+	account(t, u, "b", "EUR")
+	post := func(i int) response {
+		return call(t, "POST", u+"/v1/transfers", fmt.Sprintf("partition-%d", i),
+			map[string]any{"id": fmt.Sprintf("t%d", i), "debit_account_id": "a", "credit_account_id": "b", "amount": 1, "currency": "EUR"})
+	}
+	mustStatus(t, post(0), http.StatusCreated)
+	goroutines := metric(t, u, "go_goroutines")
+	if goroutines == 0 {
+		t.Fatal("no go_goroutines in /metrics")
+	}
+
+	t0 := time.Now()
+	proxy.Blackhole()
+	var wg sync.WaitGroup
+	answers := make([]response, 4)
+	for i := range answers {
+		wg.Go(func() { answers[i] = post(i + 1) })
+	}
+	wg.Wait()
+	for i, r := range answers {
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || r.code(t) != "unavailable" {
+			t.Fatalf("transfer %d during the partition: %d %v %s", i+1, r.Status, r.Header, r.Body)
+		}
+	}
+	if r := call(t, "GET", u+"/readyz", "", nil); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz during the partition: %d %s", r.Status, r.Body)
+	}
+	t.Logf("partition answered after %s", time.Since(t0))
+	proxy.Heal()
+
+	waitFor(t, func() bool { return call(t, "GET", u+"/readyz", "", nil).Status == http.StatusOK })
+	for i := 1; i <= len(answers); i++ {
+		r := post(i)
+		mustStatus(t, r, http.StatusCreated)
+		if r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("transfer %d replayed an answer from the partition", i)
+		}
+	}
+	t.Logf("recovered after %s", time.Since(t0))
+	if b := call(t, "GET", u+"/v1/accounts/b", "", nil).json(t); b["credits_posted"] != float64(1+len(answers)) {
+		t.Fatalf("b credited %v for %d transfers", b["credits_posted"], 1+len(answers))
+	}
+
+	// Nothing left behind: no server session of idem's in a transaction
+	// (a claim held), no more proxied connections than the pool holds
+	// open, and the process's goroutines back to where they were.
+	conn, err := pgx.Connect(context.Background(), testpg.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	waitFor(t, func() bool {
+		var inTx, sessions int
+		if err := conn.QueryRow(context.Background(), `
+SELECT count(*) FILTER (WHERE state LIKE 'idle in transaction%'), count(*)
+  FROM pg_stat_activity WHERE application_name = 'idem-partition'`).Scan(&inTx, &sessions); err != nil {
+			t.Fatal(err)
+		}
+		open := metric(t, u, `idem_db_pool_connections{state="in_use"}`) + metric(t, u, `idem_db_pool_connections{state="idle"}`)
+		g := metric(t, u, "go_goroutines")
+		ok := inTx == 0 && int64(sessions) == open && int64(proxy.Conns()) == open && g <= goroutines+2
+		if !ok {
+			t.Logf("in transaction %d, sessions %d, proxied %d, pool %d; goroutines %d (before %d)",
+				inTx, sessions, proxy.Conns(), open, g, goroutines)
+		}
+		return ok
+	})
+}

@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/testpg"
+)
+
+// A commit whose wait for a synchronous standby that does not exist is
+// cut short by the caller's deadline or cancellation is committed on the
+// server but returned as ErrUnreplicated, counted, and the connection
+// serves on. (The server's statement_timeout does not end that wait: it
+// is lifted before the commit.)
+func TestUnreplicatedCommit(t *testing.T) {
+	t.Parallel()
+	pg := testpg.NewCluster(t)
+	pg.Exec(t, `CREATE TABLE deadline (id int PRIMARY KEY)`, `CREATE TABLE cancel (id int PRIMARY KEY)`)
+	pg.RequireStandby(t, true)
+	for _, c := range []struct {
+		table string
+		ctx   func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 300*time.Millisecond)
+		}},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(300*time.Millisecond, cancel)
+			return ctx, cancel
+		}},
+	} {
+		t.Run(c.table, func(t *testing.T) {
+			t.Parallel()
+			// A statement timeout shorter than the wait changes nothing.
+			d, err := Open(context.Background(), Config{URL: pg.URL, MaxConns: 1, StatementTimeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			ctx, cancel := c.ctx()
+			defer cancel()
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+c.table+` VALUES (1)`); err != nil {
+				t.Fatal(err)
+			}
+			err = tx.Commit(ctx)
+			if !errors.Is(err, driver.ErrUnreplicated) || driver.IsRetryable(err) {
+				t.Fatalf("commit without its standby: %v", err)
+			}
+			if got := d.PoolStats().Unreplicated; got != 1 {
+				t.Fatalf("unreplicated commits counted: %d, want 1", got)
+			}
+			// Committed on this server all the same, and the one
+			// connection serves the next statement.
+			var n int
+			if err := d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM `+c.table).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("rows after the unreplicated commit: %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// Migrations run unbounded whatever StatementTimeout says, and the
+// connection they ran on goes back to the pool bounded again.
+func TestMigrateUnbounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// target_session_attrs=any: the read-write check at connect is a
+	// statement too, and 1ms is shorter than it may take.
+	d, err := Open(ctx, Config{URL: testpg.URL(t) + "&target_session_attrs=any", SearchPath: testpg.Schema(t), MaxConns: 1,
+		StatementTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("migrate under a 1ms statement timeout: %v", err)
+	}
+	_, err = d.Reader().Exec(ctx, `SELECT pg_sleep(0.2)`)
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "statement timeout") {
+		t.Fatalf("a statement longer than the timeout after migrating: %v", err)
+	}
+}

@@ -1,0 +1,27 @@
+package postgres
+
+import (
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// userTimeout sets TCP_USER_TIMEOUT on a connection's socket: data the
+// server has not acknowledged after d breaks the connection, where the
+// kernel's own default waits about fifteen minutes of retransmissions.
+func userTimeout(d time.Duration) func(network, address string, c syscall.RawConn) error {
+	return func(network, _ string, c syscall.RawConn) error {
+		if network != "tcp" && network != "tcp4" && network != "tcp6" {
+			return nil
+		}
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
+}
