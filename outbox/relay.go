@@ -78,7 +78,8 @@ type RelayConfig struct {
 	Clock func() time.Time
 	// TracerProvider receives a publish span per message (kind producer),
 	// a child of the trace context stored with its row; the message's
-	// traceparent header carries the span's context. Default
+	// traceparent header carries the span's context. A row stored without
+	// a trace context gets no span and no trace headers. Default
 	// otel.GetTracerProvider(), the API's no-op until the program sets
 	// one; then a traced row's stored context is sent as it is.
 	TracerProvider trace.TracerProvider
@@ -520,14 +521,20 @@ type failure struct {
 }
 
 // traced returns the message of row with its publish span started: a
-// child of the trace context stored with the row (a new trace when it has
-// none and tracing is on), its context in the message's trace headers.
-// With tracing off the span is the API's no-op carrying the stored
-// context, so a traced row's context is sent unchanged, and an untraced
-// row's message gets no trace headers.
+// child of the trace context stored with the row, its context in the
+// message's trace headers. With tracing off the span is the API's no-op
+// carrying the stored context, so a traced row's context is sent
+// unchanged. A row stored without a trace context gets no span and no
+// trace headers: a publish is part of the trace of the request that
+// enqueued it, and a root trace per untraced message would only flood the
+// tracing backend with one-span traces.
 func (r *Relay) traced(ctx context.Context, row driver.OutboxRow) (Message, trace.Span) {
 	m := messageOf(row)
-	ctx = tracing.Parse(ctx, row.TraceParent, row.TraceState)
+	stored := trace.SpanContextFromContext(tracing.Parse(context.Background(), row.TraceParent, row.TraceState))
+	if !stored.IsValid() {
+		return m, noSpan
+	}
+	ctx = trace.ContextWithRemoteSpanContext(ctx, stored)
 	name := "publish " + m.Type
 	d, named := r.cfg.Publisher.(describer)
 	if named {
@@ -560,6 +567,9 @@ func (r *Relay) traced(ctx context.Context, row driver.OutboxRow) (Message, trac
 	}
 	return m, span
 }
+
+// noSpan is the span of an untraced row's publish: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // describer is what a Publisher may say of where a message goes, for the
 // publish spans' names and attributes (OpenTelemetry's messaging.system
