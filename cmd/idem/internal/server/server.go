@@ -193,7 +193,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readyz(s.d))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	// With --metrics-addr, /metrics is served there only (serve.go), so
+	// that the public port does not show it.
+	if s.cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	}
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
