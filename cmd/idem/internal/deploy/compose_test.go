@@ -191,6 +191,7 @@ func dockerfileEnv(t *testing.T) map[string]string {
 var composeVars = map[string]string{
 	"POSTGRES_PASSWORD": "6f1c0a9e2b7d4e8f9a0b1c2d3e4f5a6b",
 	"IDEM_API_KEYS":     "acme:0123456789abcdef0123",
+	"IDEM_IMAGE":        "idem:v1.4.0",
 }
 
 // compose.yaml is checked against the real parsers of what it configures:
@@ -218,7 +219,7 @@ func TestCompose(t *testing.T) {
 	var idemSvcs, natsSvcs, pgSvcs []string
 	for name, s := range cf.Services {
 		switch {
-		case s.Image == "idem:latest":
+		case s.Image == composeVars["IDEM_IMAGE"]:
 			idemSvcs = append(idemSvcs, name)
 		case strings.HasPrefix(s.Image, "nats:"):
 			natsSvcs = append(natsSvcs, name)
