@@ -12,6 +12,11 @@
 #   data/                 an empty directory: the /data volume's mount point
 FROM scratch
 
+# The builder sets TARGETARCH from scripts/image's --platform; nothing here
+# uses it (the binary was cross-compiled for it), but an argument no ARG
+# declares draws "build argument not consumed" warnings, so it is declared
+# and kept as a label.
+ARG TARGETARCH
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG SOURCE=https://github.com/idemhq/idem
@@ -19,7 +24,8 @@ LABEL org.opencontainers.image.title="idem" \
       org.opencontainers.image.description="Makes retried work happen once: idempotency keys, a double-entry ledger, a transactional outbox." \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}"
+      org.opencontainers.image.source="${SOURCE}" \
+      io.idem.image.arch="${TARGETARCH}"
 
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY idem /idem
