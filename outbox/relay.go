@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/failpoint"
+	"github.com/idemhq/idem/internal/outage"
 	"github.com/idemhq/idem/internal/tracing"
 )
 
@@ -168,6 +169,9 @@ type Relay struct {
 	metrics *metrics
 	log     *slog.Logger
 	tracer  trace.Tracer
+	// An outage is logged when it begins, once a minute while it lasts and
+	// when it ends, not at every retry.
+	dbOutage, pubOutage *outage.Log
 
 	// Owned only by the Run goroutine.
 	shards     []int
@@ -186,8 +190,12 @@ func NewRelay(d driver.Driver, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m,
-		log: cfg.Logger.With("relay", cfg.Owner), tracer: cfg.TracerProvider.Tracer(tracing.Module + "/outbox")}, nil
+	log := cfg.Logger.With("relay", cfg.Owner)
+	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m, log: log,
+		tracer:    cfg.TracerProvider.Tracer(tracing.Module + "/outbox"),
+		dbOutage:  outage.New("outbox relay: database", log, cfg.Clock),
+		pubOutage: outage.New("outbox relay: broker", log, cfg.Clock),
+	}, nil
 }
 
 // Notify wakes the relay after a commit that enqueued messages, so they go
@@ -226,7 +234,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		now := r.cfg.Clock()
 		if !now.Before(r.leaseAt) {
 			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
-				r.log.Warn("outbox relay: leases", "err", err)
+				r.dbOutage.Fail("leases", err)
 			}
 			r.leaseAt = now.Add(r.cfg.LeaseTTL / 3)
 		}
@@ -240,15 +248,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		case errors.Is(err, ErrBrokerUnavailable):
 			r.outageWait = jitter(min(max(2*r.outageWait, r.cfg.BackoffMin), r.cfg.BackoffMax))
 			wait = r.outageWait
-			r.log.Warn("outbox relay: broker unavailable", "err", err, "retry_in", wait)
+			r.dbOutage.OK()
+			r.pubOutage.Fail("publish", err)
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("outbox relay: cycle", "err", err)
+			if driver.IsRetryable(err) {
+				r.dbOutage.Fail("cycle", err)
+			} else {
+				r.log.Warn("outbox relay: cycle", "err", err)
+			}
 			wait = max(wait, time.Second)
 		default:
 			r.outageWait = 0
+			r.dbOutage.OK()
+			r.pubOutage.OK()
 			if n == r.cfg.BatchSize {
 				continue // a full batch: more is likely waiting
 			}

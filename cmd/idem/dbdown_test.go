@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/internal/testpg"
@@ -61,5 +62,22 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	if b := call(t, "GET", u+"/v1/accounts/b", "", nil).json(t); b["credits_posted"] != float64(len(acked)) || len(acked) != 20 {
 		t.Fatalf("b credited %v for %d acknowledged transfers", b["credits_posted"], len(acked))
+	}
+
+	// The log tells the outage once: a line when the 503s began and one
+	// when they ended (five requests answered 503), and the relay inside
+	// serve a line when the database went away, not one per retry.
+	logs := p.Stderr()
+	for msg, want := range map[string]int{`msg="idem: API unavailable"`: 1, `msg="idem: API available again"`: 1,
+		`msg="outbox relay: cycle"`: 0, `msg="outbox relay: leases"`: 0} {
+		if n := strings.Count(logs, msg); n != want {
+			t.Errorf("%d log lines with %s, want %d:\n%s", n, msg, want, logs)
+		}
+	}
+	if n := strings.Count(logs, `msg="outbox relay: database unavailable"`); n > 1 {
+		t.Errorf("%d lines say the relay's database is unavailable, want at most 1 for a short outage:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, `msg="idem: API available again" after=`) || !strings.Contains(logs, "failures=5") {
+		t.Errorf("the recovery line does not count the five 503s:\n%s", logs)
 	}
 }
