@@ -12,11 +12,13 @@
 #   data/                 an empty directory: the /data volume's mount point
 FROM scratch
 
-# The builder sets TARGETARCH from scripts/image's --platform; nothing here
-# uses it (the binary was cross-compiled for it), but an argument no ARG
-# declares draws "build argument not consumed" warnings, so it is declared
-# and kept as a label.
+# The builder sets TARGETOS, TARGETARCH and TARGETPLATFORM from
+# scripts/image's --platform; nothing here needs them (the binary was
+# cross-compiled for it), but an argument no ARG declares draws a "build
+# args were not consumed" warning, so they are declared and kept as labels.
+ARG TARGETOS
 ARG TARGETARCH
+ARG TARGETPLATFORM
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG SOURCE=https://github.com/idemhq/idem
@@ -25,7 +27,9 @@ LABEL org.opencontainers.image.title="idem" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
-      io.idem.image.arch="${TARGETARCH}"
+      io.idem.image.os="${TARGETOS}" \
+      io.idem.image.arch="${TARGETARCH}" \
+      io.idem.image.platform="${TARGETPLATFORM}"
 
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY idem /idem

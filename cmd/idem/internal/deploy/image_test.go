@@ -146,7 +146,9 @@ func TestImage(t *testing.T) {
 			"org.opencontainers.image.revision": head,
 			"org.opencontainers.image.source":   "https://github.com/idemhq/idem",
 			"org.opencontainers.image.title":    "idem",
+			"io.idem.image.os":                  "linux",
 			"io.idem.image.arch":                runtime.GOARCH,
+			"io.idem.image.platform":            "linux/" + runtime.GOARCH,
 		} {
 			if got := c.Labels[label]; got != want {
 				t.Errorf("label %s = %q, want %q", label, got, want)
