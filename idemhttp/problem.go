@@ -70,7 +70,7 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 			Detail: "the service is too busy to take the request; nothing was done, retry later", RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Detail: "the database is unavailable; nothing was stored, retry later", RetryAfter: retryAfter}
+			Detail: unavailableDetail, RetryAfter: retryAfter}
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this answer.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "request canceled", RetryAfter: retryAfter}
@@ -79,6 +79,10 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
 }
+
+// unavailableDetail is every 503 of an unreachable database, reads and
+// writes alike: one wording for one condition.
+const unavailableDetail = "the service cannot reach its database; nothing was done, retry later"
 
 // Write answers p. Headers set on w before are kept; problems are never
 // cached.

@@ -36,9 +36,9 @@ func TestProblemFor(t *testing.T) {
 		{"busy", fmt.Errorf("%w: not taken into a batch within 1s (MaxWait)", idem.ErrBusy), 503, "unavailable",
 			"the service is too busy to take the request; nothing was done, retry later", "3"},
 		{"database down", fmt.Errorf("begin: %w", driver.ErrUnavailable), 503, "unavailable",
-			"the database is unavailable; nothing was stored, retry later", "3"},
-		{"serialization", driver.ErrSerialization, 503, "unavailable", "the database is unavailable; nothing was stored, retry later", "3"},
-		{"deadline", context.DeadlineExceeded, 503, "unavailable", "the database is unavailable; nothing was stored, retry later", "3"},
+			"the service cannot reach its database; nothing was done, retry later", "3"},
+		{"serialization", driver.ErrSerialization, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
+		{"deadline", context.DeadlineExceeded, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
 		{"canceled", context.Canceled, 503, "unavailable", "request canceled", "3"},
 		{"not found", fmt.Errorf("get: %w", idem.ErrNotFound), 404, "not_found", "no such resource", ""},
 		// A panic is a bug whatever its value, even a retryable error.
