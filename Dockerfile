@@ -12,6 +12,13 @@
 #   data/                 an empty directory: the /data volume's mount point
 FROM scratch
 
+# The builder sets TARGETOS, TARGETARCH and TARGETPLATFORM from
+# scripts/image's --platform; nothing here needs them (the binary was
+# cross-compiled for it), but an argument no ARG declares draws a "build
+# args were not consumed" warning, so they are declared and kept as labels.
+ARG TARGETOS
+ARG TARGETARCH
+ARG TARGETPLATFORM
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG SOURCE=https://github.com/idemhq/idem
@@ -19,7 +26,10 @@ LABEL org.opencontainers.image.title="idem" \
       org.opencontainers.image.description="Makes retried work happen once: idempotency keys, a double-entry ledger, a transactional outbox." \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}"
+      org.opencontainers.image.source="${SOURCE}" \
+      io.idem.image.os="${TARGETOS}" \
+      io.idem.image.arch="${TARGETARCH}" \
+      io.idem.image.platform="${TARGETPLATFORM}"
 
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY idem /idem

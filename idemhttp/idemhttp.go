@@ -615,9 +615,6 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		kind = KindInFlight
 	case CodeUnavailable:
 		kind = KindUnavailable
-		if !errors.Is(err, idem.ErrBusy) && !errors.Is(err, idem.ErrUnreplicated) {
-			p.Detail = "the service cannot reach its database; nothing was done, retry later"
-		}
 	default:
 		// The keeper returns no not_found, so anything else is a fault:
 		// 500, nothing stored.

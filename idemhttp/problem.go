@@ -77,7 +77,7 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 			Detail: unreplicatedDetail, RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Detail: "the database is unavailable; nothing was stored, retry later", RetryAfter: retryAfter}
+			Detail: unavailableDetail, RetryAfter: retryAfter}
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this answer.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "request canceled", RetryAfter: retryAfter}
@@ -91,6 +91,10 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 // could not confirm reached its synchronous standbys (idem.ErrUnreplicated).
 const unreplicatedDetail = "the database committed this request but could not confirm it reached its standbys; " +
 	"it is not acknowledged: retry with the same Idempotency-Key"
+
+// unavailableDetail is every 503 of an unreachable database, reads and
+// writes alike: one wording for one condition.
+const unavailableDetail = "the service cannot reach its database; nothing was done, retry later"
 
 // Write answers p. Headers set on w before are kept; problems are never
 // cached.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/failpoint"
+	"github.com/idemhq/idem/internal/outage"
 	"github.com/idemhq/idem/internal/tracing"
 )
 
@@ -86,7 +87,8 @@ type RelayConfig struct {
 	Clock func() time.Time
 	// TracerProvider receives a publish span per message (kind producer),
 	// a child of the trace context stored with its row; the message's
-	// traceparent header carries the span's context. Default
+	// traceparent header carries the span's context. A row stored without
+	// a trace context gets no span and no trace headers. Default
 	// otel.GetTracerProvider(), the API's no-op until the program sets
 	// one; then a traced row's stored context is sent as it is.
 	TracerProvider trace.TracerProvider
@@ -180,6 +182,9 @@ type Relay struct {
 	metrics *metrics
 	log     *slog.Logger
 	tracer  trace.Tracer
+	// An outage is logged when it begins, once a minute while it lasts and
+	// when it ends, not at every retry.
+	dbOutage, pubOutage *outage.Log
 
 	// Owned only by the Run goroutine.
 	shards     []int
@@ -199,8 +204,12 @@ func NewRelay(d driver.Driver, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m,
-		log: cfg.Logger.With("relay", cfg.Owner), tracer: cfg.TracerProvider.Tracer(tracing.Module + "/outbox")}, nil
+	log := cfg.Logger.With("relay", cfg.Owner)
+	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m, log: log,
+		tracer:    cfg.TracerProvider.Tracer(tracing.Module + "/outbox"),
+		dbOutage:  outage.New("outbox relay: database", log, cfg.Clock),
+		pubOutage: outage.New("outbox relay: broker", log, cfg.Clock),
+	}, nil
 }
 
 // Notify wakes the relay after a commit that enqueued messages, so they go
@@ -253,15 +262,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		case errors.Is(err, ErrBrokerUnavailable):
 			r.outageWait = jitter(min(max(2*r.outageWait, r.cfg.BackoffMin), r.cfg.BackoffMax))
 			wait = r.outageWait
-			r.log.Warn("outbox relay: broker unavailable", "err", err, "retry_in", wait)
+			r.dbOutage.OK()
+			r.pubOutage.Fail("publish", err)
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("outbox relay: cycle", "err", err)
+			if driver.IsRetryable(err) {
+				r.dbOutage.Fail("cycle", err)
+			} else {
+				r.log.Warn("outbox relay: cycle", "err", err)
+			}
 			wait = max(wait, time.Second)
 		default:
 			r.outageWait = 0
+			r.dbOutage.OK()
+			r.pubOutage.OK()
 			if n == r.cfg.BatchSize {
 				continue // a full batch: more is likely waiting
 			}
@@ -288,7 +304,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) leaseFailed(now time.Time, err error) {
 	r.leaseAt = now.Add(min(time.Second, r.cfg.LeaseTTL/3))
 	if len(r.shards) == 0 || now.Before(r.leaseUntil) {
-		r.log.Warn("outbox relay: leases", "err", err)
+		r.dbOutage.Fail("leases", err)
 		return
 	}
 	r.log.Error("outbox relay: leases expired without renewal; publishing nothing until they are renewed",
@@ -553,14 +569,20 @@ type failure struct {
 }
 
 // traced returns the message of row with its publish span started: a
-// child of the trace context stored with the row (a new trace when it has
-// none and tracing is on), its context in the message's trace headers.
-// With tracing off the span is the API's no-op carrying the stored
-// context, so a traced row's context is sent unchanged, and an untraced
-// row's message gets no trace headers.
+// child of the trace context stored with the row, its context in the
+// message's trace headers. With tracing off the span is the API's no-op
+// carrying the stored context, so a traced row's context is sent
+// unchanged. A row stored without a trace context gets no span and no
+// trace headers: a publish is part of the trace of the request that
+// enqueued it, and a root trace per untraced message would only flood the
+// tracing backend with one-span traces.
 func (r *Relay) traced(ctx context.Context, row driver.OutboxRow) (Message, trace.Span) {
 	m := messageOf(row)
-	ctx = tracing.Parse(ctx, row.TraceParent, row.TraceState)
+	stored := trace.SpanContextFromContext(tracing.Parse(context.Background(), row.TraceParent, row.TraceState))
+	if !stored.IsValid() {
+		return m, noSpan
+	}
+	ctx = trace.ContextWithRemoteSpanContext(ctx, stored)
 	name := "publish " + m.Type
 	d, named := r.cfg.Publisher.(describer)
 	if named {
@@ -593,6 +615,9 @@ func (r *Relay) traced(ctx context.Context, row driver.OutboxRow) (Message, trac
 	}
 	return m, span
 }
+
+// noSpan is the span of an untraced row's publish: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // describer is what a Publisher may say of where a message goes, for the
 // publish spans' names and attributes (OpenTelemetry's messaging.system

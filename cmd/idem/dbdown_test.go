@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/internal/testpg"
@@ -42,6 +43,11 @@ func TestDatabaseDown(t *testing.T) {
 	if r := call(t, "GET", u+"/readyz", "", nil); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("readyz with the database down: %d", r.Status)
 	}
+	// A read and a write say the same thing of the same outage.
+	write, read := post(15).json(t)["detail"], call(t, "GET", u+"/v1/accounts/a", "", nil).json(t)["detail"]
+	if write != read || write == nil {
+		t.Errorf("503 of a write %q, of a read %q: want one wording", write, read)
+	}
 	if r := call(t, "GET", u+"/healthz", "", nil); r.Status != http.StatusOK {
 		t.Fatalf("healthz is liveness and must not depend on the database: %d", r.Status)
 	}
@@ -61,5 +67,22 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	if b := call(t, "GET", u+"/v1/accounts/b", "", nil).json(t); b["credits_posted"] != float64(len(acked)) || len(acked) != 20 {
 		t.Fatalf("b credited %v for %d acknowledged transfers", b["credits_posted"], len(acked))
+	}
+
+	// The log tells the outage once: a line when the 503s began and one
+	// when they ended (seven requests answered 503), and the relay inside
+	// serve a line when the database went away, not one per retry.
+	logs := p.Stderr()
+	for msg, want := range map[string]int{`msg="idem: API unavailable"`: 1, `msg="idem: API available again"`: 1,
+		`msg="outbox relay: cycle"`: 0, `msg="outbox relay: leases"`: 0} {
+		if n := strings.Count(logs, msg); n != want {
+			t.Errorf("%d log lines with %s, want %d:\n%s", n, msg, want, logs)
+		}
+	}
+	if n := strings.Count(logs, `msg="outbox relay: database unavailable"`); n > 1 {
+		t.Errorf("%d lines say the relay's database is unavailable, want at most 1 for a short outage:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, `msg="idem: API available again" after=`) || !strings.Contains(logs, "failures=7") {
+		t.Errorf("the recovery line does not count the five 503s:\n%s", logs)
 	}
 }

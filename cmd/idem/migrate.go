@@ -25,37 +25,14 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 0 {
 		return cli.Usagef("migrate", "migrate: unexpected argument %q", fs.Arg(0))
 	}
+	if *print || *dryRun {
+		return review(ctx, *db, *print, stdout)
+	}
 	d, err := storage.Open(ctx, *db)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if *print || *dryRun {
-		st, err := d.MigrationStatus(ctx)
-		if err != nil {
-			return err
-		}
-		pending, err := d.PendingMigrations(ctx)
-		if err != nil {
-			return err
-		}
-		if *print {
-			for _, m := range pending {
-				fmt.Fprintf(stdout, "-- migration %s (%s; compatible from %d)\n%s\n",
-					fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom, strings.TrimRight(m.SQL, "\n"))
-			}
-			return nil
-		}
-		fmt.Fprintf(stdout, "%s at version %d of %d: %d pending\n", d.Dialect(), st.Applied, st.Latest, len(pending))
-		for _, m := range pending {
-			fmt.Fprintf(stdout, "  %s (%s; binaries of migration %d or later run on it)\n",
-				fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom)
-		}
-		if st.TooNew() {
-			return st.Err()
-		}
-		return nil
-	}
 	// Say what is about to run: on PostgreSQL a migration on busy tables
 	// waits up to a minute for requests to let go of them, and a command
 	// silent for that long looks hung.
@@ -86,6 +63,44 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // fileName is a migration as its file is named: 007_ledger_foreign_keys.
+// review writes what idem migrate would apply (--dry-run: a list;
+// --print: their SQL) and changes nothing: not even a SQLite file is
+// created where there is none (storage.OpenReview).
+func review(ctx context.Context, dbURL string, printSQL bool, stdout io.Writer) error {
+	d, exists, err := storage.OpenReview(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	st, err := d.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	pending, err := d.PendingMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	if printSQL {
+		for _, m := range pending {
+			fmt.Fprintf(stdout, "-- migration %s (%s; compatible from %d)\n%s\n",
+				fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom, strings.TrimRight(m.SQL, "\n"))
+		}
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s at version %d of %d: %d pending\n", d.Dialect(), st.Applied, st.Latest, len(pending))
+	if !exists {
+		fmt.Fprintln(stdout, "  (no database there yet: idem migrate or idem serve creates it)")
+	}
+	for _, m := range pending {
+		fmt.Fprintf(stdout, "  %s (%s; binaries of migration %d or later run on it)\n",
+			fileName(m), txMode(m.NoTransaction, d.Dialect()), m.CompatibleFrom)
+	}
+	if st.TooNew() {
+		return st.Err()
+	}
+	return nil
+}
+
 func fileName(m driver.Migration) string {
 	return fmt.Sprintf("%03d_%s", m.Version, m.Name)
 }

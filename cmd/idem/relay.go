@@ -76,8 +76,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return r.Run(ctx)
 }
 
-// serveOps serves the relay's /metrics, /healthz and /readyz on ln until
-// the returned stop is called.
+// serveOps serves /metrics, /healthz and /readyz on ln (--metrics-addr of
+// relay and serve) until the returned stop is called.
 func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog.Logger) (stop func()) {
 	srv := &http.Server{
 		Handler:           server.OpsHandler(d, g, log),
@@ -89,7 +89,7 @@ func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("idem relay: metrics server stopped", "err", err)
+			log.Error("idem: metrics server stopped", "err", err)
 		}
 	}()
 	return func() {

@@ -27,6 +27,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing() // after the server and its relay stopped
 
+	// Bind before anything is created: a taken port stops serve before it
+	// makes ./idem-data, a database or the embedded NATS store. Connections
+	// that arrive while the database is opened and migrated wait in the
+	// listen backlog.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	defer ln.Close()
+	var opsLn net.Listener
+	if cfg.MetricsAddr != "" {
+		if opsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics-addr: %w", err)
+		}
+		defer opsLn.Close()
+	}
+
 	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
 		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
@@ -36,13 +53,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return err
 	}
-	srv, err := server.New(ctx, cfg, d, log, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(ctx, cfg, d, log, reg)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
+	if opsLn != nil {
+		stop := serveOps(opsLn, d, reg, log)
+		defer stop()
+		log.Info("idem metrics", "addr", opsLn.Addr().String())
 	}
 	log.Info("idem serving", "addr", ln.Addr().String(), "db", d.Dialect(), "tenants", tenantMode(cfg))
 	return srv.Run(ctx, ln)

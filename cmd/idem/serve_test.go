@@ -374,3 +374,44 @@ func TestOperationsEndpoints(t *testing.T) {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
+
+// A reversal of a transfer that does not exist (yet) is answered 404 and
+// not stored: once the transfer exists, the reversal's retry under the
+// same key does the work (one reversal, the money back) instead of
+// replaying the 404. With and without group commit, on both databases.
+func TestReversalOfMissingTransferNotStored(t *testing.T) {
+	for _, gc := range []string{"--group-commit=true", "--group-commit=false"} {
+		t.Run(gc, func(t *testing.T) {
+			t.Parallel()
+			eachDialect(t, func(t *testing.T, dialect string) {
+				p, _ := serveDB(t, dialect, nil, gc)
+				u := p.URL
+				account(t, u, "payer", "EUR")
+				account(t, u, "payee", "EUR")
+				early := call(t, "POST", u+"/v1/transfers/late-1/reversals", "rev-late-1", map[string]any{"reason": "too early"})
+				if early.Status != 404 || early.code(t) != "not_found" {
+					t.Fatalf("reversal before its transfer: %d %s, want 404 not_found", early.Status, early.Body)
+				}
+				body := transfer("payer", "payee", 700)
+				body["id"] = "late-1"
+				mustStatus(t, call(t, "POST", u+"/v1/transfers", "tr-late-1", body), 201)
+				retry := call(t, "POST", u+"/v1/transfers/late-1/reversals", "rev-late-1", map[string]any{"reason": "too early"})
+				if retry.Status != 201 || retry.Header.Get("Idempotent-Replayed") == "true" {
+					t.Fatalf("retry once the transfer exists: %d replayed=%q %s, want 201 done now",
+						retry.Status, retry.Header.Get("Idempotent-Replayed"), retry.Body)
+				}
+				again := call(t, "POST", u+"/v1/transfers/late-1/reversals", "rev-late-1", map[string]any{"reason": "too early"})
+				if again.Status != 201 || again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, retry.Body) {
+					t.Fatalf("second retry: %d %s, want the reversal replayed", again.Status, again.Body)
+				}
+				tr := call(t, "GET", u+"/v1/transfers/late-1", "", nil).json(t)
+				if revs, _ := tr["reversals"].([]any); len(revs) != 1 {
+					t.Errorf("transfer late-1 has reversals %v, want exactly one", tr["reversals"])
+				}
+				if b := call(t, "GET", u+"/v1/accounts/payer/balance", "", nil).json(t); b["balance"] != float64(0) {
+					t.Errorf("payer's balance %v after the charge and its reversal, want 0", b)
+				}
+			})
+		})
+	}
+}

@@ -523,6 +523,9 @@ func mapErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && err == error(ce) {
+		err = causeFirst(ce)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {

@@ -38,7 +38,8 @@ type Config struct {
 	Addr string
 	// MetricsAddr is where idem relay serves /metrics, /healthz and
 	// /readyz. Default none. It need not be loopback: those routes hold no
-	// tenant data.
+	// tenant data. idem serve serves them there too when it is set, and
+	// then leaves /metrics off Addr (a public port need not show it).
 	MetricsAddr string
 	// APIKeys map bearer tokens to tenants. Default none: every request is
 	// tenant "default".

@@ -125,8 +125,8 @@ func TestPublicAddrWithKeys(t *testing.T) {
 	}
 }
 
-// --metrics-addr is a flag of idem relay only (serve answers /metrics on
-// --addr), and must be a host:port.
+// --metrics-addr is a flag of idem relay and of idem serve (which then
+// answers /metrics there only), and must be a host:port.
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
 	c, err := Load("relay", []string{"--metrics-addr", "0.0.0.0:8081"}, env(nil), RelaySettings...)
@@ -140,12 +140,11 @@ func TestMetricsAddr(t *testing.T) {
 	if _, err := Load("relay", []string{"--metrics-addr", "8081"}, env(nil), RelaySettings...); err == nil || !strings.Contains(err.Error(), "metrics-addr") {
 		t.Fatalf("a port without a host: %v", err)
 	}
-	if _, err := Load("serve", []string{"--metrics-addr", "127.0.0.1:8081"}, env(nil), ServeSettings...); err == nil {
-		t.Fatal("serve took --metrics-addr")
+	if c, err := Load("serve", []string{"--metrics-addr", "127.0.0.1:8081"}, env(nil), ServeSettings...); err != nil || c.MetricsAddr != "127.0.0.1:8081" {
+		t.Fatalf("serve --metrics-addr: %v %q", err, c.MetricsAddr)
 	}
-	// A file shared by serve and relay may hold it: serve ignores it.
-	file := writeFile(t, "metrics_addr: 127.0.0.1:8081\n")
-	if c, err := Load("serve", []string{"--config", file}, env(nil), ServeSettings...); err != nil || c.MetricsAddr != "" {
-		t.Fatalf("serve with a relay's metrics_addr in the file: %v %q", err, c.MetricsAddr)
+	c, err = Load("serve", nil, env(map[string]string{"IDEM_METRICS_ADDR": "10.0.0.1:9090"}), ServeSettings...)
+	if err != nil || c.MetricsAddr != "10.0.0.1:9090" {
+		t.Fatalf("serve with IDEM_METRICS_ADDR: %v %q", err, c.MetricsAddr)
 	}
 }

@@ -26,7 +26,7 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Publish = v; return nil }},
 	{"addr", "IDEM_ADDR", "addr", "listen address (default 127.0.0.1:8080)",
 		func(c *Config, v string) error { c.Addr = v; return nil }},
-	{"metrics-addr", "IDEM_METRICS_ADDR", "metrics_addr", "serve /metrics, /healthz and /readyz on this address (default none)",
+	{"metrics-addr", "IDEM_METRICS_ADDR", "metrics_addr", "serve /metrics, /healthz and /readyz on this address (default none; serve then answers /metrics only there)",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
 	{"api-keys", "IDEM_API_KEYS", "api_keys", "tenant:key,… bearer tokens (key may be sha256:HEX)",
 		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
@@ -119,8 +119,8 @@ var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", 
 var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
-// --addr.
-var ServeSettings = slices.Concat([]string{"addr", "api-keys", "admin-key", "relay", "max-body-bytes",
+// --addr, or on --metrics-addr alone when that is set.
+var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
 	"key-retention", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)

@@ -64,6 +64,48 @@ func OpenServing(ctx context.Context, dbURL string, lim Limits) (driver.Driver, 
 	return sqlite.Open(ctx, sqlite.Config{Path: path})
 }
 
+// OpenReview opens the database named by dbURL for a review of its
+// migrations (idem migrate --dry-run, --print), which changes nothing: a
+// SQLite file that does not exist is not created (nor its directory);
+// the review then runs on an empty scratch database, removed on Close,
+// where every migration is pending. ok is false in that case, so that the
+// review can say the database is yet to be made.
+func OpenReview(ctx context.Context, dbURL string) (d driver.Driver, ok bool, err error) {
+	path, pgURL, err := parse(dbURL)
+	if err != nil {
+		return nil, false, err
+	}
+	if pgURL != "" {
+		d, err = postgres.Open(ctx, postgres.Config{URL: pgURL})
+		return d, err == nil, err
+	}
+	if _, statErr := os.Stat(path); statErr == nil || !errors.Is(statErr, fs.ErrNotExist) {
+		d, err = sqlite.Open(ctx, sqlite.Config{Path: path})
+		return d, err == nil, err
+	}
+	dir, err := os.MkdirTemp("", "idem-review-")
+	if err != nil {
+		return nil, false, err
+	}
+	sd, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "idem.db")})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, false, err
+	}
+	return &scratch{Driver: sd, dir: dir}, false, nil
+}
+
+// scratch is a throwaway SQLite database whose directory goes with it.
+type scratch struct {
+	driver.Driver
+	dir string
+}
+
+func (s *scratch) Close() error {
+	err := s.Driver.Close()
+	return errors.Join(err, os.RemoveAll(s.dir))
+}
+
 // ErrNoDatabase: there is no idem database where an operator's command was
 // pointed (no SQLite file, or a database without idem's tables).
 var ErrNoDatabase = errors.New("no idem database")

@@ -138,6 +138,7 @@ func humanDuration(d time.Duration) string {
 // pages.
 var storyFuncs = template.FuncMap{
 	"copyButton":  CopyButton,
+	"keyText":     KeyTextHTML,
 	"utcWithHint": utcWithHint,
 	"duration":    humanDuration,
 	"add1":        func(i int) int { return i + 1 },

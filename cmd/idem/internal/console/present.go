@@ -77,6 +77,19 @@ func IDTextHTML(id string) template.HTML {
 	return template.HTML(`<code class="` + class + `" title="` + e + `">` + e + `</code>`)
 }
 
+// KeyTextHTML is an ordering key (transfer/ID, account/ID) on one line:
+// its kind whole and its id cut as IDTextHTML cuts it, so a UUID key
+// takes one line of a table rather than four. The whole key stays in the
+// page and in the title.
+func KeyTextHTML(key string) template.HTML {
+	kind, id := "", key
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		kind, id = key[:i+1], key[i+1:]
+	}
+	return template.HTML(`<span class="okey" title="`+template.HTMLEscapeString(key)+`"><code>`+
+		template.HTMLEscapeString(kind)+`</code>`) + IDTextHTML(id) + template.HTML(`</span>`)
+}
+
 // CopyButton is a button that copies value to the clipboard. It is hidden
 // until the script wires it (without JavaScript nothing could copy; the
 // value is plain selectable text beside it instead).

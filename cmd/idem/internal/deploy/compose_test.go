@@ -193,6 +193,7 @@ func dockerfileEnv(t *testing.T) map[string]string {
 var composeVars = map[string]string{
 	"POSTGRES_PASSWORD": "6f1c0a9e2b7d4e8f9a0b1c2d3e4f5a6b",
 	"IDEM_API_KEYS":     "acme:0123456789abcdef0123",
+	"IDEM_IMAGE":        "idem:v1.4.0",
 }
 
 // compose.yaml is checked against the real parsers of what it configures:
@@ -227,7 +228,7 @@ func TestCompose(t *testing.T) {
 				t.Errorf("service %s: profiles %q, volumes %q, hostname %q: want the rabbitmq profile, /var/lib/rabbitmq on a volume and a fixed hostname",
 					name, s.Profiles, s.Volumes, s.Hostname)
 			}
-		case s.Image == "idem:latest":
+		case s.Image == composeVars["IDEM_IMAGE"]:
 			idemSvcs = append(idemSvcs, name)
 		case strings.HasPrefix(s.Image, "nats:"):
 			natsSvcs = append(natsSvcs, name)

@@ -87,7 +87,20 @@ func TestImage(t *testing.T) {
 		env = []string{"CONTAINERS_STORAGE_CONF=" + conf}
 	}
 	version := fmt.Sprintf("test-%d", os.Getpid())
-	out := command(t, env, "..", filepath.Join("scripts", "image"), "--name", "localhost/idem-test", "--version", version)
+	build := exec.Command(filepath.Join("scripts", "image"), "--name", "localhost/idem-test", "--version", version)
+	build.Env, build.Dir = append(os.Environ(), env...), ".."
+	var stdout, stderr bytes.Buffer
+	build.Stdout, build.Stderr = &stdout, &stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("scripts/image: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	// A clean build warns of nothing (an unconsumed TARGETARCH did).
+	for line := range strings.Lines(stderr.String()) {
+		if strings.Contains(strings.ToLower(line), "warn") {
+			t.Errorf("the image build warns: %s", strings.TrimSpace(line))
+		}
+	}
 	id := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
 	if !regexp.MustCompile(`^(sha256:)?[0-9a-f]{64}$`).MatchString(id) {
 		t.Fatalf("scripts/image printed %q, want the image ID last", out)
@@ -133,6 +146,9 @@ func TestImage(t *testing.T) {
 			"org.opencontainers.image.revision": head,
 			"org.opencontainers.image.source":   "https://github.com/idemhq/idem",
 			"org.opencontainers.image.title":    "idem",
+			"io.idem.image.os":                  "linux",
+			"io.idem.image.arch":                runtime.GOARCH,
+			"io.idem.image.platform":            "linux/" + runtime.GOARCH,
 		} {
 			if got := c.Labels[label]; got != want {
 				t.Errorf("label %s = %q, want %q", label, got, want)

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
 	return m, nil
 }
 
+// errUnavailable is what a 503 says: the database, or the service's own
+// queue for it, cannot take the request now (idemhttp.ProblemFor).
+var errUnavailable = errors.New("answered 503: the database is unavailable or the service too busy; nothing was stored")
+
 // statusWriter remembers the status a handler wrote.
 type statusWriter struct {
 	http.ResponseWriter
@@ -88,6 +93,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		route := r.Pattern
 		if route == "" || route == "/" {
 			route = "unmatched"
+		}
+		switch {
+		case sw.status == http.StatusServiceUnavailable:
+			s.unavailable.Fail(r.Method+" "+route, errUnavailable)
+		case sw.status < 500:
+			s.unavailable.OK()
 		}
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Observe(elapsed.Seconds())

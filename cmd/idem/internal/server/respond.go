@@ -176,19 +176,18 @@ func parseInteger(lit string) (int64, error) {
 }
 
 // fail answers err as a problem. A ledger refusal of an invalid request
-// is 400 invalid_request, not stored (invalid); other ledger refusals are
-// business answers (422, or 404 for the path's transfer), stored and
-// replayed by the middleware. Everything else is idemhttp.ProblemFor's:
-// database faults are 503 with Retry-After, which the middleware rolls
-// back and does not store.
+// is 400 invalid_request and a reversal of a missing transfer 404, neither
+// stored (ledgerProblem); other ledger refusals are business answers
+// (422), stored and replayed by the middleware. Everything else is
+// idemhttp.ProblemFor's: database faults are 503 with Retry-After, which
+// the middleware rolls back and does not store.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var le *ledger.Error
 	switch {
 	case errors.As(err, &le):
-		p, isInvalid := ledgerProblem(le, r.PathValue("id") != "")
-		if isInvalid {
-			invalid(w, r, le.Message)
-			return
+		p, stored := ledgerProblem(le, r.PathValue("id") != "")
+		if !stored {
+			idemhttp.MarkInvalid(r.Context())
 		}
 		p.Write(w)
 	case errors.Is(err, ledger.ErrNotFound):

@@ -25,6 +25,7 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/money"
+	"github.com/idemhq/idem/internal/outage"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
@@ -36,12 +37,15 @@ const retryAfter = time.Second
 
 // Server serves the HTTP API.
 type Server struct {
-	cfg    config.Config
-	d      driver.Driver
-	keeper *idem.Keeper
-	ledger *ledger.Ledger
-	outbox *outbox.Outbox
-	guard  *idemhttp.Middleware
+	// unavailable logs the 503s the API answers: a line when they begin,
+	// at most one a minute while they last, a line when they end.
+	unavailable *outage.Log
+	cfg         config.Config
+	d           driver.Driver
+	keeper      *idem.Keeper
+	ledger      *ledger.Ledger
+	outbox      *outbox.Outbox
+	guard       *idemhttp.Middleware
 	// writes is the group commit of the ledger's writes; nil when
 	// cfg.GroupCommit is off.
 	writes *idem.Batcher[ledgerWrite]
@@ -95,7 +99,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
-		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
+		unavailable: outage.New("idem: API", log, nil),
+		tenants:     make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
 	}
@@ -199,7 +204,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /readyz", readyz(s.d, s.log))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	// With --metrics-addr, /metrics is served there only (serve.go), so
+	// that the public port does not show it.
+	if s.cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+	}
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))

@@ -207,26 +207,30 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 	return out, nil
 }
 
-// ledgerProblem is how the API answers a ledger refusal: a refusal of the
-// request's input is 400 invalid_request (not stored: the corrected
-// request may reuse the key); a reversal of a transfer that does not exist
-// is 404, the path's resource; any other is 422 with the ledger's code.
-func ledgerProblem(le *ledger.Error, reversal bool) (p problem.Details, invalid bool) {
+// ledgerProblem is how the API answers a ledger refusal, and whether the
+// answer is the key's stored outcome. A refusal of the request's input is
+// 400 invalid_request, not stored: the corrected request may reuse the
+// key. A reversal of a transfer that does not exist is 404, the path's
+// resource, not stored either: the transfer may be created after it (its
+// own request still in flight), and the reversal's retry must then do the
+// work rather than replay a 404 for a day. Any other refusal is 422 with
+// the ledger's code, a business answer that is stored.
+func ledgerProblem(le *ledger.Error, reversal bool) (p problem.Details, stored bool) {
 	switch {
 	case errors.Is(le, ledger.ErrInvalidRequest), errors.Is(le, ledger.ErrInvalidAmount):
-		return problem.New(http.StatusBadRequest, codeInvalidRequest, le.Message), true
+		return problem.New(http.StatusBadRequest, codeInvalidRequest, le.Message), false
 	case errors.Is(le, ledger.ErrTransferNotFound) && reversal:
 		return problem.New(http.StatusNotFound, codeNotFound, le.Message), false
 	}
-	return problem.New(http.StatusUnprocessableEntity, le.Code, le.Message), false
+	return problem.New(http.StatusUnprocessableEntity, le.Code, le.Message), true
 }
 
 // refusal is a ledger refusal as a batch item's answer.
 func refusal(le *ledger.Error, reversal bool) idem.ItemResult {
-	p, invalid := ledgerProblem(le, reversal)
+	p, stored := ledgerProblem(le, reversal)
 	var rec outcomeRecorder
 	p.Write(&rec)
-	if invalid {
+	if !stored {
 		return idem.ItemResult{Err: &idemhttp.ResponseError{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}}
 	}
 	return idem.ItemResult{Outcome: rec.outcome()}
