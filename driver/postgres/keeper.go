@@ -70,27 +70,26 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 }
 
 // The batch's outcomes, and the claims its refused requests release. The
-// claims are the transaction's own rows, so neither meets another writer.
-// Nothing is read back but the count, so both wait for the transaction's
-// next round trip (execLater), which is its COMMIT.
-var sqlKeyRecordBatch = mustAffect(`
+// claims are the transaction's own rows, so neither meets another writer,
+// and each must find every one of its keys (checked on the command tag).
+const sqlKeyRecordBatch = `
 UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
        AS r(scope, operation, key, status, header, body)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`, "cardinality($1::text[])", "record outcomes")
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
-var sqlKeyReleaseBatch = mustAffect(`
+const sqlKeyReleaseBatch = `
 DELETE FROM idem_keys AS k
  USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`, "cardinality($1::text[])", "release claims")
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
 
-var sqlKeyRecord = mustAffect(`
+const sqlKeyRecord = `
 UPDATE idem_keys SET status = $4, header = $5, body = $6
- WHERE scope = $1 AND operation = $2 AND key = $3`, "1", "record outcome")
+ WHERE scope = $1 AND operation = $2 AND key = $3`
 
 const sqlKeyDeleteExpired = `
 DELETE FROM idem_keys WHERE ctid IN (
@@ -115,7 +114,17 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
-	return execLater(ctx, tx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	return affected("record outcome", n, 1, err)
+}
+
+// affected checks that a write which must find its rows (the claims made
+// earlier in its transaction) found all of them.
+func affected(what string, n, want int64, err error) error {
+	if err == nil && n != want {
+		err = fmt.Errorf("postgres: %s: %d of %d claims found: %w", what, n, want, driver.ErrNotFound)
+	}
+	return err
 }
 
 func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
@@ -204,7 +213,8 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 			scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
 			statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
 		}
-		if err := execLater(ctx, tx, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies); err != nil {
+		k, err := tx.Exec(ctx, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies)
+		if err := affected("record outcomes", k, int64(n), err); err != nil {
 			return err
 		}
 	}
@@ -216,7 +226,8 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 	for i, id := range p.Release {
 		scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
 	}
-	return execLater(ctx, tx, sqlKeyReleaseBatch, scopes, ops, keys)
+	k, err := tx.Exec(ctx, sqlKeyReleaseBatch, scopes, ops, keys)
+	return affected("release claims", k, int64(m), err)
 }
 
 // Writers is 0: Postgres runs write transactions side by side.

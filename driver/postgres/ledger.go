@@ -308,12 +308,13 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 	for i, r := range p.Reversed {
 		rTenants[i], rIDs[i], rAmounts[i], rAdds[i] = r.Tenant, r.TransferID, r.Amount, r.Add
 	}
-	return execLater(ctx, tx, sqlLedgerWrite, p.At,
+	_, err := tx.Exec(ctx, sqlLedgerWrite, p.At,
 		tTenants, tIDs, debits, credits, amounts, currencies, metas, reverses, reasons,
 		eTenants, eAccounts, eSeqs, eTransfers, eAmounts, eCredit, eDebits, eCredits,
 		aTenants, aIDs, aCurrencies, aDnec, aCned, aCreated, aDebits, aCredits, aSeqs,
 		rTenants, rIDs, rAmounts, rAdds,
 	)
+	return err
 }
 
 func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.LedgerSettleParams) (*driver.LedgerSettleResult, error) {

@@ -192,7 +192,7 @@ func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, 
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &ownedTx{conn: conn, queued: stmts, opening: len(stmts)}, nil
+	return &ownedTx{conn: conn, opening: stmts}, nil
 }
 
 // Migrate applies pending migrations on one connection that holds a
