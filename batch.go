@@ -218,15 +218,28 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 func (b *Batcher[T]) Config() BatchConfig { return b.cfg }
 
 // Close stops taking requests (Do then gets ErrBusy), lets those already
-// queued run in their batches, and returns once every batch has answered.
-// Calling it again does nothing.
-func (b *Batcher[T]) Close() {
+// queued run in their batches, and returns nil once every batch has
+// answered, or ctx's error when ctx ends first (the batches still run to
+// their answers). Calling it again waits again.
+func (b *Batcher[T]) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.idle.Broadcast()
+	})
+	defer stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.closed = true
-	for b.running > 0 {
+	for b.running > 0 && ctx.Err() == nil {
 		b.idle.Wait()
 	}
+	if b.running > 0 {
+		return fmt.Errorf("idem: close: %d batches still running: %w", b.running, ctx.Err())
+	}
+	return nil
 }
 
 // Do is Keeper.Do with item done by the batcher's work, in a transaction
@@ -258,12 +271,24 @@ func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(cont
 	ctx, span := b.k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
 	return b.k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
-		item, err := makeItem(ctx)
+		item, err := b.makeItem(ctx, key, makeItem)
 		if err != nil {
 			return Result{}, err
 		}
 		return b.submit(ctx, key, fp, item, lockWait)
 	})
+}
+
+// makeItem calls makeItem and turns its panic into a *PanicError, logged
+// as a panic of the work is: nothing was stored, and the caller (a server
+// carrying other requests) answers it as any failure.
+func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(context.Context) (T, error)) (item T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = b.k.panicked(ctx, key, v)
+		}
+	}()
+	return makeItem(ctx)
 }
 
 // submit runs a request in a batch of its own when fewer than Concurrency
@@ -483,7 +508,7 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
 		for i, p := range ps {
 			p.answer(answers[i].res, answers[i].err)
 		}
-	case len(ps) == 1 || whole || ctx.Err() != nil:
+	case len(ps) == 1 || whole || ctx.Err() != nil || !itemMayCause(err):
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetStatus(codes.Error, err.Error())
 		}
@@ -500,6 +525,28 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
 		b.attempt(ctx, ps[half:])
 	}
 }
+
+// itemMayCause reports whether err may be one request's doing, so that
+// trying the requests apart can help: not a context that ended, nor a
+// database that is unavailable (a lost connection, a closed pool), which
+// fail every part alike. A failed commit is the exception (try marks it):
+// it may have happened, and the parts' claims then find their records.
+func itemMayCause(err error) bool {
+	var c *commitError
+	switch {
+	case errors.As(err, &c):
+		return true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, driver.ErrUnavailable):
+		return false
+	}
+	return true
+}
+
+// commitError is a batch's failed commit, which may have happened.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
 
 // answer is one request's answer in a batch that committed.
 type answer struct {
@@ -536,6 +583,9 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 	_, span := k.tracer.Start(ctx, "idem.claim")
 	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
 	span.End()
+	if err == nil && len(claimed) != len(ps) {
+		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(ps))
+	}
 	if err != nil {
 		if len(ps) == 1 && errors.Is(err, driver.ErrLockTimeout) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
@@ -597,7 +647,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		// The commit may have happened all the same (the connection was
 		// lost on the way back): the retry that splitting makes then finds
 		// the records and answers them as replays of their own outcomes.
-		return nil, false, err
+		return nil, false, &commitError{err}
 	}
 	return answers, false, nil
 }

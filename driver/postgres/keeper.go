@@ -91,9 +91,12 @@ const sqlKeyRecord = `
 UPDATE idem_keys SET status = $4, header = $5, body = $6
  WHERE scope = $1 AND operation = $2 AND key = $3`
 
+// The janitor skips the rows another transaction locks (a claim replacing
+// an expired record, in key order): it never waits on one, so it can never
+// deadlock with a batch's claims, and a skipped row is deleted next time.
 const sqlKeyDeleteExpired = `
 DELETE FROM idem_keys WHERE ctid IN (
-  SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $2)`
+  SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimParams) (*driver.KeyClaimResult, error) {
 	var claimed bool
