@@ -234,7 +234,7 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 		return nil, err
 	}
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d}}, nil
+		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, maxQueued: readMaxQueued}}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -297,7 +297,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
 			return replay(req.Key, rec, fp)
-		case err != nil && !errors.Is(err, driver.ErrNotFound):
+		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
 	}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,15 @@ const (
 	// readMaxTrips bounds the round trips in flight, each on a connection
 	// of its own.
 	readMaxTrips = 2
+	// readMaxQueued bounds the reads waiting for a round trip. A read past
+	// it is not made: its request goes on to its claim, which answers a
+	// replay as well, in its transaction.
+	readMaxQueued = 1000
 )
+
+// errReadSkipped is a read not made because the queue was full: its
+// request learns nothing and goes on to its claim.
+var errReadSkipped = errors.New("idem: read queue full")
 
 // Whether to read at all. The read answers a replay in one round trip, but
 // a first arrival pays for it and still claims its key: without it,
@@ -93,11 +102,11 @@ func (p *readPolicy) note(found bool) {
 	}
 }
 
-// reads coalesces the fast path's reads of one keeper. Nothing bounds the
-// queue but the callers: each waits for its own read, as it would wait for
-// a connection of the pool without the queue.
+// reads coalesces the fast path's reads of one keeper; at most maxQueued
+// wait (readMaxQueued, lower in tests).
 type reads struct {
-	d driver.Driver
+	d         driver.Driver
+	maxQueued int
 
 	mu      sync.Mutex
 	running int     // round trips in flight; while 0, nothing waits
@@ -153,8 +162,9 @@ func (r *read) answer(rec *driver.KeyRecord, err error) {
 }
 
 // get reads id's committed record as driver.KeyGet does: driver.ErrNotFound
-// when there is none. Its error is its own: a batch that fails is read again
-// one key at a time, and a caller that gives up ends only its own wait.
+// when there is none, errReadSkipped when the queue is full. A batch that
+// fails answers each of its reads with its error, and a caller that gives
+// up ends only its own wait.
 func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, error) {
 	if !s.d.BatchesReads() {
 		return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
@@ -165,6 +175,10 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 		s.mu.Unlock()
 		defer s.handOn()
 		return s.alone(ctx, id)
+	}
+	if s.waiting >= s.maxQueued {
+		s.mu.Unlock()
+		return nil, errReadSkipped
 	}
 	r := &read{ctx: ctx, id: id, wake: make(chan []*read, 1)}
 	s.queue = append(s.queue, r)
@@ -317,11 +331,10 @@ func (s *reads) send(batch []*read) {
 		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(batch), len(recs))
 	}
 	if err != nil {
-		// The error may be one read's (a pipeline stops at the first
-		// statement that fails): each read again alone, under its own
-		// caller's context, gets its own answer.
+		// A read fails only with its database: the batch's error is each
+		// read's, answered at once.
 		for _, r := range batch {
-			r.answer(s.d.KeyGet(r.ctx, s.d.Reader(), &driver.KeyGetParams{ID: r.id}))
+			r.answer(nil, err)
 		}
 		return
 	}
