@@ -94,10 +94,8 @@ type batchHooks struct {
 // only when every caller in the batch gave up. Put what the work needs to
 // know of a request in its item.
 //
-// On PostgreSQL the transaction plans each statement once per connection
-// (driver.BeginOptions.GenericPlans), the work's included: the keeper's
-// and the ledger's statements take one array element per request, and a
-// plan made anew for each batch cost more than running it.
+// The work's own statements run as written, under the session's planner
+// settings: idem's settings apply to idem's statements only.
 type BatchWork[T any] func(ctx context.Context, tx driver.Tx, items []T) ([]ItemResult, error)
 
 // ItemResult is the answer of a batch's work for one item.
@@ -568,7 +566,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		}
 		h(keys)
 	}
-	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps), GenericPlans: true})
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps)})
 	if err != nil {
 		return nil, true, err
 	}

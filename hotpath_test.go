@@ -218,3 +218,38 @@ func TestJanitorSkipsLockedRecords(t *testing.T) {
 		t.Fatalf("idem_keys rows %d, want the renewed key only", got)
 	}
 }
+
+// A batch's work runs the user's SQL as written: the planner settings idem
+// uses for its own statements do not reach the work's. Postgres only:
+// SQLite has no plan cache mode.
+func TestBatchWorkRunsUnderSessionPlans(t *testing.T) {
+	d := drivertest.Open(t, "postgres")
+	setup(t, d)
+	k := newKeeper(t, d, idem.Config{})
+	var modes []string
+	var mu sync.Mutex
+	b, err := idem.NewBatcher(k, func(ctx context.Context, tx driver.Tx, items []string) ([]idem.ItemResult, error) {
+		var mode string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		modes = append(modes, mode)
+		mu.Unlock()
+		out := make([]idem.ItemResult, len(items))
+		for i := range out {
+			out[i].Outcome = idem.Outcome{Status: 201}
+		}
+		return out, nil
+	}, idem.BatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
+	if _, err := b.Do(context.Background(), req("a", `{}`), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if len(modes) != 1 || modes[0] != "auto" {
+		t.Fatalf("the work's plan_cache_mode %q, want the session's auto", modes)
+	}
+}

@@ -153,22 +153,23 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		scopes[i], ops[i], keys[i], fps[i] = c.ID.Scope, c.ID.Operation, c.ID.Key, c.Fingerprint
 	}
 	out := make([]driver.KeyClaimResult, n)
-	rows, err := tx.Query(ctx, sqlKeyClaimBatch, scopes, ops, keys, fps, p.Now, p.ExpiresAt)
-	if err != nil {
-		return nil, err
-	}
 	claimed := 0
-	for rows.Next() {
-		var id driver.KeyID
-		if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
-			rows.Close()
-			return nil, err
+	claim := step{sql: sqlKeyClaimBatch, args: []any{scopes, ops, keys, fps, p.Now, p.ExpiresAt}, read: func(rows driver.Rows) error {
+		for rows.Next() {
+			var id driver.KeyID
+			if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
+				return err
+			}
+			i, ok := at[id]
+			if !ok || out[i].Claimed {
+				return fmt.Errorf("postgres: claim batch: key %q claimed but not asked for, or twice", id.Key)
+			}
+			out[i].Claimed = true
+			claimed++
 		}
-		out[at[id]].Claimed = true
-		claimed++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}}
+	if err := pipeline(ctx, tx, generic(claim)...); err != nil {
 		return nil, err
 	}
 	if claimed == n {
@@ -183,7 +184,7 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		}
 	}
 	recs := make([]*driver.KeyRecord, len(live))
-	if err := pipeline(ctx, tx, keyGetArrays(live, recs)); err != nil {
+	if err := pipeline(ctx, tx, generic(keyGetArrays(live, recs))...); err != nil {
 		return nil, err
 	}
 	found := 0
@@ -202,13 +203,13 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 }
 
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
-	n := len(p.Records)
-	switch {
-	case n == 1:
-		if err := d.KeyRecord(ctx, tx, &p.Records[0]); err != nil { // a cached plan, as in KeyClaimBatch
-			return err
-		}
-	case n > 1:
+	n, m := len(p.Records), len(p.Release)
+	if n == 1 && m == 0 {
+		return d.KeyRecord(ctx, tx, &p.Records[0]) // a cached plan, as in KeyClaimBatch
+	}
+	var recorded, released int64
+	var steps []step
+	if n > 0 {
 		scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
 		statuses := make([]int32, n)
 		headers, bodies := make([][]byte, n), make([][]byte, n)
@@ -216,21 +217,27 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 			scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
 			statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
 		}
-		k, err := tx.Exec(ctx, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies)
-		if err := affected("record outcomes", k, int64(n), err); err != nil {
-			return err
-		}
+		steps = append(steps, write(&recorded, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies))
 	}
-	m := len(p.Release)
-	if m == 0 {
+	if m > 0 {
+		scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
+		for i, id := range p.Release {
+			scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
+		}
+		steps = append(steps, write(&released, sqlKeyReleaseBatch, scopes, ops, keys))
+	}
+	if len(steps) == 0 {
 		return nil
 	}
-	scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
-	for i, id := range p.Release {
-		scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
+	// Both statements travel in one round trip; the first that fails is
+	// the error, and the second is then never run.
+	if err := pipeline(ctx, tx, generic(steps...)...); err != nil {
+		return err
 	}
-	k, err := tx.Exec(ctx, sqlKeyReleaseBatch, scopes, ops, keys)
-	return affected("release claims", k, int64(m), err)
+	if err := affected("record outcomes", recorded, int64(n), nil); err != nil {
+		return err
+	}
+	return affected("release claims", released, int64(m), nil)
 }
 
 // Writers is 0: Postgres runs write transactions side by side.
@@ -269,7 +276,7 @@ func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGet
 	}
 	out := make([]*driver.KeyRecord, len(p.IDs))
 	if t, ok := tx.(*pgTx); ok && t.q == querier(d.pool) && len(p.IDs) >= keyGetArraysFrom {
-		if err := pipeline(ctx, tx, unread(settingsSQL[setGenericPlans]), keyGetArrays(p.IDs, out)); err != nil {
+		if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
 			return nil, err
 		}
 		return out, nil

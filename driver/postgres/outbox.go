@@ -168,9 +168,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
 		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	_, err := tx.Exec(ctx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
-		parents, states)
-	return err
+	return pipeline(ctx, tx, generic(unread(sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+		parents, states))...)
 }
 
 // The relay's reads must walk their index in order and stop at the limit.
@@ -216,8 +215,7 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 // OutboxMarkSent: a row already gone or already marked is no error: the
 // mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
-	_, err := tx.Exec(ctx, sqlOutboxMarkSent, p.IDs, p.Now)
-	return err
+	return pipeline(ctx, tx, generic(unread(sqlOutboxMarkSent, p.IDs, p.Now))...)
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {

@@ -63,8 +63,8 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 // with the claim, the ledger's locks with its reads and clock, the ledger's
 // write, the outbox's rows, the outcomes, COMMIT; the relay's mark of its
 // rows as sent, two. Each write is a round trip of its own, so that its
-// error is its own. Its per-transaction settings (lock timeout, generic
-// plans) add none, and, being parameters, no new statement to prepare
+// error is its own. Its per-transaction settings (lock timeout) and
+// idem's generic plans add none, and, being parameters, no new statement to prepare
 // when their values change.
 func TestBatchRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -82,7 +82,7 @@ func TestBatchRoundTrips(t *testing.T) {
 
 	batch := func(run int) {
 		t.Helper()
-		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond, GenericPlans: true})
+		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestBatchRoundTrips(t *testing.T) {
 			ids[i] = r.ID
 		}
 		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
-		mark, err := d.Begin(ctx, driver.BeginOptions{GenericPlans: true, LazyCommit: true})
+		mark, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func TestOwnedTxErrorsWhereTheyHappen(t *testing.T) {
 	id := driver.KeyID{Scope: "t", Operation: "POST", Key: "k"}
 
 	// A unique violation is the insert's own error, code and message.
-	tx, _ := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
+	tx, _ := d.Begin(ctx, driver.BeginOptions{})
 	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
@@ -277,24 +277,56 @@ func TestOwnedTxErrorsWhereTheyHappen(t *testing.T) {
 	if n := d.pool.Stat().AcquiredConns(); n != 0 {
 		t.Fatalf("%d connections still held", n)
 	}
-	// Every connection went back idle, outside any transaction.
-	for range 4 {
-		tx, _ := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
-		var mode string
-		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "force_generic_plan" {
-			t.Fatalf("plan_cache_mode %q (%v) in a GenericPlans transaction", mode, err)
+}
+
+// idem's statements over arrays run under a generic plan, and only they:
+// the statements around them in the transaction, the user's among them,
+// run under the session's plan_cache_mode, whatever it is.
+func TestGenericPlansOnlyForIdemStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: migratedSchema(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mode := func(tx driver.Tx) (m string) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&m); err != nil {
+			t.Fatal(err)
 		}
-		if err := tx.Commit(ctx); err != nil {
+		return m
+	}
+	now := time.Now()
+	ids := []driver.KeyID{{Scope: "t", Operation: "POST", Key: "a"}, {Scope: "t", Operation: "POST", Key: "b"}}
+	for _, session := range []string{"auto", "force_custom_plan"} {
+		if _, err := d.Reader().Exec(ctx, `SELECT set_config('plan_cache_mode', $1, false)`, session); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := []driver.KeyClaimItem{{ID: ids[0], Fingerprint: []byte("fp")}, {ID: ids[1], Fingerprint: []byte("fp")}}
+		if _, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if m := mode(tx); m != session {
+			t.Fatalf("after the claim: plan_cache_mode %q, want the session's %q", m, session)
+		}
+		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: ids[0], Status: 201}}, Release: ids[1:]}); err != nil {
+			t.Fatal(err)
+		}
+		if m := mode(tx); m != session {
+			t.Fatalf("after the record: plan_cache_mode %q, want the session's %q", m, session)
+		}
+		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var mode string
-	if err := d.Reader().QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "auto" {
-		t.Fatalf("plan_cache_mode %q (%v) after the transactions, want auto", mode, err)
-	}
 }
 
-// A transaction's own settings (lock timeout, generic plans, lazy commit)
+// A transaction's own settings (lock timeout, lazy commit)
 // are one statement, sent with its BEGIN and its first statement.
 func TestBeginSettingsOneStatement(t *testing.T) {
 	t.Parallel()
@@ -305,9 +337,8 @@ func TestBeginSettingsOneStatement(t *testing.T) {
 		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	})
 	for _, opts := range []driver.BeginOptions{
-		{LockTimeout: 250 * time.Millisecond, GenericPlans: true, LazyCommit: true},
+		{LockTimeout: 250 * time.Millisecond, LazyCommit: true},
 		{LockTimeout: 250 * time.Millisecond},
-		{GenericPlans: true},
 		{LazyCommit: true},
 		{},
 	} {
@@ -330,9 +361,6 @@ func TestBeginSettingsOneStatement(t *testing.T) {
 		statements := int64(2) // BEGIN and the query
 		if opts.LockTimeout > 0 {
 			want[0] = "250ms"
-		}
-		if opts.GenericPlans {
-			want[1] = "force_generic_plan"
 		}
 		if opts.LazyCommit {
 			want[2] = "off"

@@ -227,15 +227,45 @@ func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.
 
 // step is one statement of a pipeline and what reads its rows.
 type step struct {
-	sql  string
-	args []any
-	read func(driver.Rows) error
+	sql      string
+	args     []any
+	read     func(driver.Rows) error
+	affected *int64 // when set, receives the rows the statement affected
 }
 
 // unread is a step whose rows nobody reads: a lock taken, a setting made.
 func unread(sql string, args ...any) step {
 	return step{sql: sql, args: args, read: func(driver.Rows) error { return nil }}
 }
+
+// write is a step that writes and reports how many rows it affected in n.
+func write(n *int64, sql string, args ...any) step {
+	s := unread(sql, args...)
+	s.affected = n
+	return s
+}
+
+// idem's statements over arrays (one element per request of a batch) run
+// under a generic plan: a plan made for each batch's arrays cost more than
+// running it (docs/benchmarks.md, "Generic plans"). generic wraps them in
+// two statements of the same round trip, one that sets plan_cache_mode and
+// one that restores the transaction's own, so that the statements around
+// them, the user's among them, are planned as the user's session says.
+func generic(steps ...step) []step {
+	out := make([]step, 0, len(steps)+2)
+	out = append(out, unread(sqlGenericOn))
+	out = append(out, steps...)
+	return append(out, unread(sqlGenericOff))
+}
+
+const (
+	sqlGenericOn = `SELECT set_config('idem.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlGenericOff = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true)`
+)
+
+// tagged is the rows of a statement whose command tag can be read.
+type tagged interface{ CommandTag() pgconn.CommandTag }
 
 // pipeline runs steps in order in tx and gives each its rows: in one round
 // trip when tx is this driver's (with an ownedTx's opening, if unsent),
@@ -267,6 +297,9 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 			if err := readAll(rows, s.read); err != nil {
 				return err
 			}
+			if t, ok := rows.(tagged); ok && s.affected != nil {
+				*s.affected = t.CommandTag().RowsAffected()
+			}
 		}
 		return nil
 	}
@@ -278,6 +311,9 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		if err != nil {
 			_ = br.Close()
 			return mapErr(err)
+		}
+		if s.affected != nil {
+			*s.affected = rows.CommandTag().RowsAffected()
 		}
 	}
 	return mapErr(br.Close())
