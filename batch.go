@@ -17,34 +17,21 @@ import (
 )
 
 // Batcher coalesces concurrent first arrivals into one transaction ("group
-// commit"): where Keeper.Do spends a transaction — a connection, its round
-// trips and a commit's flush — on each request, a Batcher spends one on
-// all the requests that arrived while its batches ran, up to
-// BatchConfig.MaxBatch.
+// commit"): where Keeper.Do spends a transaction on each request, a Batcher
+// spends one on all the requests that arrived while its batches ran, up to
+// BatchConfig.MaxBatch. Each request is still all-or-nothing and answered
+// only once its batch committed; Batcher.Do keeps everything Keeper.Do does
+// but the transaction of its own. A batch that fails for a reason one of
+// its requests may cause is rolled back and tried again in halves, down to
+// single requests, so that one request's fault is answered to it alone.
 //
-// Each request is still all-or-nothing: its claim, what the work wrote for
-// it and its stored outcome commit together, and it is answered only once
-// they did. Batcher.Do keeps everything Keeper.Do does (the key checks, the
-// one-read replay of a committed record, in-process twins, ErrKeyReused,
-// ErrInFlight, *PanicError); only the transaction is shared. A batch that
-// fails (a work error or panic, a deadlock, a lock timeout, a lost
-// connection) is rolled back and tried again in halves, down to single
-// requests, so that one request's fault is answered to that request alone.
-//
-// There is no goroutine of its own and no sleep. A request that finds no
-// batch running runs one at once, in its own goroutine, so a lone request
-// costs what Do costs. Otherwise it waits in the queue. What waits (up to
-// MaxBatch) starts a batch, run by the oldest waiting request's goroutine,
-// when a batch ends, or beside the running ones (up to
-// BatchConfig.Concurrency) once as many requests wait as a running batch
-// carries on average: beside a lone request at once, so that two clients
-// do not take turns, and beside a batch of ten with the tenth, so that a
-// busy database spends its per-transaction cost on batches of about one
-// size instead of on a stream of small ones. A request that has waited a
-// quarter of MaxWait takes any free place, so that a batch held up by
-// another process's locks does not hold its followers back. Batches grow
-// only when requests arrive faster than the database commits them.
-// docs/architecture.md, "Group commit", says what the knobs trade.
+// It has no goroutine and no timer of its own: a request that finds no
+// batch running runs one at once, so a lone request costs what Do costs;
+// otherwise it waits, and what waits starts a batch when one ends, or
+// beside the running ones (up to Concurrency) once as many requests wait
+// as a running batch carries on average (startable), or once it has waited
+// a quarter of MaxWait. docs/architecture.md, "Group commit", says what the
+// knobs trade.
 type Batcher[T any] struct {
 	k    *Keeper
 	work BatchWork[T]
@@ -144,8 +131,8 @@ func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 2
-		if w := d.Writers(); w > 0 {
-			c.Concurrency = min(c.Concurrency, w)
+		if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+			c.Concurrency = min(c.Concurrency, w.Writers())
 		}
 	}
 	if c.MaxQueued == 0 {
@@ -546,16 +533,8 @@ type commitError struct{ err error }
 func (e *commitError) Error() string { return e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
 
-// answer is one request's answer in a batch that committed.
-type answer struct {
-	res Result
-	err error
-}
-
-// try is one transaction for ps: claim all their keys in one statement,
-// answer those a live record holds, run the work for the rest, store
-// their outcomes and release the refused ones' claims in one statement,
-// commit. whole is set when the error is not any request's doing (the
+// try is one transaction for ps: the shared core (Keeper.transact), then
+// the commit. whole is set when the error is not any request's doing (the
 // transaction could not begin), so that splitting cannot help.
 func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answer, whole bool, err error) {
 	k := b.k
@@ -572,69 +551,19 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 
-	now := k.cfg.Clock()
-	expires := now.Add(k.cfg.Retention)
-	claims := make([]driver.KeyClaimItem, len(ps))
+	cs := make([]claimant, len(ps))
 	for i, p := range ps {
-		claims[i] = driver.KeyClaimItem{ID: p.key.id(), Fingerprint: p.fp}
+		cs[i] = claimant{key: p.key, fp: p.fp}
 	}
-	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
-	span.End()
-	if err == nil && len(claimed) != len(ps) {
-		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(ps))
-	}
-	if err != nil {
-		if len(ps) == 1 && errors.Is(err, driver.ErrLockTimeout) {
-			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
+		items := make([]T, len(todo))
+		for j, i := range todo {
+			items[j] = ps[i].item
 		}
-		return nil, false, err
-	}
-
-	answers = make([]answer, len(ps))
-	var todo []int // the requests whose keys this transaction claimed
-	for i, c := range claimed {
-		if c.Claimed {
-			todo = append(todo, i)
-			continue
-		}
-		answers[i].res, answers[i].err = replay(ps[i].key, c.Existing, ps[i].fp)
-	}
-	if len(todo) == 0 {
-		return answers, false, nil // nothing written: the rollback ends it
-	}
-	items := make([]T, len(todo))
-	for j, i := range todo {
-		items[j] = ps[i].item
-	}
-	results, err := b.runWork(ctx, tx, ps, items)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(results) != len(items) {
-		return nil, false, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(items))
-	}
-
-	var store driver.KeyRecordBatchParams
-	for j, i := range todo {
-		r := results[j]
-		if r.Err != nil {
-			store.Release = append(store.Release, ps[i].key.id())
-			answers[i].err = r.Err
-			continue
-		}
-		rec, err := record(ps[i].key, r.Outcome)
-		if err != nil {
-			return nil, false, err
-		}
-		store.Records = append(store.Records, rec)
-		answers[i].res = Result{Outcome: r.Outcome, ExpiresAt: expires}
-	}
-	if len(store.Records) == 0 {
-		return answers, false, nil // every claim refused: the rollback releases them
-	}
-	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
-		return nil, false, err
+		return b.runWork(ctx, tx, ps, items)
+	})
+	if err != nil || !write {
+		return answers, false, err // the rollback ends it, releasing refused claims
 	}
 	failpoint.Hit("keeper.before_commit")
 	commit := tx.Commit

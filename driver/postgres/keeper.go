@@ -240,9 +240,6 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 	return affected("release claims", released, int64(m), nil)
 }
 
-// Writers is 0: Postgres runs write transactions side by side.
-func (d *Driver) Writers() int { return 0 }
-
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}
 	err := tx.QueryRow(ctx, sqlKeyGet, p.ID.Scope, p.ID.Operation, p.ID.Key).
@@ -253,29 +250,17 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	return rec, nil
 }
 
-// BatchesReads is true: each statement is a round trip.
-func (d *Driver) BatchesReads() bool { return true }
-
 // keyGetArraysFrom is the number of keys from which KeyGetBatch reads them
-// in one statement over arrays, under a generic plan. Measured on the fast
-// path's reads (four callers, a table of 175,000 keys), against a statement
-// a key: at six keys it cost PostgreSQL 18% less CPU a read and idem 19%
-// less; at eight, 30% and 32%; at sixteen, 33% and 43%; at four, about as
-// much (docs/benchmarks.md, "Reads over arrays"). Planned anew each time
-// instead, it cost PostgreSQL 1.5–2.5 times as much.
+// in one statement over arrays instead of a statement a key (its figure:
+// docs/benchmarks.md, "The hot path's mechanisms").
 const keyGetArraysFrom = 6
 
-// KeyGetBatch reads keys in one round trip. On the reader, from
-// keyGetArraysFrom keys on, that is one statement over arrays
-// (sqlKeyGetBatch) planned for any length, a setting of its own implicit
-// transaction; otherwise one KeyGet statement per key, each on its cached
-// plan, since the setting would outlast the statement in a transaction.
+// KeyGetBatch reads keys in one round trip: from keyGetArraysFrom keys on
+// as one statement over arrays (sqlKeyGetBatch) under a generic plan, below
+// it as one KeyGet statement per key, each on its cached plan.
 func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
-	if len(p.IDs) == 1 {
-		return driver.KeyGetEach(ctx, d, tx, p)
-	}
 	out := make([]*driver.KeyRecord, len(p.IDs))
-	if t, ok := tx.(*pgTx); ok && t.q == querier(d.pool) && len(p.IDs) >= keyGetArraysFrom {
+	if len(p.IDs) >= keyGetArraysFrom {
 		if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
 			return nil, err
 		}

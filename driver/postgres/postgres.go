@@ -73,7 +73,10 @@ type Driver struct {
 	migrateBudget time.Duration // migrationLockBudget; shorter in tests
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.KeyReadBatcher = (*Driver)(nil)
+)
 
 // Open connects a pool. It does not migrate: call Migrate.
 func Open(ctx context.Context, cfg Config) (*Driver, error) {
