@@ -231,6 +231,7 @@ type step struct {
 	args     []any
 	read     func(driver.Rows) error
 	affected *int64 // when set, receives the rows the statement affected
+	plan     bool   // a plan setting (generic): sent only in a pipeline
 }
 
 // unread is a step whose rows nobody reads: a lock taken, a setting made.
@@ -252,10 +253,12 @@ func write(n *int64, sql string, args ...any) step {
 // one that restores the transaction's own, so that the statements around
 // them, the user's among them, are planned as the user's session says.
 func generic(steps ...step) []step {
+	on, off := unread(sqlGenericOn), unread(sqlGenericOff)
+	on.plan, off.plan = true, true
 	out := make([]step, 0, len(steps)+2)
-	out = append(out, unread(sqlGenericOn))
+	out = append(out, on)
 	out = append(out, steps...)
-	return append(out, unread(sqlGenericOff))
+	return append(out, off)
 }
 
 const (
@@ -269,7 +272,7 @@ type tagged interface{ CommandTag() pgconn.CommandTag }
 
 // pipeline runs steps in order in tx and gives each its rows: in one round
 // trip when tx is this driver's (with an ownedTx's opening, if unsent),
-// else one statement at a time. The first step that fails ends it, and its
+// else one statement at a time, without plan settings. The first step that fails ends it, and its
 // error is that step's: the server skips the steps behind it.
 func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 	b := &pgx.Batch{}
@@ -290,6 +293,9 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		br = t.q.SendBatch(ctx, b)
 	default:
 		for _, s := range steps {
+			if s.plan {
+				continue // a round trip of its own would cost more than the plan
+			}
 			rows, err := tx.Query(ctx, s.sql, s.args...)
 			if err != nil {
 				return err
