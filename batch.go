@@ -17,34 +17,21 @@ import (
 )
 
 // Batcher coalesces concurrent first arrivals into one transaction ("group
-// commit"): where Keeper.Do spends a transaction — a connection, its round
-// trips and a commit's flush — on each request, a Batcher spends one on
-// all the requests that arrived while its batches ran, up to
-// BatchConfig.MaxBatch.
+// commit"): where Keeper.Do spends a transaction on each request, a Batcher
+// spends one on all the requests that arrived while its batches ran, up to
+// BatchConfig.MaxBatch. Each request is still all-or-nothing and answered
+// only once its batch committed; Batcher.Do keeps everything Keeper.Do does
+// but the transaction of its own. A batch that fails for a reason one of
+// its requests may cause is rolled back and tried again in halves, down to
+// single requests, so that one request's fault is answered to it alone.
 //
-// Each request is still all-or-nothing: its claim, what the work wrote for
-// it and its stored outcome commit together, and it is answered only once
-// they did. Batcher.Do keeps everything Keeper.Do does (the key checks, the
-// one-read replay of a committed record, in-process twins, ErrKeyReused,
-// ErrInFlight, *PanicError); only the transaction is shared. A batch that
-// fails (a work error or panic, a deadlock, a lock timeout, a lost
-// connection) is rolled back and tried again in halves, down to single
-// requests, so that one request's fault is answered to that request alone.
-//
-// There is no goroutine of its own and no sleep. A request that finds no
-// batch running runs one at once, in its own goroutine, so a lone request
-// costs what Do costs. Otherwise it waits in the queue. What waits (up to
-// MaxBatch) starts a batch, run by the oldest waiting request's goroutine,
-// when a batch ends, or beside the running ones (up to
-// BatchConfig.Concurrency) once as many requests wait as a running batch
-// carries on average: beside a lone request at once, so that two clients
-// do not take turns, and beside a batch of ten with the tenth, so that a
-// busy database spends its per-transaction cost on batches of about one
-// size instead of on a stream of small ones. A request that has waited a
-// quarter of MaxWait takes any free place, so that a batch held up by
-// another process's locks does not hold its followers back. Batches grow
-// only when requests arrive faster than the database commits them.
-// docs/architecture.md, "Group commit", says what the knobs trade.
+// It has no goroutine and no timer of its own: a request that finds no
+// batch running runs one at once, so a lone request costs what Do costs;
+// otherwise it waits, and what waits starts a batch when one ends, or
+// beside the running ones (up to Concurrency) once as many requests wait
+// as a running batch carries on average (startable), or once it has waited
+// a quarter of MaxWait. docs/architecture.md, "Group commit", says what the
+// knobs trade.
 type Batcher[T any] struct {
 	k    *Keeper
 	work BatchWork[T]
@@ -94,10 +81,8 @@ type batchHooks struct {
 // only when every caller in the batch gave up. Put what the work needs to
 // know of a request in its item.
 //
-// On PostgreSQL the transaction plans each statement once per connection
-// (driver.BeginOptions.GenericPlans), the work's included: the keeper's
-// and the ledger's statements take one array element per request, and a
-// plan made anew for each batch cost more than running it.
+// The work's own statements run as written, under the session's planner
+// settings: idem's settings apply to idem's statements only.
 type BatchWork[T any] func(ctx context.Context, tx driver.Tx, items []T) ([]ItemResult, error)
 
 // ItemResult is the answer of a batch's work for one item.
@@ -146,8 +131,8 @@ func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 2
-		if w := d.Writers(); w > 0 {
-			c.Concurrency = min(c.Concurrency, w)
+		if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+			c.Concurrency = min(c.Concurrency, w.Writers())
 		}
 	}
 	if c.MaxQueued == 0 {
@@ -218,15 +203,28 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 func (b *Batcher[T]) Config() BatchConfig { return b.cfg }
 
 // Close stops taking requests (Do then gets ErrBusy), lets those already
-// queued run in their batches, and returns once every batch has answered.
-// Calling it again does nothing.
-func (b *Batcher[T]) Close() {
+// queued run in their batches, and returns nil once every batch has
+// answered, or ctx's error when ctx ends first (the batches still run to
+// their answers). Calling it again waits again.
+func (b *Batcher[T]) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.idle.Broadcast()
+	})
+	defer stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.closed = true
-	for b.running > 0 {
+	for b.running > 0 && ctx.Err() == nil {
 		b.idle.Wait()
 	}
+	if b.running > 0 {
+		return fmt.Errorf("idem: close: %d batches still running: %w", b.running, ctx.Err())
+	}
+	return nil
 }
 
 // Do is Keeper.Do with item done by the batcher's work, in a transaction
@@ -258,12 +256,24 @@ func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(cont
 	ctx, span := b.k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
 	return b.k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
-		item, err := makeItem(ctx)
+		item, err := b.makeItem(ctx, key, makeItem)
 		if err != nil {
 			return Result{}, err
 		}
 		return b.submit(ctx, key, fp, item, lockWait)
 	})
+}
+
+// makeItem calls makeItem and turns its panic into a *PanicError, logged
+// as a panic of the work is: nothing was stored, and the caller (a server
+// carrying other requests) answers it as any failure.
+func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(context.Context) (T, error)) (item T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = b.k.panicked(ctx, key, v)
+		}
+	}()
+	return makeItem(ctx)
 }
 
 // submit runs a request in a batch of its own when fewer than Concurrency
@@ -483,7 +493,7 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
 		for i, p := range ps {
 			p.answer(answers[i].res, answers[i].err)
 		}
-	case len(ps) == 1 || whole || ctx.Err() != nil:
+	case len(ps) == 1 || whole || ctx.Err() != nil || !itemMayCause(err):
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetStatus(codes.Error, err.Error())
 		}
@@ -501,16 +511,30 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
 	}
 }
 
-// answer is one request's answer in a batch that committed.
-type answer struct {
-	res Result
-	err error
+// itemMayCause reports whether err may be one request's doing, so that
+// trying the requests apart can help: not a context that ended, nor a
+// database that is unavailable (a lost connection, a closed pool), which
+// fail every part alike. A failed commit is the exception (try marks it):
+// it may have happened, and the parts' claims then find their records.
+func itemMayCause(err error) bool {
+	var c *commitError
+	switch {
+	case errors.As(err, &c):
+		return true
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, driver.ErrUnavailable):
+		return false
+	}
+	return true
 }
 
-// try is one transaction for ps: claim all their keys in one statement,
-// answer those a live record holds, run the work for the rest, store
-// their outcomes and release the refused ones' claims in one statement,
-// commit. whole is set when the error is not any request's doing (the
+// commitError is a batch's failed commit, which may have happened.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// try is one transaction for ps: the shared core (Keeper.transact), then
+// the commit. whole is set when the error is not any request's doing (the
 // transaction could not begin), so that splitting cannot help.
 func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answer, whole bool, err error) {
 	k := b.k
@@ -521,72 +545,25 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		}
 		h(keys)
 	}
-	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps), GenericPlans: true})
+	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps)})
 	if err != nil {
 		return nil, true, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 
-	now := k.cfg.Clock()
-	expires := now.Add(k.cfg.Retention)
-	claims := make([]driver.KeyClaimItem, len(ps))
+	cs := make([]claimant, len(ps))
 	for i, p := range ps {
-		claims[i] = driver.KeyClaimItem{ID: p.key.id(), Fingerprint: p.fp}
+		cs[i] = claimant{key: p.key, fp: p.fp}
 	}
-	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
-	span.End()
-	if err != nil {
-		if len(ps) == 1 && errors.Is(err, driver.ErrLockTimeout) {
-			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
+		items := make([]T, len(todo))
+		for j, i := range todo {
+			items[j] = ps[i].item
 		}
-		return nil, false, err
-	}
-
-	answers = make([]answer, len(ps))
-	var todo []int // the requests whose keys this transaction claimed
-	for i, c := range claimed {
-		if c.Claimed {
-			todo = append(todo, i)
-			continue
-		}
-		answers[i].res, answers[i].err = replay(ps[i].key, c.Existing, ps[i].fp)
-	}
-	if len(todo) == 0 {
-		return answers, false, nil // nothing written: the rollback ends it
-	}
-	items := make([]T, len(todo))
-	for j, i := range todo {
-		items[j] = ps[i].item
-	}
-	results, err := b.runWork(ctx, tx, ps, items)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(results) != len(items) {
-		return nil, false, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(items))
-	}
-
-	var store driver.KeyRecordBatchParams
-	for j, i := range todo {
-		r := results[j]
-		if r.Err != nil {
-			store.Release = append(store.Release, ps[i].key.id())
-			answers[i].err = r.Err
-			continue
-		}
-		rec, err := record(ps[i].key, r.Outcome)
-		if err != nil {
-			return nil, false, err
-		}
-		store.Records = append(store.Records, rec)
-		answers[i].res = Result{Outcome: r.Outcome, ExpiresAt: expires}
-	}
-	if len(store.Records) == 0 {
-		return answers, false, nil // every claim refused: the rollback releases them
-	}
-	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
-		return nil, false, err
+		return b.runWork(ctx, tx, ps, items)
+	})
+	if err != nil || !write {
+		return answers, false, err // the rollback ends it, releasing refused claims
 	}
 	failpoint.Hit("keeper.before_commit")
 	commit := tx.Commit
@@ -600,7 +577,10 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		// Not when the database said it committed without the standbys it
 		// must wait for: that replay would acknowledge what a failover
 		// may lose, so every request of the batch gets the error.
-		return nil, errors.Is(err, ErrUnreplicated), err
+		if errors.Is(err, ErrUnreplicated) {
+			return nil, true, err
+		}
+		return nil, false, &commitError{err}
 	}
 	return answers, false, nil
 }

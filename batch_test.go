@@ -30,6 +30,7 @@ type thing struct {
 	refuse bool   // answered with ItemResult.Err
 	fail   bool   // the work fails for any batch that holds it
 	panic  bool   // the work panics for any batch that holds it
+	down   bool   // the work fails for any batch that holds it, the database unavailable
 }
 
 var (
@@ -80,7 +81,7 @@ func (r *rig) newBatcher(k *idem.Keeper, cfg idem.BatchConfig) *idem.Batcher[thi
 		r.mu.Unlock()
 	})
 	idem.SetQueuedHook(b, func(k idem.Key) { r.queued <- k })
-	r.t.Cleanup(b.Close)
+	r.t.Cleanup(func() { _ = b.Close(context.Background()) })
 	return b
 }
 
@@ -111,6 +112,9 @@ func (r *rig) work(ctx context.Context, tx driver.Tx, items []thing) ([]idem.Ite
 		}
 		if it.panic {
 			panic("thing: bug in " + it.key)
+		}
+		if it.down {
+			return nil, fmt.Errorf("thing: %w", driver.ErrUnavailable)
 		}
 	}
 	return out, nil
@@ -244,7 +248,7 @@ func wantAttempts(t *testing.T, got [][]string, want ...[]string) {
 // Their copies replay from storage without a transaction.
 func TestBatcherGroupsFirstArrivals(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 64})
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 64, MaxWait: time.Minute})
 		release := r.hold("hold")
 		const n = 150
 		key := func(i int) string { return fmt.Sprintf("k%03d", i) }
@@ -647,7 +651,7 @@ func TestBatcherBounds(t *testing.T) {
 		}
 		r.waitQueued(1) // late's own
 		release()
-		r.b.Close()
+		_ = r.b.Close(ctx)
 		if _, err := r.b.Do(ctx, req("closed", `{}`), thing{key: "closed"}); !errors.Is(err, idem.ErrBusy) {
 			t.Fatalf("after Close: %v, want ErrBusy", err)
 		}
@@ -864,7 +868,7 @@ func TestBatchConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Close()
+		defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 2, MaxQueued: 1000, MaxWait: time.Second}
 		if d.Dialect() == "sqlite" {
 			want.Concurrency = 1
@@ -890,7 +894,7 @@ func TestBatcherWorkMiscounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Close()
+		defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 		_, err = b.Do(context.Background(), req("short", `{}`), thing{key: "short"})
 		if err == nil || !strings.Contains(err.Error(), "0 results for 1 items") {
 			t.Fatalf("miscounting work: %v", err)

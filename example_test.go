@@ -112,7 +112,7 @@ func ExampleBatcher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer b.Close()
+	defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 
 	do := func(order string) idem.Result {
 		req := idem.Request{Key: idem.Key{Scope: "acme", Operation: "charge", Key: order}, Body: []byte(`{"amount":1500}`)}

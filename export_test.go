@@ -61,3 +61,7 @@ func SetReadHooks(k *Keeper, queued func(Key), sent func([]Key)) {
 }
 
 func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Operation, Key: id.Key} }
+
+// SetReadQueueBound sets how many fast-path reads may wait for a round
+// trip (readMaxQueued in production). Call it before k is used.
+func SetReadQueueBound(k *Keeper, n int) { k.reads.maxQueued = n }

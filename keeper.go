@@ -241,8 +241,9 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	rb, _ := d.(driver.KeyReadBatcher)
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d}}, nil
+		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -305,7 +306,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
 			return replay(req.Key, rec, fp)
-		case err != nil && !errors.Is(err, driver.ErrNotFound):
+		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
 	}
@@ -435,40 +436,103 @@ func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWai
 	return res, nil
 }
 
+// claimAndWork is one request's claim → work → record in tx: the core
+// Do and DoTx share with the Batcher (transact), for a batch of one.
 func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []byte, work Work) (Result, error) {
+	answers, _, err := k.transact(ctx, tx, []claimant{{key: key, fp: fp}}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
+		out, err := k.runWork(ctx, tx, key, work)
+		return []ItemResult{{Outcome: out}}, err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return answers[0].res, answers[0].err
+}
+
+// claimant is one request of a transaction: its key and fingerprint.
+type claimant struct {
+	key Key
+	fp  []byte
+}
+
+// answer is one request's answer in a transaction that committed.
+type answer struct {
+	res Result
+	err error
+}
+
+// transact is the claim → work → record core of Do and the Batcher, in tx:
+// it claims every key in one statement, answers those a live record holds,
+// runs work for the claimed ones (todo: their places in cs, in order) and
+// stores their outcomes and releases the refused ones' claims in one
+// statement. It writes nothing more: the caller commits when write is
+// true, and otherwise rolls back, which also releases refused claims.
+func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, write bool, err error) {
 	now := k.cfg.Clock()
 	expires := now.Add(k.cfg.Retention)
-	// The claim may wait on a twin's row lock in the database: its own span
-	// shows that wait apart from the work's.
+	claims := make([]driver.KeyClaimItem, len(cs))
+	for i, c := range cs {
+		claims[i] = driver.KeyClaimItem{ID: c.key.id(), Fingerprint: c.fp}
+	}
+	// The claim may wait on a twin's row lock in the database: its own
+	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claim, err := k.d.KeyClaim(ctx, tx, &driver.KeyClaimParams{
-		ID: key.id(), Fingerprint: fp, Now: now, ExpiresAt: expires,
-	})
-	if span.IsRecording() && err == nil {
-		span.SetAttributes(attribute.Bool("idem.claimed", claim.Claimed))
+	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	if err == nil && len(claimed) != len(cs) {
+		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
+	}
+	if span.IsRecording() && err == nil && len(cs) == 1 {
+		span.SetAttributes(attribute.Bool("idem.claimed", claimed[0].Claimed))
 	}
 	span.End()
-	if errors.Is(err, driver.ErrLockTimeout) {
-		return Result{}, fmt.Errorf("%w: %w", ErrInFlight, err)
-	}
 	if err != nil {
-		return Result{}, err
+		if len(cs) == 1 && errors.Is(err, driver.ErrLockTimeout) {
+			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+		}
+		return nil, false, err
 	}
-	if !claim.Claimed {
-		return replay(key, claim.Existing, fp)
+
+	answers = make([]answer, len(cs))
+	var todo []int // the requests whose keys this transaction claimed
+	for i, c := range claimed {
+		if c.Claimed {
+			todo = append(todo, i)
+			continue
+		}
+		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp)
 	}
-	out, err := k.runWork(ctx, tx, key, work)
+	if len(todo) == 0 {
+		return answers, false, nil
+	}
+	results, err := work(ctx, todo)
 	if err != nil {
-		return Result{}, err
+		return nil, false, err
 	}
-	rec, err := record(key, out)
-	if err != nil {
-		return Result{}, err
+	if len(results) != len(todo) {
+		return nil, false, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(todo))
 	}
-	if err := k.d.KeyRecord(ctx, tx, &rec); err != nil {
-		return Result{}, err
+	var store driver.KeyRecordBatchParams
+	for j, i := range todo {
+		r := results[j]
+		if r.Err != nil {
+			store.Release = append(store.Release, cs[i].key.id())
+			answers[i].err = r.Err
+			continue
+		}
+		rec, err := record(cs[i].key, r.Outcome)
+		if err != nil {
+			return nil, false, err
+		}
+		store.Records = append(store.Records, rec)
+		answers[i].res = Result{Outcome: r.Outcome, ExpiresAt: expires}
 	}
-	return Result{Outcome: out, ExpiresAt: expires}, nil
+	if len(store.Records) == 0 {
+		return answers, false, nil
+	}
+	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
+		return nil, false, err
+	}
+	return answers, true, nil
 }
 
 // record is out as the driver stores it on key's claim.

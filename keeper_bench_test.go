@@ -188,7 +188,7 @@ func benchBatcher(b *testing.B, k *idem.Keeper, clients int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer bt.Close()
+	defer bt.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 	var txs atomic.Int64
 	idem.SetBatchHook(bt, func([]idem.Key) { txs.Add(1) })
 	var seq atomic.Int64

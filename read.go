@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,37 +11,21 @@ import (
 )
 
 // The fast path's reads, coalesced. Do and Batcher.Do begin with a read of
-// their key's record (while such reads find records often enough, below):
-// a replay is answered by it, a first arrival finds nothing and goes on to
-// its claim. Alone, each read is a round trip of its own, and under load
-// the database's per-statement overhead and the context switches cost more
-// than the reads themselves. So the reads
-// of the moment share a round trip (driver.KeyGetBatch), as a Batcher's
-// first arrivals share a transaction, with no timer:
+// their key's record (while such reads find records often enough, below).
+// Where a read is a round trip (driver.KeyReadBatcher), the reads of the
+// moment share one, with no timer:
 //
 //   - a read that finds none in flight goes at once, alone, on KeyGet's
-//     own statement: at low load nothing waits and nothing changes;
-//   - otherwise it waits in the queue, and a round trip that ends hands up
-//     to readMaxBatch waiting reads to the oldest one's goroutine, which
-//     sends them as the next;
+//     own statement: at low load nothing waits;
+//   - otherwise it waits in the queue (at most readMaxQueued), and a round
+//     trip that ends hands up to readMaxBatch waiting reads to the oldest
+//     one's goroutine, which sends them as the next;
 //   - a read that brings the queue to readWorthATrip sends it at once,
 //     beside the round trips in flight, up to readMaxTrips of them.
 //
-// One round trip in flight makes the largest batches and so spends the
-// least CPU: PostgreSQL runs a batch's statements one after another in one
-// backend, with one wake-up for all. But the backend working while the
-// keeper waits, then the keeper while the backend waits, leaves a core
-// idle on a quiet machine; a second round trip once enough reads wait
-// overlaps the two. Measured on two shared cores with 16 callers, a cold
-// replay over HTTP cost PostgreSQL 46–58 µs of CPU with a round trip a
-// read and 23–30 µs with these rules; never more than one round trip
-// saved a few µs more, but capped Keeper.Do's replays
-// (BenchmarkKeeperReplay) at about 40,000 a second, where these rules keep
-// the 40,000–53,000 of a round trip a read. Once six or more reads went as
-// one statement (driver.KeyGetBatch), larger batches paid more, and two
-// round trips in flight instead of four gave cold replays over HTTP 1.15
-// times the requests a second and BenchmarkKeeperReplay 1.2 times
-// (docs/benchmarks.md, "Reads over arrays").
+// Each read is answered once, by the round trip that carried it. The
+// constants' figures are in docs/benchmarks.md, "The hot path's
+// mechanisms".
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32
@@ -50,21 +35,21 @@ const (
 	// readMaxTrips bounds the round trips in flight, each on a connection
 	// of its own.
 	readMaxTrips = 2
+	// readMaxQueued bounds the reads waiting for a round trip. A read past
+	// it is not made: its request goes on to its claim, which answers a
+	// replay as well, in its transaction.
+	readMaxQueued = 1000
 )
 
-// Whether to read at all. The read answers a replay in one round trip, but
-// a first arrival pays for it and still claims its key: without it,
-// first arrivals over HTTP ran 1.13 times as fast at 16 clients and 1.31
-// times at 64 (docs/benchmarks.md, "A read only where it finds
-// something"). A request that does not read is still answered right: its
-// claim finds the committed record and replays it, in its transaction,
-// which costs a replay about 100 µs more of the two processes' CPU than
-// the read. So where a read is a round trip (driver.BatchesReads), each
-// request notes whether its key held a committed record, found by its read
-// or by its claim, and requests read first only while at least one in
-// readWorth of the last readWindow did: replays of a burst of
-// redeliveries, or of retries sent to this process by another, keep their
-// one read; a stream of new work stops paying it.
+// errReadSkipped is a read not made because the queue was full: its
+// request learns nothing and goes on to its claim.
+var errReadSkipped = errors.New("idem: read queue full")
+
+// Whether to read at all. A first arrival pays for its read and still
+// claims; a request that does not read is still answered right, by its
+// claim, which finds the committed record. So where reads are round trips,
+// requests read first only while at least one in readWorth of the last
+// readWindow found a committed record, by its read or by its claim.
 const (
 	readWindow = 256
 	readWorth  = 4
@@ -93,11 +78,12 @@ func (p *readPolicy) note(found bool) {
 	}
 }
 
-// reads coalesces the fast path's reads of one keeper. Nothing bounds the
-// queue but the callers: each waits for its own read, as it would wait for
-// a connection of the pool without the queue.
+// reads coalesces the fast path's reads of one keeper; at most maxQueued
+// wait (readMaxQueued, lower in tests).
 type reads struct {
-	d driver.Driver
+	d         driver.Driver
+	batch     driver.KeyReadBatcher // nil: each read goes alone
+	maxQueued int
 
 	mu      sync.Mutex
 	running int     // round trips in flight; while 0, nothing waits
@@ -111,11 +97,11 @@ type reads struct {
 
 // first reports whether a request is to read its key's record before its
 // claim: always where a read is no round trip, else as the policy says.
-func (s *reads) first() bool { return !s.d.BatchesReads() || !s.policy.skip.Load() }
+func (s *reads) first() bool { return s.batch == nil || !s.policy.skip.Load() }
 
 // note tells the policy whether a request's key held a committed record.
 func (s *reads) note(found bool) {
-	if s.d.BatchesReads() {
+	if s.batch != nil {
 		s.policy.note(found)
 	}
 }
@@ -153,10 +139,11 @@ func (r *read) answer(rec *driver.KeyRecord, err error) {
 }
 
 // get reads id's committed record as driver.KeyGet does: driver.ErrNotFound
-// when there is none. Its error is its own: a batch that fails is read again
-// one key at a time, and a caller that gives up ends only its own wait.
+// when there is none, errReadSkipped when the queue is full. A batch that
+// fails answers each of its reads with its error, and a caller that gives
+// up ends only its own wait.
 func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, error) {
-	if !s.d.BatchesReads() {
+	if s.batch == nil {
 		return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
 	}
 	s.mu.Lock()
@@ -165,6 +152,10 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 		s.mu.Unlock()
 		defer s.handOn()
 		return s.alone(ctx, id)
+	}
+	if s.waiting >= s.maxQueued {
+		s.mu.Unlock()
+		return nil, errReadSkipped
 	}
 	r := &read{ctx: ctx, id: id, wake: make(chan []*read, 1)}
 	s.queue = append(s.queue, r)
@@ -312,16 +303,15 @@ func (s *reads) send(batch []*read) {
 			stop()
 		}
 	}()
-	recs, err := s.d.KeyGetBatch(ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+	recs, err := s.batch.KeyGetBatch(ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
 	if err == nil && len(recs) != len(batch) {
 		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(batch), len(recs))
 	}
 	if err != nil {
-		// The error may be one read's (a pipeline stops at the first
-		// statement that fails): each read again alone, under its own
-		// caller's context, gets its own answer.
+		// A read fails only with its database: the batch's error is each
+		// read's, answered at once.
 		for _, r := range batch {
-			r.answer(s.d.KeyGet(r.ctx, s.d.Reader(), &driver.KeyGetParams{ID: r.id}))
+			r.answer(nil, err)
 		}
 		return
 	}

@@ -53,10 +53,9 @@ func (g *gatedReads) hold(key string) (release func()) {
 	return sync.OnceFunc(func() { close(ch) })
 }
 
-// BatchesReads is true on both drivers, so that the keeper's coalescing
-// is tested on both (SQLite's KeyGetBatch reads key by key).
-func (g *gatedReads) BatchesReads() bool { return true }
-
+// gatedReads is a driver.KeyReadBatcher on both drivers, so that the
+// keeper's coalescing is tested on both (on SQLite, which is none, its
+// batches read key by key).
 func (g *gatedReads) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	g.mu.Lock()
 	ch := g.held[p.ID.Key]
@@ -92,7 +91,10 @@ func (g *gatedReads) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.Ke
 	if slices.Contains(keys, g.broken) {
 		return nil, errBrokenRead
 	}
-	return g.Driver.KeyGetBatch(ctx, tx, p)
+	if rb, ok := g.Driver.(driver.KeyReadBatcher); ok {
+		return rb.KeyGetBatch(ctx, tx, p)
+	}
+	return driver.KeyGetEach(ctx, g.Driver, tx, p)
 }
 
 // outcome is what one Do answered.
@@ -106,8 +108,8 @@ type outcome struct {
 // their claims, a request whose caller gave up — while it waited, or while
 // its batch was in flight — gets its context's error alone, and the
 // others' reads go on under a context the hang-up did not end. A batch
-// that fails is read again key by key, so that only the read that fails
-// fails.
+// that fails answers each of its reads with its error at once: nobody
+// reads again key by key while the others wait.
 func TestReadsCoalesce(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
@@ -220,10 +222,10 @@ func TestReadsCoalesce(t *testing.T) {
 		m3 := queue(context.Background(), "m3")
 		release()
 		wantFirst("hold2", <-hold)
-		wantReplay("r3", <-r3)
-		wantFirst("m3", <-m3)
-		if o := <-broken; !errors.Is(o.err, errBrokenRead) {
-			t.Fatalf("broken: %+v, want its read's error", o)
+		for key, ch := range map[string]<-chan outcome{"r3": r3, "broken": broken, "m3": m3} {
+			if o := <-ch; !errors.Is(o.err, errBrokenRead) {
+				t.Fatalf("%s: %+v, want the batch's error", key, o)
+			}
 		}
 
 		sentMu.Lock()
@@ -235,17 +237,17 @@ func TestReadsCoalesce(t *testing.T) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		// Round 1's batch answered its reads itself, under a live context
-		// though c1 had hung up; round 2's failed and was read key by key.
-		if want := []string{"hold1", "hold2", "r3", "broken", "m3"}; !slices.Equal(g.gets, want) {
+		// though c1 had hung up; round 2's failed, and nothing was read again.
+		if want := []string{"hold1", "hold2"}; !slices.Equal(g.gets, want) {
 			t.Fatalf("reads alone %v, want %v", g.gets, want)
 		}
 		if len(g.ctxErrs) != 2 || g.ctxErrs[0] != nil || g.ctxErrs[1] != nil {
 			t.Fatalf("the batches' contexts when they read: %v, want 2 live", g.ctxErrs)
 		}
-		// The seeds, the holds and the misses stored their outcomes; the
-		// requests that gave up and the broken one stored nothing.
-		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 8 || rows != 8 || runs.Load() != 8 {
-			t.Fatalf("%d keys, %d business rows, %d runs; want 8 each", keys, rows, runs.Load())
+		// The seeds, the holds and round 1's misses stored their outcomes;
+		// the requests that gave up and round 2's failed reads stored nothing.
+		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 7 || rows != 7 || runs.Load() != 7 {
+			t.Fatalf("%d keys, %d business rows, %d runs; want 7 each", keys, rows, runs.Load())
 		}
 	})
 }
@@ -331,9 +333,15 @@ func TestReadsRoundTripBounds(t *testing.T) {
 // none, in the order asked and repeats included: on the reader, in a
 // transaction the driver began and in one the user began. On PostgreSQL a
 // statement that fails fails the batch, and the pool serves the next one.
+// SQLite is no driver.KeyReadBatcher: there the keeper's fallback,
+// driver.KeyGetEach, is checked the same way.
 func TestKeyGetBatch(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
+		rb, ok := d.(driver.KeyReadBatcher)
+		if !ok {
+			rb = keyGetEach{d}
+		}
 		k := newKeeper(t, d, idem.Config{})
 		ctx := context.Background()
 		var runs atomic.Int64
@@ -366,18 +374,18 @@ func TestKeyGetBatch(t *testing.T) {
 				}
 			}
 		}
-		recs, err := d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		recs, err := rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
 		check("reader", recs, err)
 		began, err := d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer began.Rollback(ctx) //nolint:errcheck // read only
-		recs, err = d.KeyGetBatch(ctx, began, &driver.KeyGetBatchParams{IDs: ids})
+		recs, err = rb.KeyGetBatch(ctx, began, &driver.KeyGetBatchParams{IDs: ids})
 		check("the driver's transaction", recs, err)
 		user := userTx(t, d)
 		defer user.Rollback(ctx) //nolint:errcheck // read only
-		recs, err = d.KeyGetBatch(ctx, user, &driver.KeyGetBatchParams{IDs: ids})
+		recs, err = rb.KeyGetBatch(ctx, user, &driver.KeyGetBatchParams{IDs: ids})
 		check("the user's transaction", recs, err)
 
 		if d.Dialect() != "postgres" {
@@ -385,10 +393,10 @@ func TestKeyGetBatch(t *testing.T) {
 		}
 		// Not UTF-8: PostgreSQL refuses the statement's parameter.
 		bad := slices.Insert(slices.Clone(ids), 2, driver.KeyID{Scope: "\xff", Operation: "POST /v1/things", Key: "a"})
-		if recs, err := d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: bad}); err == nil {
+		if recs, err := rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: bad}); err == nil {
 			t.Fatalf("a batch with a failing statement: %v, want an error", recs)
 		}
-		recs, err = d.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		recs, err = rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
 		check("reader after a failed batch", recs, err)
 	})
 }
@@ -460,4 +468,61 @@ func TestReadsOnlyWhileTheyFind(t *testing.T) {
 			t.Fatalf("idem_keys rows %d, want %d", got, want)
 		}
 	})
+}
+
+// The reads waiting for a round trip are bounded: past the bound a request
+// does not read, and its claim answers it (a replay here), without waiting
+// for the round trips in flight.
+func TestReadsQueueBound(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "")
+		k := newKeeper(t, g, idem.Config{})
+		idem.SetReadQueueBound(k, 2)
+		queued := make(chan string, 16)
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, nil)
+		var runs atomic.Int64
+		for _, key := range []string{"a", "b", "c"} {
+			if _, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release := g.hold("hold")
+		defer release()
+		do := func(key string) <-chan outcome {
+			ch := make(chan outcome, 1)
+			go func() {
+				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`))
+				ch <- outcome{res, err}
+			}()
+			return ch
+		}
+		hold := do("hold")
+		<-g.entered
+		wa, wb := do("a"), do("b")
+		<-queued
+		<-queued
+		c := do("c")
+		select {
+		case o := <-c:
+			if o.err != nil || !o.res.Replayed || string(o.res.Body) != `{"id":"c"}` {
+				t.Fatalf("c past the bound: %+v, want its replay from the claim", o)
+			}
+		case key := <-queued:
+			t.Fatalf("%s queued past the bound of 2", key)
+		}
+		release()
+		for key, ch := range map[string]<-chan outcome{"hold": hold, "a": wa, "b": wb} {
+			if o := <-ch; o.err != nil {
+				t.Fatalf("%s: %v", key, o.err)
+			}
+		}
+	})
+}
+
+// keyGetEach is a driver.KeyReadBatcher through the keeper's fallback.
+type keyGetEach struct{ d driver.Driver }
+
+func (e keyGetEach) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
+	return driver.KeyGetEach(ctx, e.d, tx, p)
 }

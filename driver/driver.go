@@ -139,14 +139,6 @@ type BeginOptions struct {
 	// ReadOnly begins a transaction that writes nothing. SQLite serves it from
 	// its reader pool, so it does not queue behind the single writer.
 	ReadOnly bool
-	// GenericPlans asks Postgres to plan each statement of the transaction
-	// once per connection (plan_cache_mode = force_generic_plan) instead of
-	// for its parameters at every execution. idem's statements over arrays
-	// (one element per request of a batch) gain most: a custom plan of
-	// one costs more than its execution. Set only where every statement
-	// of the transaction is one whose generic plan is known to be good, as
-	// the keeper's batches do. SQLite ignores it.
-	GenericPlans bool
 	// LazyCommit lets the commit return before it is durable: a crash may
 	// lose it until a later durable commit on the database, which makes it
 	// durable with its own. Only for a transaction whose loss costs no more

@@ -36,27 +36,31 @@ type KeeperDriver interface {
 	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
-	// KeyGetBatch is KeyGet for many keys at once (the keeper's coalesced
-	// fast-path reads), in one round trip where the dialect allows. It
-	// returns one record per ID, in order, nil where there is none; an ID
-	// may repeat. An error fails the whole batch: it does not say which
-	// read caused it.
-	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
-	// BatchesReads reports whether KeyGetBatch costs less than its reads
-	// one by one: true where each statement is a round trip to a server
-	// (Postgres), false where statements run in process (SQLite) and the
-	// keeper reads each key alone, on as many connections as it likes.
-	BatchesReads() bool
 	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
 	// after Now, and returns how many it deleted.
 	KeyDeleteExpired(ctx context.Context, tx Tx, p *KeyDeleteExpiredParams) (int, error)
 	// Reader runs statements outside any transaction, each on its own, for
 	// reads that need no transaction (the keeper's replay fast path).
 	Reader() Tx
-	// Writers is how many write transactions the database usefully runs
-	// at once: 1 for SQLite, whose one writer takes them in turn, or 0 when
-	// the driver sets no such bound (Postgres). The keeper's Batcher runs
-	// that many batches at once unless told otherwise.
+}
+
+// KeyReadBatcher is what a driver may add for the keeper's coalesced
+// fast-path reads: a driver whose statements are round trips to a server
+// (Postgres) reads many keys in one. Without it the keeper reads each key
+// alone, on as many connections as it likes, which is right where
+// statements run in process (SQLite).
+type KeyReadBatcher interface {
+	// KeyGetBatch is KeyGet for many keys in one round trip. It returns
+	// one record per ID, in order, nil where there is none; an ID may
+	// repeat. An error fails the whole batch.
+	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
+}
+
+// WriterBound is what a driver may add when its database runs a bounded
+// number of write transactions usefully at once (SQLite: 1, its one
+// writer). The keeper's Batcher runs that many batches at once unless told
+// otherwise; without it, it sets no such bound.
+type WriterBound interface {
 	Writers() int
 }
 
@@ -131,8 +135,8 @@ type KeyDeleteExpiredParams struct {
 	Limit int
 }
 
-// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: for a
-// driver whose round trips cost nothing to repeat, or a batch of one.
+// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: a batch
+// of one.
 func KeyGetEach(ctx context.Context, d KeeperDriver, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error) {
 	out := make([]*KeyRecord, len(p.IDs))
 	for i, id := range p.IDs {

@@ -127,7 +127,7 @@ func newBatchedEnv(t *testing.T, d driver.Driver, kcfg idem.Config, mcfg idemhtt
 		t.Fatal(err)
 	}
 	e.srv = newBatchedServer(e.mw, b, e.o)
-	t.Cleanup(func() { e.srv.Close(); b.Close() })
+	t.Cleanup(func() { e.srv.Close(); _ = b.Close(context.Background()) })
 	return e
 }
 
@@ -176,7 +176,7 @@ func TestBatchedReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Close()
+		defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 		srv := newBatchedServer(fresh, b, e.o)
 		defer srv.Close()
 		for range 2 {
@@ -353,7 +353,7 @@ func TestColdReplayOneRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Close()
+		defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 		for _, route := range []string{"wrapped", "batched"} {
 			mw, err := idemhttp.New(idemhttp.Config{Keeper: k})
 			if err != nil {

@@ -159,7 +159,7 @@ func ExampleBatched() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer b.Close()
+	defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
 	decode := func(w http.ResponseWriter, r *http.Request, body []byte) (order, bool) {
 		var o order
 		if err := json.Unmarshal(body, &o); err != nil || o.Quantity <= 0 {

@@ -657,7 +657,7 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 	defer cancel()
 	// The mark takes an array of ids: a plan made for each array's length
 	// cost PostgreSQL more than the update (0.3–0.4 ms a mark, measured).
-	tx, err := r.d.Begin(ctx, driver.BeginOptions{GenericPlans: true, LazyCommit: len(failed) == 0})
+	tx, err := r.d.Begin(ctx, driver.BeginOptions{LazyCommit: len(failed) == 0})
 	if err != nil {
 		return err
 	}

@@ -70,31 +70,33 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 }
 
 // The batch's outcomes, and the claims its refused requests release. The
-// claims are the transaction's own rows, so neither meets another writer.
-// Nothing is read back but the count, so both wait for the transaction's
-// next round trip (execLater), which is its COMMIT.
-var sqlKeyRecordBatch = mustAffect(`
+// claims are the transaction's own rows, so neither meets another writer,
+// and each must find every one of its keys (checked on the command tag).
+const sqlKeyRecordBatch = `
 UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
        AS r(scope, operation, key, status, header, body)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`, "cardinality($1::text[])", "record outcomes")
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
-var sqlKeyReleaseBatch = mustAffect(`
+const sqlKeyReleaseBatch = `
 DELETE FROM idem_keys AS k
  USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`, "cardinality($1::text[])", "release claims")
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
 
-var sqlKeyRecord = mustAffect(`
+const sqlKeyRecord = `
 UPDATE idem_keys SET status = $4, header = $5, body = $6
- WHERE scope = $1 AND operation = $2 AND key = $3`, "1", "record outcome")
+ WHERE scope = $1 AND operation = $2 AND key = $3`
 
+// The janitor skips the rows another transaction locks (a claim replacing
+// an expired record, in key order): it never waits on one, so it can never
+// deadlock with a batch's claims, and a skipped row is deleted next time.
 const sqlKeyDeleteExpired = `
 DELETE FROM idem_keys WHERE ctid IN (
-  SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $2)`
+  SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimParams) (*driver.KeyClaimResult, error) {
 	var claimed bool
@@ -115,7 +117,17 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
-	return execLater(ctx, tx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	return affected("record outcome", n, 1, err)
+}
+
+// affected checks that a write which must find its rows (the claims made
+// earlier in its transaction) found all of them.
+func affected(what string, n, want int64, err error) error {
+	if err == nil && n != want {
+		err = fmt.Errorf("postgres: %s: %d of %d claims found: %w", what, n, want, driver.ErrNotFound)
+	}
+	return err
 }
 
 func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
@@ -141,22 +153,23 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		scopes[i], ops[i], keys[i], fps[i] = c.ID.Scope, c.ID.Operation, c.ID.Key, c.Fingerprint
 	}
 	out := make([]driver.KeyClaimResult, n)
-	rows, err := tx.Query(ctx, sqlKeyClaimBatch, scopes, ops, keys, fps, p.Now, p.ExpiresAt)
-	if err != nil {
-		return nil, err
-	}
 	claimed := 0
-	for rows.Next() {
-		var id driver.KeyID
-		if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
-			rows.Close()
-			return nil, err
+	claim := step{sql: sqlKeyClaimBatch, args: []any{scopes, ops, keys, fps, p.Now, p.ExpiresAt}, read: func(rows driver.Rows) error {
+		for rows.Next() {
+			var id driver.KeyID
+			if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
+				return err
+			}
+			i, ok := at[id]
+			if !ok || out[i].Claimed {
+				return fmt.Errorf("postgres: claim batch: key %q claimed but not asked for, or twice", id.Key)
+			}
+			out[i].Claimed = true
+			claimed++
 		}
-		out[at[id]].Claimed = true
-		claimed++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}}
+	if err := pipeline(ctx, tx, generic(claim)...); err != nil {
 		return nil, err
 	}
 	if claimed == n {
@@ -171,7 +184,7 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		}
 	}
 	recs := make([]*driver.KeyRecord, len(live))
-	if err := pipeline(ctx, tx, keyGetArrays(live, recs)); err != nil {
+	if err := pipeline(ctx, tx, generic(keyGetArrays(live, recs))...); err != nil {
 		return nil, err
 	}
 	found := 0
@@ -190,13 +203,13 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 }
 
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
-	n := len(p.Records)
-	switch {
-	case n == 1:
-		if err := d.KeyRecord(ctx, tx, &p.Records[0]); err != nil { // a cached plan, as in KeyClaimBatch
-			return err
-		}
-	case n > 1:
+	n, m := len(p.Records), len(p.Release)
+	if n == 1 && m == 0 {
+		return d.KeyRecord(ctx, tx, &p.Records[0]) // a cached plan, as in KeyClaimBatch
+	}
+	var recorded, released int64
+	var steps []step
+	if n > 0 {
 		scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
 		statuses := make([]int32, n)
 		headers, bodies := make([][]byte, n), make([][]byte, n)
@@ -204,23 +217,28 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 			scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
 			statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
 		}
-		if err := execLater(ctx, tx, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies); err != nil {
-			return err
-		}
+		steps = append(steps, write(&recorded, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies))
 	}
-	m := len(p.Release)
-	if m == 0 {
+	if m > 0 {
+		scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
+		for i, id := range p.Release {
+			scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
+		}
+		steps = append(steps, write(&released, sqlKeyReleaseBatch, scopes, ops, keys))
+	}
+	if len(steps) == 0 {
 		return nil
 	}
-	scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
-	for i, id := range p.Release {
-		scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
+	// Both statements travel in one round trip; the first that fails is
+	// the error, and the second is then never run.
+	if err := pipeline(ctx, tx, generic(steps...)...); err != nil {
+		return err
 	}
-	return execLater(ctx, tx, sqlKeyReleaseBatch, scopes, ops, keys)
+	if err := affected("record outcomes", recorded, int64(n), nil); err != nil {
+		return err
+	}
+	return affected("release claims", released, int64(m), nil)
 }
-
-// Writers is 0: Postgres runs write transactions side by side.
-func (d *Driver) Writers() int { return 0 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}
@@ -232,30 +250,18 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	return rec, nil
 }
 
-// BatchesReads is true: each statement is a round trip.
-func (d *Driver) BatchesReads() bool { return true }
-
 // keyGetArraysFrom is the number of keys from which KeyGetBatch reads them
-// in one statement over arrays, under a generic plan. Measured on the fast
-// path's reads (four callers, a table of 175,000 keys), against a statement
-// a key: at six keys it cost PostgreSQL 18% less CPU a read and idem 19%
-// less; at eight, 30% and 32%; at sixteen, 33% and 43%; at four, about as
-// much (docs/benchmarks.md, "Reads over arrays"). Planned anew each time
-// instead, it cost PostgreSQL 1.5–2.5 times as much.
+// in one statement over arrays instead of a statement a key (its figure:
+// docs/benchmarks.md, "The hot path's mechanisms").
 const keyGetArraysFrom = 6
 
-// KeyGetBatch reads keys in one round trip. On the reader, from
-// keyGetArraysFrom keys on, that is one statement over arrays
-// (sqlKeyGetBatch) planned for any length, a setting of its own implicit
-// transaction; otherwise one KeyGet statement per key, each on its cached
-// plan, since the setting would outlast the statement in a transaction.
+// KeyGetBatch reads keys in one round trip: from keyGetArraysFrom keys on
+// as one statement over arrays (sqlKeyGetBatch) under a generic plan, below
+// it as one KeyGet statement per key, each on its cached plan.
 func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
-	if len(p.IDs) == 1 {
-		return driver.KeyGetEach(ctx, d, tx, p)
-	}
 	out := make([]*driver.KeyRecord, len(p.IDs))
-	if t, ok := tx.(*pgTx); ok && t.q == querier(d.pool) && len(p.IDs) >= keyGetArraysFrom {
-		if err := pipeline(ctx, tx, unread(settingsSQL[setGenericPlans]), keyGetArrays(p.IDs, out)); err != nil {
+	if len(p.IDs) >= keyGetArraysFrom {
+		if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
 			return nil, err
 		}
 		return out, nil

@@ -235,7 +235,7 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 		}
 		return rows.Scan(&out.Clock)
 	}})
-	if err := pipeline(ctx, tx, steps...); err != nil {
+	if err := pipeline(ctx, tx, generic(steps...)...); err != nil {
 		return nil, err
 	}
 	out.Clock = out.Clock.UTC()
@@ -309,12 +309,12 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 	for i, r := range p.Reversed {
 		rTenants[i], rIDs[i], rAmounts[i], rAdds[i] = r.Tenant, r.TransferID, r.Amount, r.Add
 	}
-	return execLater(ctx, tx, sqlLedgerWrite, p.At,
+	return pipeline(ctx, tx, generic(unread(sqlLedgerWrite, p.At,
 		tTenants, tIDs, debits, credits, amounts, currencies, metas, reverses, reasons,
 		eTenants, eAccounts, eSeqs, eTransfers, eAmounts, eCredit, eDebits, eCredits,
 		aTenants, aIDs, aCurrencies, aDnec, aCned, aCreated, aDebits, aCredits, aSeqs,
 		rTenants, rIDs, rAmounts, rAdds,
-	)
+	))...)
 }
 
 func (d *Driver) LedgerSettle(ctx context.Context, tx driver.Tx, p *driver.LedgerSettleParams) (*driver.LedgerSettleResult, error) {

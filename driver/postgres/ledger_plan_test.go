@@ -118,7 +118,7 @@ func readPlan(t *testing.T, rows pgx.Rows) string {
 }
 
 // A keeper batch plans its statements once per connection (generic
-// plans, driver.BeginOptions.GenericPlans), blind to the arrays' length,
+// plans, generic in the driver), blind to the arrays' length,
 // and so does the reader's batch of reads: each must still find its keys
 // through the primary key, however many records the table holds. The read
 // is checked on a thousand keys too, where a plain join read the whole

@@ -168,8 +168,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
 		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	return execLater(ctx, tx, sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
-		parents, states)
+	return pipeline(ctx, tx, generic(unread(sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+		parents, states))...)
 }
 
 // The relay's reads must walk their index in order and stop at the limit.
@@ -190,9 +190,6 @@ func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error)
 
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
 	// The settings, and both reads, travel in one round trip.
-	if err := execLater(ctx, tx, sqlOutboxFetchPlan); err != nil {
-		return nil, err
-	}
 	shards := shardArray(p.Shards)
 	var f driver.OutboxFetched
 	read := func(into *[]driver.OutboxRow) func(driver.Rows) error {
@@ -202,9 +199,9 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 		}
 	}
 	if p.After == nil {
-		return &f, pipeline(ctx, tx, step{sql: sqlOutboxFetch, args: []any{shards, p.Now, p.Limit}, read: read(&f.Rows)})
+		return &f, pipeline(ctx, tx, unread(sqlOutboxFetchPlan), step{sql: sqlOutboxFetch, args: []any{shards, p.Now, p.Limit}, read: read(&f.Rows)})
 	}
-	if err := pipeline(ctx, tx,
+	if err := pipeline(ctx, tx, unread(sqlOutboxFetchPlan),
 		step{sql: sqlOutboxFetchAfter, args: []any{shards, p.Now, p.Limit, p.After.ID}, read: read(&f.Rows)},
 		step{sql: sqlOutboxFetchLate, args: []any{shards, p.Now, p.LateLimit, strconv.FormatInt(p.Horizon, 10), p.After.ID},
 			read: read(&f.Late)},
@@ -215,12 +212,10 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 	return &f, nil
 }
 
-// OutboxMarkSent reads nothing back, so in a transaction of this driver's
-// the statement waits for its next round trip: a relay's mark, begun and
-// committed around it, is one round trip. A row already gone or already
-// marked is no error: the mark only says what was published.
+// OutboxMarkSent: a row already gone or already marked is no error: the
+// mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
-	return execLater(ctx, tx, sqlOutboxMarkSent, p.IDs, p.Now)
+	return pipeline(ctx, tx, generic(unread(sqlOutboxMarkSent, p.IDs, p.Now))...)
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {

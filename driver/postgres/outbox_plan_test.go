@@ -9,7 +9,7 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// The relay's writes run under generic plans (driver.BeginOptions.GenericPlans):
+// The relay's writes run under generic plans (generic in the driver):
 // planned once per connection, blind to the ids array's length, each must
 // still reach its rows through the primary key in a full outbox.
 func TestOutboxMarkPlansUseTheID(t *testing.T) {

@@ -109,7 +109,10 @@ type Driver struct {
 	replication   *replicationWatch
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.KeyReadBatcher = (*Driver)(nil)
+)
 
 // Open connects a pool. It does not migrate: call Migrate.
 func Open(ctx context.Context, cfg Config) (*Driver, error) {
@@ -179,9 +182,6 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 		set |= setLockTimeout
 		args = []any{strconv.FormatInt(max(opts.LockTimeout.Milliseconds(), 1), 10)}
 	}
-	if opts.GenericPlans {
-		set |= setGenericPlans
-	}
 	if opts.LazyCommit {
 		set |= setLazyCommit
 	}
@@ -200,20 +200,16 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 type settings uint8
 
 const (
-	setLockTimeout  settings = 1 << iota // lock_timeout, $1 in milliseconds
-	setGenericPlans                      // plan_cache_mode force_generic_plan
-	setLazyCommit                        // synchronous_commit off: the commit returns before its log record is flushed
+	setLockTimeout settings = 1 << iota // lock_timeout, $1 in milliseconds
+	setLazyCommit                       // synchronous_commit off: the commit returns before its log record is flushed
 )
 
 // settingsSQL is the statement for each combination of settings but none.
-var settingsSQL = func() (sql [8]string) {
+var settingsSQL = func() (sql [4]string) {
 	for set := settings(1); int(set) < len(sql); set++ {
 		var calls []string
 		if set&setLockTimeout != 0 {
 			calls = append(calls, `set_config('lock_timeout', $1, true)`)
-		}
-		if set&setGenericPlans != 0 {
-			calls = append(calls, `set_config('plan_cache_mode', 'force_generic_plan', true)`)
 		}
 		if set&setLazyCommit != 0 {
 			calls = append(calls, `set_config('synchronous_commit', 'off', true)`)
@@ -230,7 +226,7 @@ func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, 
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return &ownedTx{conn: conn, queued: stmts, opening: len(stmts)}, nil
+	return &ownedTx{conn: conn, opening: stmts}, nil
 }
 
 // Migrate applies pending migrations on one connection that holds a

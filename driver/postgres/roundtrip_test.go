@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -58,10 +59,12 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 	return &Driver{pool: pool, lockTimeout: 5 * time.Second}, counter
 }
 
-// A keeper batch of transfers is three round trips whatever its size:
-// BEGIN with the claim, the ledger's locks with its reads and clock, the
-// writes with COMMIT; the relay's mark of its rows as sent, one. Its per-transaction settings (lock timeout, generic
-// plans) add none, and, being parameters, no new statement to prepare
+// A keeper batch of transfers is six round trips whatever its size: BEGIN
+// with the claim, the ledger's locks with its reads and clock, the ledger's
+// write, the outbox's rows, the outcomes, COMMIT; the relay's mark of its
+// rows as sent, two. Each write is a round trip of its own, so that its
+// error is its own. Its per-transaction settings (lock timeout) and
+// idem's generic plans add none, and, being parameters, no new statement to prepare
 // when their values change.
 func TestBatchRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -79,7 +82,7 @@ func TestBatchRoundTrips(t *testing.T) {
 
 	batch := func(run int) {
 		t.Helper()
-		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond, GenericPlans: true})
+		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,18 +142,18 @@ func TestBatchRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		trips, prepares := counter.trips.Load()-before, counter.prepares.Load()-beforePrep
-		if run > 0 && (trips != 3 || prepares != 0) {
-			t.Errorf("run %d: %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
+		if run > 0 && (trips != 6 || prepares != 0) {
+			t.Errorf("run %d: %d round trips and %d prepares, want 6 and 0", run, trips, prepares)
 		}
 
-		// The relay's mark of what it published is one more, begun and
-		// committed around it.
+		// The relay's mark of what it published is two more: BEGIN with
+		// the mark, COMMIT.
 		ids := make([]string, len(rows))
 		for i, r := range rows {
 			ids[i] = r.ID
 		}
 		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
-		mark, err := d.Begin(ctx, driver.BeginOptions{GenericPlans: true, LazyCommit: true})
+		mark, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,8 +165,8 @@ func TestBatchRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 		trips, prepares = counter.trips.Load()-before, counter.prepares.Load()-beforePrep
-		if run > 0 && (trips != 1 || prepares != 0) {
-			t.Errorf("run %d: the mark took %d round trips and %d prepares, want 1 and 0", run, trips, prepares)
+		if run > 0 && (trips != 2 || prepares != 0) {
+			t.Errorf("run %d: the mark took %d round trips and %d prepares, want 2 and 0", run, trips, prepares)
 		}
 		var marked int
 		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_outbox WHERE id = ANY($1::uuid[]) AND sent_at IS NOT NULL`, ids).Scan(&marked); err != nil || marked != len(ids) {
@@ -188,87 +191,142 @@ func TestBatchRoundTrips(t *testing.T) {
 	}
 }
 
-// Writes queued for the next round trip (execLater) are the transaction's:
-// a later statement sees them, a rollback drops them unsent, and a failure
-// of one, a missing row included, is the commit's error with nothing
-// committed and the connection left clean for the next transaction.
-func TestOwnedTxQueuedWrites(t *testing.T) {
+// Every statement returns its own error, with PostgreSQL's message and
+// code, when it is called: none waits for a later statement or the commit.
+// A write that must find its claims (KeyRecord, KeyRecordBatch) says so
+// itself when it finds fewer, and nothing commits.
+func TestOwnedTxErrorsWhereTheyHappen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := open(t)
-	insert := func(tx driver.Tx, id int) {
+	schema := migratedSchema(t)
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: schema, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Reader().Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int) {
 		t.Helper()
-		if err := execLater(ctx, tx, `INSERT INTO t VALUES ($1)`, id); err != nil {
+		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil {
 			t.Fatal(err)
+		}
+		return n
+	}
+	now := time.Now()
+	id := driver.KeyID{Scope: "t", Operation: "POST", Key: "k"}
+
+	// A unique violation is the insert's own error, code and message.
+	tx, _ := d.Begin(ctx, driver.BeginOptions{})
+	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO t VALUES (1)`)
+	var pgErr *pgconn.PgError
+	if !errors.Is(err, driver.ErrUniqueViolation) || !errors.As(err, &pgErr) || pgErr.Code != codeUniqueViolation ||
+		!strings.Contains(pgErr.Message, "duplicate key") {
+		t.Fatalf("duplicate insert: %v, want the insert's own unique violation", err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("commit of an aborted transaction succeeded")
+	}
+
+	// The record of a key never claimed fails at KeyRecord, not at commit.
+	for _, record := range []func(driver.Tx) error{
+		func(tx driver.Tx) error {
+			return d.KeyRecord(ctx, tx, &driver.KeyRecordParams{ID: id, Status: 201})
+		},
+		func(tx driver.Tx) error {
+			return d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{
+				{ID: id, Status: 201}, {ID: driver.KeyID{Scope: "t", Operation: "POST", Key: "k2"}, Status: 201}}})
+		},
+		func(tx driver.Tx) error {
+			return d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Release: []driver.KeyID{id}})
+		},
+	} {
+		tx, _ := d.Begin(ctx, driver.BeginOptions{})
+		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
+			t.Fatal(err)
+		}
+		err := record(tx)
+		_ = tx.Rollback(ctx)
+		if !errors.Is(err, driver.ErrNotFound) || !strings.Contains(err.Error(), "0 of") {
+			t.Fatalf("record without a claim: %v, want ErrNotFound from the record itself", err)
 		}
 	}
 
-	tx, _ := d.Begin(ctx, driver.BeginOptions{})
-	insert(tx, 1)
-	insert(tx, 2)
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("the transaction sees %d of its 2 queued rows (%v)", n, err)
+	// A claimed key's record succeeds and commits with the transaction.
+	tx, _ = d.Begin(ctx, driver.BeginOptions{})
+	if res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id, Fingerprint: []byte("fp"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !res.Claimed {
+		t.Fatalf("claim: %+v %v", res, err)
 	}
-	insert(tx, 3)
+	if err := d.KeyRecord(ctx, tx, &driver.KeyRecordParams{ID: id, Status: 201}); err != nil {
+		t.Fatal(err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := count(t, d); got != 3 {
-		t.Fatalf("rows %d, want 3", got)
+	if rec, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: id}); err != nil || rec.Status != 201 {
+		t.Fatalf("record after commit: %+v %v", rec, err)
 	}
 
-	tx, _ = d.Begin(ctx, driver.BeginOptions{})
-	insert(tx, 4)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	tx, _ = d.Begin(ctx, driver.BeginOptions{})
-	if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (5)`); err != nil {
-		t.Fatal(err)
-	}
-	insert(tx, 1) // taken
-	insert(tx, 6)
-	if err := tx.Commit(ctx); !errors.Is(err, driver.ErrUniqueViolation) {
-		t.Fatalf("commit after a failing queued write: %v, want ErrUniqueViolation", err)
-	}
-
-	// A write that must find its rows fails in the database when it does
-	// not (mustAffect), so the COMMIT sent behind it never commits.
-	tx, _ = d.Begin(ctx, driver.BeginOptions{})
-	insert(tx, 7)
-	if err := execLater(ctx, tx, mustAffect(`UPDATE t SET id = id WHERE id = $1`, "$2::bigint", "touch rows"), 100, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err == nil || !strings.Contains(err.Error(), "touch rows: 0 of 1 rows found") {
-		t.Fatalf("commit after a write that found no row: %v", err)
-	}
-
-	if got := count(t, d); got != 3 {
-		t.Fatalf("rows %d, want the 3 committed first", got)
+	if got := count(); got != 0 {
+		t.Fatalf("rows %d, want none: every transaction that wrote one failed", got)
 	}
 	if n := d.pool.Stat().AcquiredConns(); n != 0 {
 		t.Fatalf("%d connections still held", n)
 	}
-	// Every connection went back idle, outside any transaction.
-	for range 4 {
-		tx, _ := d.Begin(ctx, driver.BeginOptions{GenericPlans: true})
-		var mode string
-		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "force_generic_plan" {
-			t.Fatalf("plan_cache_mode %q (%v) in a GenericPlans transaction", mode, err)
+}
+
+// idem's statements over arrays run under a generic plan, and only they:
+// the statements around them in the transaction, the user's among them,
+// run under the session's plan_cache_mode, whatever it is.
+func TestGenericPlansOnlyForIdemStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: migratedSchema(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mode := func(tx driver.Tx) (m string) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&m); err != nil {
+			t.Fatal(err)
 		}
-		if err := tx.Commit(ctx); err != nil {
+		return m
+	}
+	now := time.Now()
+	ids := []driver.KeyID{{Scope: "t", Operation: "POST", Key: "a"}, {Scope: "t", Operation: "POST", Key: "b"}}
+	for _, session := range []string{"auto", "force_custom_plan"} {
+		if _, err := d.Reader().Exec(ctx, `SELECT set_config('plan_cache_mode', $1, false)`, session); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := []driver.KeyClaimItem{{ID: ids[0], Fingerprint: []byte("fp")}, {ID: ids[1], Fingerprint: []byte("fp")}}
+		if _, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if m := mode(tx); m != session {
+			t.Fatalf("after the claim: plan_cache_mode %q, want the session's %q", m, session)
+		}
+		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: ids[0], Status: 201}}, Release: ids[1:]}); err != nil {
+			t.Fatal(err)
+		}
+		if m := mode(tx); m != session {
+			t.Fatalf("after the record: plan_cache_mode %q, want the session's %q", m, session)
+		}
+		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var mode string
-	if err := d.Reader().QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "auto" {
-		t.Fatalf("plan_cache_mode %q (%v) after the transactions, want auto", mode, err)
-	}
 }
 
-// A transaction's own settings (lock timeout, generic plans, lazy commit)
+// A transaction's own settings (lock timeout, lazy commit)
 // are one statement, sent with its BEGIN and its first statement.
 func TestBeginSettingsOneStatement(t *testing.T) {
 	t.Parallel()
@@ -279,9 +337,8 @@ func TestBeginSettingsOneStatement(t *testing.T) {
 		pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	})
 	for _, opts := range []driver.BeginOptions{
-		{LockTimeout: 250 * time.Millisecond, GenericPlans: true, LazyCommit: true},
+		{LockTimeout: 250 * time.Millisecond, LazyCommit: true},
 		{LockTimeout: 250 * time.Millisecond},
-		{GenericPlans: true},
 		{LazyCommit: true},
 		{},
 	} {
@@ -304,9 +361,6 @@ func TestBeginSettingsOneStatement(t *testing.T) {
 		statements := int64(2) // BEGIN and the query
 		if opts.LockTimeout > 0 {
 			want[0] = "250ms"
-		}
-		if opts.GenericPlans {
-			want[1] = "force_generic_plan"
 		}
 		if opts.LazyCommit {
 			want[2] = "off"

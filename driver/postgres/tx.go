@@ -98,26 +98,20 @@ func (r pgRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
 
 // ownedTx is a transaction the driver began; it also commits and rolls back.
 //
-// It sends nothing alone that can travel with a later statement. Its BEGIN
-// waits for the transaction's first statement, and the writes whose results
-// no caller reads back (those the driver's methods send with execLater: the
-// ledger's write, the outbox's rows, the keeper's stored outcomes) wait for
-// the next statement or for COMMIT. Waiting statements travel in order, in
-// that statement's round trip (a pipelined batch), and a failure of one is
-// the error of the round trip it travels in. A keeper batch is then three
-// round trips whatever its size: BEGIN with the claim, the ledger's locks
-// with its reads, the writes with COMMIT. The connection is the
-// transaction's until Commit or Rollback returns it to the pool; the pool
-// destroys a connection it gets back inside a transaction.
+// Every statement is sent when it is called and returns its own error. The
+// one statement that waits is the opening (BEGIN and the transaction's
+// settings): it travels in the first statement's round trip, and its
+// failure is returned wrapped as the opening's ("postgres: begin: ..."),
+// never as that statement's. The connection is the transaction's until
+// Commit or Rollback returns it to the pool; the pool destroys a connection
+// it gets back inside a transaction.
 type ownedTx struct {
 	conn    *pgxpool.Conn
-	queued  []queuedStmt // waiting for the next round trip, oldest first
-	opening int          // how many of queued open the transaction (BEGIN, its settings)
-	begun   bool         // the opening statements were sent
+	opening []queuedStmt // BEGIN and its settings until the first statement sends them
 	done    bool
 }
 
-// queuedStmt is a statement waiting in an ownedTx for the next round trip.
+// queuedStmt is an opening statement waiting for the first round trip.
 type queuedStmt struct {
 	sql  string
 	args []any
@@ -125,61 +119,33 @@ type queuedStmt struct {
 
 func (t *ownedTx) Dialect() string { return dialect }
 
-// execLater runs sql in tx, whose caller needs no result from it: at once,
-// or, in a transaction of this driver's, in the transaction's next round
-// trip, where its error becomes that round trip's. Nothing of its result
-// is read, so a statement that must find its rows says so in SQL
-// (mustAffect): it must fail in the database, before the COMMIT that may
-// travel behind it. args must not change afterwards.
-func execLater(ctx context.Context, tx driver.Tx, sql string, args ...any) error {
-	if t, ok := tx.(*ownedTx); ok && !t.done {
-		t.queued = append(t.queued, queuedStmt{sql: sql, args: args})
-		return nil
-	}
-	_, err := tx.Exec(ctx, sql, args...)
-	return err
-}
-
-// mustAffect wraps stmt, a data-modifying statement, so that it fails
-// unless it affects want rows (an SQL expression). The failure is a cast
-// of the message to an integer, which plain SQL can raise anywhere: the
-// error reads "invalid input syntax for type integer: "idem: WHAT: N of M
-// rows found"", and aborts the transaction like any other.
-func mustAffect(stmt, want, what string) string {
-	return `WITH w AS (` + stmt + ` RETURNING 1)
-SELECT CASE WHEN count(*) = ` + want + ` THEN 0
-            ELSE ('idem: ` + what + `: ' || count(*) || ' of ' || ` + want + ` || ' rows found')::int END
-  FROM w`
-}
-
-// send sends the queued statements and then b's in one round trip, reads
-// the queued ones' results, and returns the batch at b's first result.
-// On an error nothing of b's is left to read.
+// send sends the opening statements, if still unsent, and then b's in one
+// round trip, and returns the batch at b's first result.
 func (t *ownedTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
-	queued := t.queued
-	if len(queued) == 0 {
+	opening := t.opening
+	if len(opening) == 0 {
 		return t.conn.SendBatch(ctx, b), nil
 	}
-	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(queued)+len(b.QueuedQueries))}
-	for _, q := range queued {
+	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(opening)+len(b.QueuedQueries))}
+	for _, q := range opening {
 		all.Queue(q.sql, q.args...)
 	}
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	t.queued, t.opening, t.begun = nil, 0, true
+	t.opening = nil
 	br := t.conn.SendBatch(ctx, all)
-	for range queued {
+	for range opening {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			return nil, mapErr(err)
+			return nil, fmt.Errorf("postgres: begin: %w", mapErr(err))
 		}
 	}
 	return br, nil
 }
 
-// flush sends the queued statements alone, for statements that cannot
+// open sends the opening statements alone, for statements that cannot
 // travel with them (those sent through PgxFromTx).
-func (t *ownedTx) flush(ctx context.Context) error {
-	if len(t.queued) == 0 {
+func (t *ownedTx) open(ctx context.Context) error {
+	if len(t.opening) == 0 {
 		return nil
 	}
 	br, err := t.send(ctx, &pgx.Batch{})
@@ -189,7 +155,7 @@ func (t *ownedTx) flush(ctx context.Context) error {
 	return mapErr(br.Close())
 }
 
-// sendOne sends sql with the queued statements and returns the batch at
+// sendOne sends sql with the opening statements and returns the batch at
 // its result.
 func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
@@ -198,7 +164,10 @@ func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.Batc
 }
 
 func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	if len(t.queued) == 0 {
+	if t.done {
+		return 0, mapErr(pgx.ErrTxClosed)
+	}
+	if len(t.opening) == 0 {
 		tag, err := t.conn.Exec(ctx, sql, args...)
 		if err != nil {
 			return 0, mapErr(err)
@@ -220,7 +189,10 @@ func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, err
 }
 
 func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
-	if len(t.queued) == 0 {
+	if t.done {
+		return nil, mapErr(pgx.ErrTxClosed)
+	}
+	if len(t.opening) == 0 {
 		rows, err := t.conn.Query(ctx, sql, args...)
 		if err != nil {
 			return nil, mapErr(err)
@@ -240,7 +212,10 @@ func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Ro
 }
 
 func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
-	if len(t.queued) == 0 {
+	if t.done {
+		return errRow{mapErr(pgx.ErrTxClosed)}
+	}
+	if len(t.opening) == 0 {
 		return pgRow{t.conn.QueryRow(ctx, sql, args...)}
 	}
 	br, err := t.sendOne(ctx, sql, args)
@@ -252,9 +227,11 @@ func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.
 
 // step is one statement of a pipeline and what reads its rows.
 type step struct {
-	sql  string
-	args []any
-	read func(driver.Rows) error
+	sql      string
+	args     []any
+	read     func(driver.Rows) error
+	affected *int64 // when set, receives the rows the statement affected
+	plan     bool   // a plan setting (generic): sent only in a pipeline
 }
 
 // unread is a step whose rows nobody reads: a lock taken, a setting made.
@@ -262,9 +239,41 @@ func unread(sql string, args ...any) step {
 	return step{sql: sql, args: args, read: func(driver.Rows) error { return nil }}
 }
 
+// write is a step that writes and reports how many rows it affected in n.
+func write(n *int64, sql string, args ...any) step {
+	s := unread(sql, args...)
+	s.affected = n
+	return s
+}
+
+// idem's statements over arrays (one element per request of a batch) run
+// under a generic plan: a plan made for each batch's arrays cost more than
+// running it (docs/benchmarks.md, "Generic plans"). generic wraps them in
+// two statements of the same round trip, one that sets plan_cache_mode and
+// one that restores the transaction's own, so that the statements around
+// them, the user's among them, are planned as the user's session says.
+func generic(steps ...step) []step {
+	on, off := unread(sqlGenericOn), unread(sqlGenericOff)
+	on.plan, off.plan = true, true
+	out := make([]step, 0, len(steps)+2)
+	out = append(out, on)
+	out = append(out, steps...)
+	return append(out, off)
+}
+
+const (
+	sqlGenericOn = `SELECT set_config('idem.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlGenericOff = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true)`
+)
+
+// tagged is the rows of a statement whose command tag can be read.
+type tagged interface{ CommandTag() pgconn.CommandTag }
+
 // pipeline runs steps in order in tx and gives each its rows: in one round
-// trip when tx is this driver's (with the statements an ownedTx holds
-// queued), else one statement at a time. A step's error ends it.
+// trip when tx is this driver's (with an ownedTx's opening, if unsent),
+// else one statement at a time, without plan settings. The first step that fails ends it, and its
+// error is that step's: the server skips the steps behind it.
 func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 	b := &pgx.Batch{}
 	for _, s := range steps {
@@ -284,12 +293,18 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		br = t.q.SendBatch(ctx, b)
 	default:
 		for _, s := range steps {
+			if s.plan {
+				continue // a round trip of its own would cost more than the plan
+			}
 			rows, err := tx.Query(ctx, s.sql, s.args...)
 			if err != nil {
 				return err
 			}
 			if err := readAll(rows, s.read); err != nil {
 				return err
+			}
+			if t, ok := rows.(tagged); ok && s.affected != nil {
+				*s.affected = t.CommandTag().RowsAffected()
 			}
 		}
 		return nil
@@ -302,6 +317,9 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		if err != nil {
 			_ = br.Close()
 			return mapErr(err)
+		}
+		if s.affected != nil {
+			*s.affected = rows.CommandTag().RowsAffected()
 		}
 	}
 	return mapErr(br.Close())
@@ -324,20 +342,10 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	t.done = true
 	defer t.conn.Release()
 	defer checkReplicated(t.conn)(&err)
-	if !t.begun && len(t.queued) == t.opening {
-		return nil // nothing was written: there is nothing to commit
+	if len(t.opening) > 0 {
+		return nil // nothing was sent: there is nothing to commit
 	}
-	br, err := t.sendOne(ctx, "COMMIT", nil)
-	if err != nil {
-		// A queued write failed: the server skipped the rest of the round
-		// trip, COMMIT included, and holds the transaction aborted.
-		_, _ = t.conn.Exec(ctx, "ROLLBACK")
-		return err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	tag, err := t.conn.Exec(ctx, "COMMIT")
 	if err != nil {
 		return mapErr(err)
 	}
@@ -352,10 +360,9 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
-	t.queued = nil // never sent: nothing to undo
 	defer t.conn.Release()
-	if !t.begun {
-		return nil
+	if len(t.opening) > 0 {
+		return nil // nothing was sent: nothing to undo
 	}
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
 	return mapErr(err)
@@ -365,18 +372,16 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 var errNotOwner = errors.New("postgres: this transaction is idem's: it commits or rolls back when the work returns")
 
 // borrowedTx is an ownedTx seen as a pgx.Tx (PgxFromTx). Each statement
-// first sends the transaction's queued statements (its pending BEGIN, the
-// writes waiting for a round trip), so none runs outside it or ahead of
-// them, and then goes to the connection as pgx sends it.
+// first sends the transaction's opening if still unsent, so none runs
+// outside the transaction, and then goes to the connection as pgx sends it.
 type borrowedTx struct{ t *ownedTx }
 
-// conn returns the transaction's connection once its queued statements
-// have been sent.
+// conn returns the transaction's connection once its opening was sent.
 func (b *borrowedTx) conn(ctx context.Context) (*pgx.Conn, error) {
 	if b.t.done {
 		return nil, pgx.ErrTxClosed
 	}
-	if err := b.t.flush(ctx); err != nil {
+	if err := b.t.open(ctx); err != nil {
 		return nil, err
 	}
 	return b.t.conn.Conn(), nil
@@ -442,8 +447,8 @@ func (b *borrowedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 }
 
 // Conn is the transaction's connection. Statements sent on it directly,
-// before any through the pgx.Tx, run ahead of the transaction's BEGIN and
-// queued writes when those are still pending: send them through the pgx.Tx.
+// before any through the pgx.Tx, run ahead of the transaction's BEGIN when
+// that is still pending: send them through the pgx.Tx.
 func (b *borrowedTx) Conn() *pgx.Conn { return b.t.conn.Conn() }
 
 var _ pgx.Tx = (*borrowedTx)(nil)

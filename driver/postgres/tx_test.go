@@ -257,7 +257,7 @@ func TestLazyCommit(t *testing.T) {
 		return s
 	}
 	for i, lazy := range []bool{true, false, true, false} {
-		tx, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: lazy, GenericPlans: true})
+		tx, err := d.Begin(ctx, driver.BeginOptions{LazyCommit: lazy})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -157,7 +157,7 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 	return nil
 }
 
-// Writers is 1: SQLite has one writer at a time.
+// Writers is 1: SQLite has one writer at a time (driver.WriterBound).
 func (d *Driver) Writers() int { return 1 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
@@ -172,16 +172,9 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	return rec, nil
 }
 
-// BatchesReads is false: in process, a statement costs no round trip, and
-// reads coalesced into one goroutine would leave the reader pool's other
-// connections idle (BenchmarkKeeperReplay: a third fewer replays a second).
-func (d *Driver) BatchesReads() bool { return false }
-
-// KeyGetBatch reads the keys one statement at a time, for the reason
-// BatchesReads gives.
-func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
-	return driver.KeyGetEach(ctx, d, tx, p)
-}
+// SQLite is no driver.KeyReadBatcher: in process, a statement costs no
+// round trip, and reads coalesced into one goroutine would leave the reader
+// pool's other connections idle (docs/benchmarks.md, "Reads over arrays").
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
 	n, err := tx.Exec(ctx, sqlKeyDeleteExpired, toMicros(p.Now), p.Limit)

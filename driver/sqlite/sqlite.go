@@ -75,6 +75,11 @@ const (
 )
 
 // Driver is the SQLite implementation of driver.Driver.
+var (
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.WriterBound = (*Driver)(nil)
+)
+
 type Driver struct {
 	write      *sql.DB // one connection: SQLite has one writer at a time
 	read       *sql.DB
@@ -83,7 +88,10 @@ type Driver struct {
 	migrations []driver.Migration
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.WriterBound = (*Driver)(nil)
+)
 
 // Open opens (creating when missing, unless ReadOnly) the database file. It
 // does not migrate.

@@ -339,7 +339,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if s.writes != nil {
-		s.writes.Close() // the drained requests' batches have answered
+		if err := s.writes.Close(shutdownCtx); err != nil { // the drained requests' batches have answered
+			s.log.Warn("idem: shutting down", "err", err)
+		}
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
