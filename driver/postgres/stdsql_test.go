@@ -367,6 +367,31 @@ func TestStdSQLRefusals(t *testing.T) {
 		t.Error("sqlite.StdSQLFromTx of postgres.TxFromStdSQL: ok")
 	}
 
+	// A pool or DB its owner closed fails each call with its own error.
+	closedPool, err := pgxpool.New(ctx, testpg.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPool.Close()
+	closedDB := stdDB(t, "public")
+	closedDB.Close()
+	for name, cfg := range map[string]postgres.Config{"Pool": {Pool: closedPool}, "DB": {DB: closedDB}} {
+		d, err := postgres.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := idem.New(d, idem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = k.Do(ctx, request("k"), func(context.Context, driver.Tx) (idem.Outcome, error) {
+			return idem.Outcome{Status: 200}, nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("Do on a closed %s: %v, want an error saying it is closed", name, err)
+		}
+	}
+
 	db := stdDB(t, "public")
 	for name, cfg := range map[string]postgres.Config{
 		"none":            {},
