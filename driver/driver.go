@@ -6,8 +6,9 @@
 // driver (driver/postgres, driver/sqlite) owns the SQL and maps its errors to
 // the sentinels below. The seam is internal and unstable: its methods change
 // with the packages that use it. Users touch only Open, the Tx adapters
-// (postgres.TxFromPgx, sqlite.TxFromStdSQL) and their inverses
-// (postgres.PgxFromTx, sqlite.StdSQLFromTx), CheckTx and the sentinels.
+// (postgres.TxFromPgx, postgres.TxFromStdSQL, sqlite.TxFromStdSQL) and their
+// inverses (postgres.PgxFromTx, postgres.StdSQLFromTx, sqlite.StdSQLFromTx),
+// CheckTx and the sentinels.
 package driver
 
 import (
@@ -87,8 +88,9 @@ func IsRetryable(err error) bool {
 
 // Tx is a database transaction as business packages see it: execute, query,
 // query one row. A pgx.Tx and a *sql.Tx both adapt to it (postgres.TxFromPgx,
-// sqlite.TxFromStdSQL), and a transaction a driver began unwraps to one
-// (postgres.PgxFromTx, sqlite.StdSQLFromTx). Packages that take a Tx never
+// postgres.TxFromStdSQL, sqlite.TxFromStdSQL), and a transaction a driver
+// began unwraps to one (postgres.PgxFromTx, postgres.StdSQLFromTx,
+// sqlite.StdSQLFromTx). Packages that take a Tx never
 // begin, commit or roll it back: its owner does; they check it first with
 // CheckTx.
 //

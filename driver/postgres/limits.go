@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,7 +84,7 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 // unbounded lifts the session's statement and idle-in-transaction
 // timeouts on conn, for a migration (an index built on a large table may
 // take longer than any request); restoreBounds puts them back.
-func unbounded(ctx context.Context, conn *pgxpool.Conn) error {
+func unbounded(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0"); err != nil {
 		return fmt.Errorf("postgres: lift timeouts for migrations: %w", mapErr(err))
 	}
@@ -92,10 +93,10 @@ func unbounded(ctx context.Context, conn *pgxpool.Conn) error {
 
 // restoreBounds resets what unbounded lifted to the session's defaults,
 // or closes the connection, which must not return to the pool unbounded.
-func restoreBounds(ctx context.Context, conn *pgxpool.Conn) {
+func restoreBounds(ctx context.Context, conn *pgx.Conn) {
 	ctx = context.WithoutCancel(ctx)
 	if _, err := conn.Exec(ctx, "RESET statement_timeout; RESET idle_in_transaction_session_timeout"); err != nil {
-		_ = conn.Conn().Close(ctx)
+		_ = conn.Close(ctx)
 	}
 }
 

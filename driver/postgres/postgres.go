@@ -5,6 +5,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -22,10 +24,26 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Config configures Open.
+// Config configures Open. Exactly one of URL, Pool and DB names the
+// database.
 type Config struct {
-	// URL is a postgres:// connection string. Required.
+	// URL is a postgres:// connection string: Open builds a pgx pool on it
+	// and Close closes that pool.
 	URL string
+	// Pool is a pgx pool the caller built (RDS IAM auth, a Cloud SQL
+	// connector, otelpgx) and owns: Close leaves it open. MaxConns,
+	// SearchPath, ReadOnly, StatementTimeout and IdleInTransactionTimeout
+	// must be unset (the pool's own config decides; an unreplicated commit
+	// is detected only on pools Open builds), and LockTimeout is set in each transaction idem begins instead of as
+	// a session default.
+	Pool *pgxpool.Pool
+	// DB is a database/sql pool on PostgreSQL (pgx's stdlib or lib/pq) the
+	// caller built and owns: Close leaves it open. Every transaction idem
+	// begins is then a *sql.Tx, which StdSQLFromTx hands to the caller's
+	// own code (sqlx, GORM, bun, ent, sqlc). Statements run one at a time
+	// (database/sql has no pipeline), and Migrate needs pgx's stdlib under
+	// it. The same fields as for Pool must be unset.
+	DB *sql.DB
 	// MaxConns bounds the pool. Default 16, or the URL's pool_max_conns
 	// when it names one; bound 1..1000. Durable commits wait on the disk, so
 	// throughput grows with the commits in flight (group commit): pgx's own
@@ -86,8 +104,21 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if c.URL == "" {
-		return errors.New("postgres: URL is required")
+	named := 0
+	for _, set := range []bool{c.URL != "", c.Pool != nil, c.DB != nil} {
+		if set {
+			named++
+		}
+	}
+	switch {
+	case named == 0:
+		return errors.New("postgres: URL is required (or a Pool or DB of your own)")
+	case named > 1:
+		return errors.New("postgres: set one of URL, Pool and DB")
+	case c.URL == "" && (c.MaxConns != 0 || c.SearchPath != "" || c.ReadOnly):
+		return errors.New("postgres: MaxConns, SearchPath and ReadOnly configure a pool Open builds from URL; set them on your own Pool or DB")
+	case c.URL == "" && (c.StatementTimeout != 0 || c.IdleInTransactionTimeout != 0):
+		return errors.New("postgres: StatementTimeout and IdleInTransactionTimeout configure a pool Open builds from URL; set statement_timeout and idle_in_transaction_session_timeout on your own Pool or DB")
 	}
 	if c.MaxConns < 0 || c.MaxConns > 1000 {
 		return fmt.Errorf("postgres: MaxConns %d is outside 1..1000", c.MaxConns)
@@ -102,7 +133,12 @@ const defaultMaxConns = 16
 
 // Driver is the PostgreSQL implementation of driver.Driver.
 type Driver struct {
-	pool          *pgxpool.Pool
+	pool *pgxpool.Pool // nil when opened on a DB
+	db   *sql.DB       // set when opened on a DB
+	// callers: the pool or DB is the caller's (Config.Pool, Config.DB), so
+	// Close leaves it open and lock_timeout, which is no session default of
+	// its connections, is set in each transaction.
+	callers       bool
 	lockTimeout   time.Duration
 	migrations    []driver.Migration
 	migrateBudget time.Duration // migrationLockBudget; shorter in tests
@@ -114,7 +150,8 @@ var (
 	_ driver.KeyReadBatcher = (*Driver)(nil)
 )
 
-// Open connects a pool. It does not migrate: call Migrate.
+// Open connects a pool, or adopts the caller's (Config.Pool, Config.DB).
+// It does not migrate: call Migrate.
 func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -123,6 +160,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	ms, err := driver.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Pool != nil || cfg.DB != nil {
+		return &Driver{pool: cfg.Pool, db: cfg.DB, callers: true, lockTimeout: cfg.LockTimeout, migrations: ms, migrateBudget: migrationLockBudget}, nil
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
@@ -153,38 +193,67 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 }
 
 // Pool is the underlying pgx pool, for users who begin their own
-// transactions and pass them in with TxFromPgx.
+// transactions and pass them in with TxFromPgx; nil for a driver opened on
+// a DB.
 func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// DB is the database/sql pool the driver was opened on (Config.DB), or nil.
+func (d *Driver) DB() *sql.DB { return d.db }
 
 func (d *Driver) Dialect() string { return dialect }
 
-func (d *Driver) Reader() driver.Tx { return poolTx(d.pool) }
+func (d *Driver) Reader() driver.Tx {
+	if d.db != nil {
+		return &stdTx{q: d.db}
+	}
+	return poolTx(d.pool)
+}
 
-func (d *Driver) Ping(ctx context.Context) error { return mapErr(d.pool.Ping(ctx)) }
+func (d *Driver) Ping(ctx context.Context) error {
+	if d.db != nil {
+		return mapStdErr(d.db.PingContext(ctx))
+	}
+	return mapErr(d.pool.Ping(ctx))
+}
 
-func (d *Driver) Close() error { d.pool.Close(); return nil }
+// Close closes the pool Open built from a URL. A pool or DB of the
+// caller's stays open: its owner closes it.
+func (d *Driver) Close() error {
+	if !d.callers {
+		d.pool.Close()
+	}
+	return nil
+}
 
 // Begin starts a READ COMMITTED transaction. Under REPEATABLE READ or
 // SERIALIZABLE a key claim that meets a concurrent twin raises a
 // serialization error instead of waiting for the twin's outcome, so the
 // isolation level is part of the keeper's contract, not a tuning knob.
 func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
+	var set settings
+	var args []any
+	lockTimeout := opts.LockTimeout
+	if lockTimeout == 0 && d.callers {
+		// A pool of the caller's has no session default of idem's.
+		lockTimeout = d.lockTimeout
+	}
+	if lockTimeout > 0 && (lockTimeout != d.lockTimeout || d.callers) {
+		// A parameter, not a value in the text: every text is a statement
+		// pgx prepares (a round trip of its own) and caches per connection.
+		set |= setLockTimeout
+		args = []any{strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10)}
+	}
+	if opts.LazyCommit {
+		set |= setLazyCommit
+	}
+	if d.db != nil {
+		return d.beginStd(ctx, opts.ReadOnly, set, args)
+	}
 	begin := "BEGIN ISOLATION LEVEL READ COMMITTED"
 	if opts.ReadOnly {
 		begin += " READ ONLY"
 	}
 	stmts := []queuedStmt{{sql: begin}}
-	var set settings
-	var args []any
-	if opts.LockTimeout > 0 && opts.LockTimeout != d.lockTimeout {
-		// A parameter, not a value in the text: every text is a statement
-		// pgx prepares (a round trip of its own) and caches per connection.
-		set |= setLockTimeout
-		args = []any{strconv.FormatInt(max(opts.LockTimeout.Milliseconds(), 1), 10)}
-	}
-	if opts.LazyCommit {
-		set |= setLazyCommit
-	}
 	if set != 0 {
 		stmts = append(stmts, queuedStmt{sql: settingsSQL[set], args: args})
 	}
@@ -219,6 +288,23 @@ var settingsSQL = func() (sql [4]string) {
 	return sql
 }()
 
+// beginStd begins a *sql.Tx on the driver's DB and applies its settings,
+// a round trip of their own: database/sql sends BEGIN alone.
+func (d *Driver) beginStd(ctx context.Context, readOnly bool, set settings, args []any) (driver.TxCloser, error) {
+	stx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted, ReadOnly: readOnly})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: begin: %w", mapStdErr(err))
+	}
+	tx := &stdOwnedTx{stdTx: &stdTx{q: stx, tx: stx}}
+	if set != 0 {
+		if _, err := tx.Exec(ctx, settingsSQL[set], args...); err != nil {
+			_ = stx.Rollback()
+			return nil, fmt.Errorf("postgres: begin: %w", err)
+		}
+	}
+	return tx, nil
+}
+
 // beginWith takes a connection for a transaction that the statements open,
 // sent with its first statement.
 func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, error) {
@@ -248,11 +334,31 @@ func (d *Driver) beginWith(ctx context.Context, stmts ...queuedStmt) (*ownedTx, 
 // previous one (a migration on busy tables takes them all in its first
 // statement, LOCK TABLE, in one order).
 func (d *Driver) Migrate(ctx context.Context) error {
+	if d.db != nil {
+		conn, err := d.db.Conn(ctx)
+		if err != nil {
+			return mapStdErr(err)
+		}
+		defer conn.Close()
+		return conn.Raw(func(dc any) error {
+			pc, ok := dc.(interface{ Conn() *pgx.Conn })
+			if !ok {
+				return fmt.Errorf("postgres: Migrate on a DB needs pgx's stdlib under it, not %T: run `idem migrate` or open a driver on the URL to migrate", dc)
+			}
+			return d.migrateOn(ctx, pc.Conn())
+		})
+	}
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return mapErr(err)
 	}
 	defer conn.Release()
+	return d.migrateOn(ctx, conn.Conn())
+}
+
+// migrateOn is Migrate on one connection, with the serving deadlines
+// lifted for its duration.
+func (d *Driver) migrateOn(ctx context.Context, conn *pgx.Conn) error {
 	if err := unbounded(ctx, conn); err != nil {
 		return err
 	}
@@ -264,7 +370,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		// A connection whose unlock failed must not return to the pool
 		// still holding the lock.
 		if _, err := conn.Exec(context.WithoutCancel(ctx), sqlMigrateUnlock); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			_ = conn.Close(context.WithoutCancel(ctx))
 		}
 	}()
 	if _, err := conn.Exec(ctx, sqlMigrationsTable); err != nil {
@@ -302,7 +408,7 @@ const (
 	migrationLockBudget = time.Minute
 )
 
-func (d *Driver) applyMigration(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait time.Duration) error {
+func (d *Driver) applyMigration(ctx context.Context, conn *pgx.Conn, m driver.Migration, wait time.Duration) error {
 	if m.NoTransaction {
 		for _, stmt := range m.Statements() {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
@@ -335,7 +441,7 @@ func (d *Driver) applyMigration(ctx context.Context, conn *pgxpool.Conn, m drive
 
 // applyInTx runs a migration and writes its record in one transaction whose
 // lock waits end after wait.
-func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait time.Duration) error {
+func applyInTx(ctx context.Context, conn *pgx.Conn, m driver.Migration, wait time.Duration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
@@ -356,7 +462,7 @@ func applyInTx(ctx context.Context, conn *pgxpool.Conn, m driver.Migration, wait
 // transaction left open (a psql session idle in transaction, a report) is
 // what usually keeps a migration out, and its pid is what ends it. It is
 // best effort: a failed read names nobody.
-func lockHolders(ctx context.Context, conn *pgxpool.Conn) string {
+func lockHolders(ctx context.Context, conn *pgx.Conn) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	rows, err := conn.Query(ctx, sqlLockHolders)
@@ -469,6 +575,10 @@ SELECT a.pid, coalesce(nullif(a.application_name, ''), 'no application name'),
 
 // PoolStats reads the pgx pool's counters.
 func (d *Driver) PoolStats() driver.PoolStats {
+	if d.db != nil {
+		s := d.db.Stats()
+		return driver.PoolStats{MaxConns: s.MaxOpenConnections, InUse: s.InUse, Idle: s.Idle, Waits: s.WaitCount, WaitTime: s.WaitDuration}
+	}
 	s := d.pool.Stat()
 	return driver.PoolStats{
 		MaxConns: int(s.MaxConns()),
