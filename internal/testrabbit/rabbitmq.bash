@@ -4,12 +4,19 @@
 # it beside the nodes it starts, so the tests need no source tree to find it.
 #
 #   scripts/rabbitmq install           install RabbitMQ when it is missing
-#   scripts/rabbitmq start DIR [--watch PID]
+#   scripts/rabbitmq start DIR [--tls CERT KEY CA] [--watch PID]
 #                                      start a private node with its data in
 #                                      DIR, on free loopback ports; print its
-#                                      amqp:// URL. With --watch, the node is
-#                                      stopped (and DIR removed) once process
-#                                      PID is gone, even if it never said so
+#                                      amqp:// URL. With --tls, the node also
+#                                      listens for TLS on a free loopback port
+#                                      with server certificate CERT and key
+#                                      KEY (PEM files; CA is the chain's CA;
+#                                      client certificates are not asked
+#                                      for), and an amqps:// URL is printed
+#                                      on a second line. With --watch, the
+#                                      node is stopped (and DIR removed) once
+#                                      process PID is gone, even if it never
+#                                      said so
 #   scripts/rabbitmq stop DIR          stop it and remove DIR
 #   scripts/rabbitmq restart DIR       kill it (SIGKILL: no clean shutdown)
 #                                      and start it again on the same ports
@@ -100,6 +107,19 @@ kill_node() {
 }
 
 cmd=${1:-}; dir=${2:-}
+tls_cert=; tls_key=; tls_ca=; watch=
+if [ "$cmd" = start ] && [ $# -gt 2 ]; then
+  set -- "${@:3}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+    --tls) [ $# -ge 4 ] || { echo "scripts/rabbitmq: --tls CERT KEY CA" >&2; exit 2; }
+      tls_cert=$(realpath "$2"); tls_key=$(realpath "$3"); tls_ca=$(realpath "$4"); shift 4 ;;
+    --watch) [ $# -ge 2 ] || { echo "scripts/rabbitmq: --watch PID" >&2; exit 2; }
+      watch=$2; shift 2 ;;
+    *) echo "scripts/rabbitmq: unknown option $1" >&2; exit 2 ;;
+    esac
+  done
+fi
 if [ "$cmd" = install ]; then
   installed || install_rabbitmq
   exit 0
@@ -139,15 +159,29 @@ ENV
     echo "log.console = false"
     echo "log.file.level = warning"
     echo "disk_free_limit.absolute = 50MB"
+    if [ -n "$tls_cert" ]; then
+      tls_port=$(free_port)
+      # One-way TLS: the server proves itself; clients log in with a
+      # password (verify_none: no client certificate is asked for).
+      echo "listeners.ssl.default = 127.0.0.1:$tls_port"
+      echo "ssl_options.cacertfile = $tls_ca"
+      echo "ssl_options.certfile = $tls_cert"
+      echo "ssl_options.keyfile = $tls_key"
+      echo "ssl_options.verify = verify_none"
+      echo "ssl_options.fail_if_no_peer_cert = false"
+    fi
   } >"$dir/rabbitmq.conf"
   start_node
-  if [ "${3:-}" = "--watch" ] && [ -n "${4:-}" ]; then
+  if [ -n "$watch" ]; then
     # A test process that panics or is killed never runs its cleanup: the
     # node must not outlive it.
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; bash "$2" stop "$3"' \
-      watch "$4" "${BASH_SOURCE[0]}" "$dir" >/dev/null 2>&1 </dev/null &
+      watch "$watch" "${BASH_SOURCE[0]}" "$dir" >/dev/null 2>&1 </dev/null &
   fi
   echo "amqp://guest:guest@127.0.0.1:$port/"
+  if [ -n "$tls_cert" ]; then
+    echo "amqps://guest:guest@127.0.0.1:$tls_port/"
+  fi
   ;;
 restart)
   kill_node

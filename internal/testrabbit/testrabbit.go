@@ -22,7 +22,17 @@ import (
 type Node struct {
 	// URL is amqp://guest:guest@127.0.0.1:PORT/, the default vhost.
 	URL string
-	dir string
+	// TLSURL is amqps://guest:guest@127.0.0.1:PORT/ for a node StartTLS
+	// started, empty otherwise.
+	TLSURL string
+	dir    string
+}
+
+// TLSFiles are the PEM files of a node's TLS listener: its certificate and
+// key, and the CA that signed it. The node asks no client for a
+// certificate (one-way TLS, password login).
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // errNotInstalled is the one instruction a test without RabbitMQ gets.
@@ -48,7 +58,20 @@ var rabbitScript []byte
 // where they can.
 func Start(tb testing.TB) *Node {
 	tb.Helper()
-	n, err := start()
+	n, err := start(nil)
+	if err != nil {
+		tb.Fatalf("testrabbit: %v", err)
+	}
+	tb.Cleanup(n.Stop)
+	return n
+}
+
+// StartTLS starts a node for tb, as Start, that also listens for TLS
+// (amqps://, its TLSURL) on a free loopback port with the certificate in
+// files.
+func StartTLS(tb testing.TB, files TLSFiles) *Node {
+	tb.Helper()
+	n, err := start(&files)
 	if err != nil {
 		tb.Fatalf("testrabbit: %v", err)
 	}
@@ -58,9 +81,9 @@ func Start(tb testing.TB) *Node {
 
 // StartMain starts a node for a package's tests, from TestMain; the caller
 // stops it (Stop) after m.Run.
-func StartMain() (*Node, error) { return start() }
+func StartMain() (*Node, error) { return start(nil) }
 
-func start() (*Node, error) {
+func start(files *TLSFiles) (*Node, error) {
 	if !Installed() {
 		return nil, errNotInstalled
 	}
@@ -73,12 +96,27 @@ func start() (*Node, error) {
 	}
 	n := &Node{dir: filepath.Join(parent, "node")}
 	// --watch: the node goes with this process, should it die before Stop.
-	out, err := n.script("start", n.dir, "--watch", strconv.Itoa(os.Getpid())).Output()
+	args := []string{"start", n.dir, "--watch", strconv.Itoa(os.Getpid())}
+	if files != nil {
+		args = append(args, "--tls", files.CertFile, files.KeyFile, files.CAFile)
+	}
+	out, err := n.script(args...).Output()
 	if err != nil {
 		_ = os.RemoveAll(parent)
 		return nil, fmt.Errorf("start RabbitMQ: %w %s", err, stderrOf(err))
 	}
-	n.URL = strings.TrimSpace(string(out))
+	urls, want := strings.Fields(string(out)), 1
+	if files != nil {
+		want = 2
+	}
+	if len(urls) != want {
+		n.Stop()
+		return nil, fmt.Errorf("start RabbitMQ: the script printed %q, want the node's URLs", out)
+	}
+	n.URL = urls[0]
+	if files != nil {
+		n.TLSURL = urls[1]
+	}
 	return n, nil
 }
 

@@ -1,9 +1,15 @@
 package broker
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemhq/idem/internal/testrabbit"
+	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/cloudevent"
 )
 
@@ -88,5 +94,52 @@ func TestParseRoutesAndFormat(t *testing.T) {
 		if _, err := Open(t.Context(), bad, Config{}); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
+	}
+}
+
+// idem relay --publish amqps://USER@127.0.0.1:PORT/?tls_ca=…&password_file=…
+// against a real RabbitMQ node with a TLS listener whose certificate the
+// test's CA signed: the publisher trusts it through tls_ca, logs in with
+// the password from the file, and the event reaches the queue with its
+// outbox id as message-id. A CA that did not sign the node's certificate
+// is refused at open, saying so, without the password.
+func TestOpenAMQPS(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t, "rabbit")
+	certFile, keyFile, _ := ca.issue(t, "rabbit-server", true)
+	node := testrabbit.StartTLS(t, testrabbit.TLSFiles{CertFile: certFile, KeyFile: keyFile, CAFile: ca.CAFile})
+	u, err := amqp.ParseURI(node.TLSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const x = "idem-amqps"
+	q := node.Queue(t, x, "#")
+	pw := writeFile(t, "password", u.Password+"\n")
+	base := fmt.Sprintf("amqps://%s@%s:%d/", u.Username, u.Host, u.Port)
+	ctx := context.Background()
+
+	p, err := Open(ctx, base+"?tls_ca="+ca.CAFile+"&password_file="+pw+"&exchange="+x, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := outbox.NewID()
+	publishOne(t, p, id)
+	got := q.Messages(t)
+	if len(got) != 1 || got[0].MessageId != id || got[0].Type != "a.b" || string(got[0].Body) != "{}" {
+		t.Fatalf("queue holds %+v, want the one event %s", got, id)
+	}
+
+	other := newTestCA(t, "other")
+	_, err = Open(ctx, base+"?tls_ca="+other.CAFile+"&password_file="+pw+"&exchange="+x, Config{})
+	if err == nil {
+		t.Fatal("a CA that did not sign the node's certificate was trusted")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "RabbitMQ") || !strings.Contains(msg, fmt.Sprint(u.Port)) ||
+		!strings.Contains(msg, "certificate signed by unknown authority") || strings.Contains(msg, u.Password) {
+		t.Fatalf("wrong CA: %v", err)
+	}
+	if got := q.Messages(t); len(got) != 1 {
+		t.Fatalf("queue holds %d messages after the refused open, want 1", len(got))
 	}
 }
