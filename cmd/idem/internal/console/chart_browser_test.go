@@ -41,7 +41,7 @@ func docImage(t *testing.T, ctx context.Context, dir, name, sel string) {
 	must(t, "write "+path, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)
 	if os.Getenv("IDEM_UPDATE_DOC_IMAGES") == "1" {
-		doc := filepath.Join("..", "..", "docs", "images", name+".png")
+		doc := filepath.Join("..", "..", "..", "..", "docs", "images", name+".png") // the repository's docs
 		must(t, "mkdir", os.MkdirAll(filepath.Dir(doc), 0o755))
 		must(t, "write "+doc, os.WriteFile(doc, png, 0o644))
 		t.Logf("doc image updated: %s", doc)

@@ -69,7 +69,7 @@ func writeDocImages(t *testing.T, docs map[string][]byte) {
 		}
 		var buf bytes.Buffer
 		must(t, "encode "+name, (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&buf, small))
-		path := filepath.Join("..", "..", "docs", "images", name+".png")
+		path := filepath.Join("..", "..", "..", "..", "docs", "images", name+".png") // the repository's docs
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
