@@ -159,12 +159,21 @@ func TestSDKReceivesWebhooks(t *testing.T) {
 				t.Fatal(err)
 			}
 			var signed int
+			// The SDK's receive handler takes one request at a time: for
+			// concurrent ones its per-request goroutines can take each
+			// other's messages, and the first request to end cancels the
+			// context the other waits with, leaving a delivery blocked for
+			// good. The publisher sends concurrently, so deliveries are
+			// passed to it one by one.
+			var serial sync.Mutex
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Header.Get("webhook-id") != "" && r.Header.Get("webhook-signature") != "" {
 					mu.Lock()
 					signed++
 					mu.Unlock()
 				}
+				serial.Lock()
+				defer serial.Unlock()
 				h.ServeHTTP(w, r)
 			}))
 			defer srv.Close()
