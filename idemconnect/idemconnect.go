@@ -174,7 +174,9 @@ func New(cfg Config) (*Interceptor, error) {
 func (i *Interceptor) Unguarded() map[string]uint64 { return i.g.Unguarded() }
 
 // Tx returns the transaction a guarded handler writes its rows in; nil
-// outside a guarded call. It is idemhttp.Tx.
+// outside a guarded call (an unguarded procedure, or no key under
+// AllowMissingKey), which idem's packages refuse with driver.ErrNoTx. It
+// is idemhttp.Tx.
 func Tx(ctx context.Context) driver.Tx { return idemhttp.Tx(ctx) }
 
 // KeyFrom returns the scoped key of the guarded call ctx belongs to. It is

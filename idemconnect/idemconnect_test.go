@@ -28,6 +28,7 @@ import (
 	"github.com/idemhq/idem/idemconnect"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/testpg"
+	"github.com/idemhq/idem/outbox"
 )
 
 func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
@@ -260,7 +261,12 @@ func TestRollback(t *testing.T) {
 // TestRefusals: the interceptor's own answers and their reasons.
 func TestRefusals(t *testing.T) {
 	t.Parallel()
-	d := drivertest.Open(t, "sqlite")
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) { refusals(t, d) })
+}
+
+// refusals: each refusal is an InvalidArgument or FailedPrecondition with
+// its reason, before the handler runs; nothing is stored.
+func refusals(t *testing.T, d driver.Driver) {
 	e := newEnv(t, d, idemconnect.Config{})
 	e.call(t, nil, 100, "used")
 	for _, tc := range []struct {
@@ -519,4 +525,61 @@ func TestVerbatimJSON(t *testing.T) {
 			t.Fatalf("replay without WithVerbatimJSON %q, want it marshalled again: %q", plain.body, first.body)
 		}
 	})
+}
+
+// TestTxFromContext: a handler that hands the transaction it reached from
+// its context to idem's packages gets a clear error, never a panic, when
+// that transaction cannot be used: nil in a call that ran unguarded
+// (driver.ErrNoTx), or a transaction of another database than the
+// package's (driver.ErrWrongDialect). The call fails Internal and nothing
+// is written or stored.
+func TestTxFromContext(t *testing.T) {
+	t.Parallel()
+	pg, lite := drivertest.Open(t, "postgres"), drivertest.Open(t, "sqlite")
+	ob, err := outbox.New(pg, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := idem.New(lite, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := idemconnect.New(idemconnect.Config{Keeper: k, AllowMissingKey: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var errs []error
+	h := func(ctx context.Context, _ *connect.Request[wrapperspb.Int64Value]) (*connect.Response[wrapperspb.StringValue], error) {
+		err := ob.Enqueue(ctx, idemconnect.Tx(ctx), outbox.Message{Type: "charge.created", Key: "c", Payload: []byte(`{}`)})
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		return connect.NewResponse(wrapperspb.String("ok")), nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle(chargeProcedure, connect.NewUnaryHandler(chargeProcedure, h, connect.WithInterceptors(ic)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	for _, keys := range [][]string{nil, {"k"}} {
+		if a := callRaw(t, srv, nil, 1, keys...); connect.CodeOf(a.err) != connect.CodeInternal {
+			t.Fatalf("keys %q: %v, want Internal", keys, a.err)
+		}
+	}
+	if len(errs) != 2 || !errors.Is(errs[0], driver.ErrNoTx) || !errors.Is(errs[1], driver.ErrWrongDialect) {
+		t.Fatalf("errors %v; want ErrNoTx (unguarded) then ErrWrongDialect (a SQLite transaction)", errs)
+	}
+	for _, q := range []struct {
+		d     driver.Driver
+		table string
+	}{{pg, "idem_outbox"}, {lite, "idem_keys"}} {
+		var n int
+		if err := q.d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM `+q.table).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s: %d rows, %v; want none", q.table, n, err)
+		}
+	}
 }
