@@ -106,8 +106,9 @@ type Config struct {
 	// that needs a key and has none is refused InvalidArgument, since a
 	// retry of it could do the work twice.
 	AllowMissingKey bool
-	// MaxReplyBytes bounds a reply's marshalled size, which is stored; a
-	// larger one rolls back and is answered Internal. Default 4 MiB; bound
+	// MaxReplyBytes bounds a reply's marshalled size, which is stored (for
+	// a call in JSON, its binary and JSON forms together); a larger one
+	// rolls back and is answered Internal. Default 4 MiB; bound
 	// 1 KiB..64 MiB.
 	MaxReplyBytes int
 	// RetryAfter is the RetryInfo delay of Aborted (in flight) and

@@ -414,6 +414,14 @@ func TestJSONReplayIsByteIdentical(t *testing.T) {
 				rows++
 			}
 		}
+		// A stored refusal is replayed in JSON too, details and bytes alike.
+		refused := callRaw(t, e.srv, jsonOpts, -1, "refused")
+		again := callRaw(t, e.srv, jsonOpts, -1, "refused")
+		if connect.CodeOf(refused.err) != connect.CodeFailedPrecondition || refused.replayed() || !again.replayed() ||
+			reason(again.err) != "INSUFFICIENT_FUNDS" || !bytes.Equal(again.body, refused.body) {
+			t.Fatalf("stored refusal in JSON: %v %q, then %v replayed=%v %q", refused.err, refused.body, again.err, again.replayed(), again.body)
+		}
+		rows++
 		if got := e.rows(t); got != rows || e.pay.calls.Load() != int64(rows) {
 			t.Fatalf("%d rows, %d calls; want %d each", got, e.pay.calls.Load(), rows)
 		}
