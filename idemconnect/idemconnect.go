@@ -303,6 +303,7 @@ func replayOf(r rpcguard.Reply, codec string, spec connect.Spec) (connect.AnyRes
 	return nil, ce
 }
 
+// replayed marks res as a replay (Idempotent-Replayed: true).
 func replayed[T any](res *connect.Response[T]) *connect.Response[T] {
 	res.Header().Set(HeaderReplayed, "true")
 	return res
