@@ -94,6 +94,7 @@ func TestInvalid(t *testing.T) {
 		{"bad hash", nil, map[string]string{"IDEM_API_KEYS": "a:sha256:zz"}, "", "64 hex"},
 		{"unknown yaml", nil, nil, "adress: 127.0.0.1:1\n", "unknown setting"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "", "log level"},
+		{"idempotency key neither required nor optional", []string{"--idempotency-key", "sometimes"}, nil, "", "want required or optional"},
 		{"stray argument", []string{"extra"}, nil, "", "unexpected argument"},
 	}
 	for _, c := range cases {
@@ -146,5 +147,28 @@ func TestMetricsAddr(t *testing.T) {
 	c, err = Load("serve", nil, env(map[string]string{"IDEM_METRICS_ADDR": "10.0.0.1:9090"}), ServeSettings...)
 	if err != nil || c.MetricsAddr != "10.0.0.1:9090" {
 		t.Fatalf("serve with IDEM_METRICS_ADDR: %v %q", err, c.MetricsAddr)
+	}
+}
+
+// --idempotency-key is required by default, optional from a flag, its
+// variable or the file (the rollout mode of idem serve).
+func TestIdempotencyKeySetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, nil, KeyRequired},
+		{"flag", []string{"--idempotency-key", "optional"}, nil, KeyOptional},
+		{"env", nil, map[string]string{"IDEM_IDEMPOTENCY_KEY": "optional"}, KeyOptional},
+		{"file", []string{"--config", writeFile(t, "idempotency_key: optional\n")}, nil, KeyOptional},
+		{"flag over env", []string{"--idempotency-key", "required"}, map[string]string{"IDEM_IDEMPOTENCY_KEY": "optional"}, KeyRequired},
+	} {
+		c, err := Load("serve", tc.args, env(tc.env), ServeSettings...)
+		if err != nil || c.IdempotencyKey != tc.want {
+			t.Fatalf("%s: %v %q, want %q", tc.name, err, c.IdempotencyKey, tc.want)
+		}
 	}
 }

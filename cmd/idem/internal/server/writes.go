@@ -285,15 +285,16 @@ func (o *outcomeRecorder) outcome() idem.Outcome {
 }
 
 // writeOne is a ledger write's handler without group commit: the request's
-// op, applied alone in the transaction idemhttp's middleware began for it,
-// and answered as applyWrites answers it.
+// op, applied alone in the transaction idemhttp's middleware began for it
+// (or, unguarded, in its own: ownTx), and answered as applyWrites answers
+// it.
 func (s *Server) writeOne(decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		wr, ok := decode(w, r, nil)
 		if !ok {
 			return
 		}
-		res, err := s.applyWrites(r.Context(), idemhttp.Tx(r.Context()), []ledgerWrite{wr})
+		res, err := s.applyWrites(r.Context(), txOf(r.Context()), []ledgerWrite{wr})
 		if err != nil {
 			s.fail(w, r, err)
 			return
