@@ -203,7 +203,7 @@ type Keeper struct {
 
 	fingerprints fingerprintMemo
 	tracer       trace.Tracer
-	reads        reads
+	reads        readPolicy
 
 	testHooks testHooks
 }
@@ -241,9 +241,12 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rb, _ := d.(driver.KeyReadBatcher)
-	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
+	k := &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
+		tracer: cfg.TracerProvider.Tracer(tracing.Module)}
+	if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+		k.reads.always = true
+	}
+	return k, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -295,18 +298,16 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	}
 	id := req.Key.id()
 
-	// Fast path: a completed record is immutable until it expires, so a
-	// plain read answers most duplicates in one round trip, which the
-	// reads of the moment share (read.go), while duplicates are common
-	// enough to pay for it. It decides no race: a miss goes on to the
-	// claim, where the constraint decides.
+	// Fast path, while duplicates are common enough to pay for it
+	// (read.go): a plain read of a committed record. It decides no race:
+	// a miss goes on to the claim, where the constraint decides.
 	if k.reads.first() {
-		rec, err := k.reads.get(ctx, id)
+		rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: id})
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
 			return replay(req.Key, rec, fp)
-		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
+		case err != nil && !errors.Is(err, driver.ErrNotFound):
 			return Result{}, err
 		}
 	}
