@@ -478,7 +478,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
 	}
@@ -530,7 +530,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	if len(store.Records) == 0 {
 		return answers, false, nil
 	}
-	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
+	if err := driver.RecordBatch(ctx, k.d, tx, &store); err != nil {
 		return nil, false, err
 	}
 	return answers, true, nil

@@ -83,6 +83,9 @@ DELETE FROM idem_keys AS k
  USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
  WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
+const sqlKeyRelease = `
+DELETE FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
+
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
@@ -119,6 +122,11 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
 	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
 	return affected("record outcome", n, 1, err)
+}
+
+func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) error {
+	n, err := tx.Exec(ctx, sqlKeyRelease, p.ID.Scope, p.ID.Operation, p.ID.Key)
+	return affected("release claim", n, 1, err)
 }
 
 // affected checks that a write which must find its rows (the claims made

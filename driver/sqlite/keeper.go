@@ -146,13 +146,20 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 		return fmt.Errorf("sqlite: record outcomes: %d rows hold the %d claims", n, len(p.Records))
 	}
 	for _, id := range p.Release {
-		n, err := tx.Exec(ctx, sqlKeyRelease, id.Scope, id.Operation, id.Key)
-		if err != nil {
+		if err := d.KeyRelease(ctx, tx, &driver.KeyGetParams{ID: id}); err != nil {
 			return err
 		}
-		if n != 1 {
-			return fmt.Errorf("sqlite: release claim: %d rows hold the claim, want 1", n)
-		}
+	}
+	return nil
+}
+
+func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) error {
+	n, err := tx.Exec(ctx, sqlKeyRelease, p.ID.Scope, p.ID.Operation, p.ID.Key)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("sqlite: release claim: %d rows hold the claim, want 1", n)
 	}
 	return nil
 }
