@@ -163,8 +163,7 @@ func (c BatchConfig) validate() error {
 // written before done is closed and read only after.
 type pending[T any] struct {
 	ctx      context.Context // the caller's; its span is linked from the batch's
-	key      Key
-	fp       []byte
+	claimant                 // its key, fingerprint and headers to store
 	item     T
 	deadline time.Time          // its waits for row locks, over all its attempts, end by then
 	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
@@ -255,12 +254,12 @@ func (b *Batcher[T]) Do(ctx context.Context, req Request, item T) (Result, error
 func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(context.Context) (T, error)) (res Result, err error) {
 	ctx, span := b.k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
-	return b.k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
-		item, err := b.makeItem(ctx, key, makeItem)
+	return b.k.do(ctx, req, func(ctx context.Context, c claimant, lockWait time.Duration) (Result, error) {
+		item, err := b.makeItem(ctx, c.key, makeItem)
 		if err != nil {
 			return Result{}, err
 		}
-		return b.submit(ctx, key, fp, item, lockWait)
+		return b.submit(ctx, c, item, lockWait)
 	})
 }
 
@@ -278,8 +277,8 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 
 // submit runs a request in a batch of its own when fewer than Concurrency
 // run, or queues it, and returns its answer.
-func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, lockWait time.Duration) (Result, error) {
-	p := &pending[T]{ctx: ctx, key: key, fp: fp, item: item, deadline: time.Now().Add(lockWait),
+func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
+	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
 		next: make(chan []*pending[T], 1), done: make(chan struct{})}
 	b.mu.Lock()
 	switch {
@@ -308,7 +307,7 @@ func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, loc
 	waits := !p.taken
 	b.mu.Unlock()
 	if h := b.testHooks.queued; h != nil && waits {
-		h(key)
+		h(c.key)
 	}
 
 	timer := time.NewTimer(b.cfg.MaxWait)
@@ -553,7 +552,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 
 	cs := make([]claimant, len(ps))
 	for i, p := range ps {
-		cs[i] = claimant{key: p.key, fp: p.fp}
+		cs[i] = p.claimant
 	}
 	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
 		items := make([]T, len(todo))

@@ -269,19 +269,10 @@ func (o *outcomeRecorder) Write(b []byte) (int, error) {
 	return o.body.Write(b)
 }
 
-// outcome is the answer to store: its status, body and the headers a
-// replay carries (idemhttp's default allow-list, which the server uses).
+// outcome is the answer to store (idemhttp keeps its allow-listed
+// headers) and to send first.
 func (o *outcomeRecorder) outcome() idem.Outcome {
-	var h http.Header
-	for _, name := range idemhttp.DefaultReplayHeaders {
-		if vs := o.header.Values(name); len(vs) > 0 {
-			if h == nil {
-				h = make(http.Header)
-			}
-			h[name] = vs
-		}
-	}
-	return idem.Outcome{Status: o.status, Header: h, Body: o.body.Bytes()}
+	return idem.Outcome{Status: o.status, Header: o.header, Body: o.body.Bytes()}
 }
 
 // writeOne is a ledger write's handler without group commit: the request's
