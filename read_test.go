@@ -35,12 +35,6 @@ func (c *countedReads) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGe
 	return c.Driver.KeyGet(ctx, tx, p)
 }
 
-// outcome is what one Do answered.
-type outcome struct {
-	res idem.Result
-	err error
-}
-
 // A read that fails answers its request with the read's error at once:
 // nothing is claimed or run, and the key stays free for the retry.
 func TestFailedReadAnswersItsRequest(t *testing.T) {
