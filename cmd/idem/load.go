@@ -133,6 +133,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		refused    = l.float("refused", def.RefusedShare, "share of transfers built to be refused (currency mismatch; 0: none)")
 		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
 		progress   = l.bool("progress", true, "report progress on stderr")
+		expectLoss = l.bool("expect-loss", false, "count acknowledged operations the service lost (asynchronous replication's failover) as acknowledged_lost, not as violations")
 
 		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")
 		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
@@ -170,6 +171,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Rate, cfg.Retries, cfg.Timeout, cfg.Settle, cfg.RefusedShare = *rate, *retries, *timeout, *settle, *refused
 	cfg.Seed, cfg.Probes, cfg.CheckEvents, cfg.NATS, cfg.EventsWait = int64(*seed), *probes, *checkEvents, *natsURL, *eventsWait
 	cfg.WebhookEndpoint, cfg.WebhookSecret, cfg.WebhookShare = *whEndpoint, *whSecret, *whShare
+	cfg.ExpectLoss = *expectLoss
 	for _, t := range strings.Split(*target, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(t, "/"))
@@ -239,6 +241,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			defer sup.Close()
 			cfg.Pool = sup.Pool()
+			cfg.Faults = sup.Faults
 			cfg.Targets = nil
 			if *chaosNATS {
 				// The verifier checks the cluster's stream: one message

@@ -187,6 +187,7 @@ type Supervisor struct {
 	dbRestarts int
 	failovers  int
 	natsKills  int
+	faults     []run.FaultWindow // the database commands that completed
 
 	stop chan struct{}
 	done chan struct{}
@@ -265,6 +266,14 @@ func (s *Supervisor) DBRestarts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dbRestarts
+}
+
+// Faults is the database restarts and failovers that completed, with
+// when their commands ran, for the report's figures.
+func (s *Supervisor) Faults() []run.FaultWindow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.faults)
 }
 
 // NATSKills is how many times a NATS node was shut down.
@@ -414,7 +423,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 	every(s.cfg.KillEvery, s.rnd, func() error { return s.killOne(ctx) })
 	if s.cfg.DBRestart != "" {
 		every(s.cfg.DBEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 17)), func() error {
-			s.runDBCommand(ctx, "database restart", s.cfg.DBRestart, &s.dbRestarts)
+			s.runDBCommand(ctx, "db_restart", s.cfg.DBRestart, &s.dbRestarts)
 			return nil
 		})
 	}
@@ -461,9 +470,10 @@ func (s *Supervisor) killOne(ctx context.Context) error {
 	return nil
 }
 
-// runDBCommand runs a database fault's command (a restart, a failover)
-// once, bounded by DBTimeout, and counts it in *done (under s.mu). A
-// failed command is logged and not counted; the schedule goes on.
+// runDBCommand runs a database fault's command (what: "db_restart" or
+// "failover") once, bounded by DBTimeout, and counts it in *done and
+// s.faults (under s.mu). A failed command is logged and not counted; the
+// schedule goes on.
 func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, done *int) {
 	// Not cut short when the run ends: a restart killed halfway could
 	// leave the database down.
@@ -481,11 +491,13 @@ func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, don
 		s.logf("%s failed after %s: %v: %s", what, time.Since(start).Round(time.Millisecond), err, strings.TrimSpace(out.String()))
 		return
 	}
+	end := time.Now()
 	s.mu.Lock()
 	*done++
 	n := *done
+	s.faults = append(s.faults, run.FaultWindow{Kind: what, Start: start, End: end})
 	s.mu.Unlock()
-	s.logf("%s %d took %s", what, n, time.Since(start).Round(time.Millisecond))
+	s.logf("%s %d took %s", what, n, end.Sub(start).Round(time.Millisecond))
 }
 
 // killNATSNode shuts NATS node i down and, after NATSDown (cut
