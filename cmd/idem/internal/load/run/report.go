@@ -46,25 +46,29 @@ type Latency struct {
 // Report is a run's (or a verification's) summary. Violations is the count
 // of every violation found; Details lists the first of them.
 type Report struct {
-	RunID          string       `json:"run_id"`
-	Targets        []string     `json:"targets"`
-	ElapsedSeconds float64      `json:"elapsed_seconds"`
-	Operations     map[Kind]int `json:"operations"`
-	Acknowledged   int          `json:"acknowledged"`
-	Applied        int          `json:"applied"`
-	Refused        int          `json:"refused"`
-	Unresolved     int          `json:"unresolved"`
-	Requests       int64        `json:"requests"`
-	Duplicates     int64        `json:"duplicates_sent"`
-	Replays        int64        `json:"replays_served"`
-	Retries        int64        `json:"retries"`
-	Probes         int          `json:"probes"`
-	Restarts       int          `json:"restarts"`
-	DBRestarts     int          `json:"db_restarts"`
-	Failovers      int          `json:"db_failovers"`
-	NATSKills      int          `json:"nats_node_kills"`
-	EventsChecked  int          `json:"events_checked"`
-	WebhookEvents  int          `json:"webhook_events"`
+	RunID          string             `json:"run_id"`
+	Targets        []string           `json:"targets"`
+	ElapsedSeconds float64            `json:"elapsed_seconds"`
+	Operations     map[Kind]int       `json:"operations"`
+	Acknowledged   int                `json:"acknowledged"`
+	Applied        int                `json:"applied"`
+	Refused        int                `json:"refused"`
+	Unresolved     int                `json:"unresolved"`
+	Requests       int64              `json:"requests"`
+	Duplicates     int64              `json:"duplicates_sent"`
+	Replays        int64              `json:"replays_served"`
+	Retries        int64              `json:"retries"`
+	Probes         int                `json:"probes"`
+	Restarts       int                `json:"restarts"`
+	DBRestarts     int                `json:"db_restarts"`
+	Failovers      int                `json:"db_failovers"`
+	NATSKills      int                `json:"nats_node_kills"`
+	EventsChecked  int                `json:"events_checked"`
+	WebhookEvents  int                `json:"webhook_events"`
+	Latency        map[string]Latency `json:"latency"`
+	Violations     int                `json:"violations"`
+	Details        []Violation        `json:"violation_details"`
+
 	// Lost counts the acknowledged operations the service no longer
 	// holds as acknowledged: missing, or (with ExpectLoss) done again by a
 	// later copy after being lost. The recovery point: 0 unless the
@@ -73,10 +77,7 @@ type Report struct {
 	// LostKeys are the first of their Idempotency-Keys.
 	LostKeys []string `json:"lost_keys,omitempty"`
 	// Faults measures each database fault of a chaos run.
-	Faults     []Fault            `json:"faults,omitempty"`
-	Latency    map[string]Latency `json:"latency"`
-	Violations int                `json:"violations"`
-	Details    []Violation        `json:"violation_details"`
+	Faults []Fault `json:"faults,omitempty"`
 }
 
 // Stats counts what a run sends and receives. Safe for concurrent use.
