@@ -150,6 +150,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		dbTimeout = l.dur("chaos-db-timeout", 60*time.Second, "bound on one run of the database restart or failover command")
 		failover  = l.str("chaos-failover", "", "shell command (sh -c) that fails the database over to a standby, run at random intervals of its own, e.g. 'patronictl failover --force'")
 		failEvery = l.dur("chaos-failover-every", time.Minute, "mean interval between failovers (jittered ±50%)")
+		failCount = l.int("chaos-failovers", 0, "stop after this many failovers, and end the main phase then (--duration still bounds it; 0: no limit)")
 		chaosNATS = l.bool("chaos-nats", false, "run a 3-node NATS cluster the servers publish to (3 replicas), shut a node down at random intervals, and check the stream")
 		natsEvery = l.dur("chaos-nats-every", 10*time.Second, "mean interval between NATS node shutdowns (jittered ±50%)")
 		natsDown  = l.dur("chaos-nats-down", 3*time.Second, "how long a NATS node stays down")
@@ -209,6 +210,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
+		if *failCount != 0 && *failover == "" {
+			return errors.New("load: --chaos-failovers counts the failovers of --chaos-failover: add it")
+		}
 		if *failover != "" && !*chaosRun {
 			return errors.New("load: --chaos-failover fails over the database under the servers --chaos runs: add --chaos")
 		}
@@ -234,7 +238,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
-				Failover: *failover, FailoverEvery: *failEvery,
+				Failover: *failover, FailoverEvery: *failEvery, Failovers: *failCount,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
 			if err != nil {
 				return err
@@ -242,6 +246,10 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			defer sup.Close()
 			cfg.Pool = sup.Pool()
 			cfg.Faults = sup.Faults
+			if *failCount > 0 {
+				n := *failCount
+				cfg.Enough = func() bool { return sup.Failovers() >= n }
+			}
 			cfg.Targets = nil
 			if *chaosNATS {
 				// The verifier checks the cluster's stream: one message

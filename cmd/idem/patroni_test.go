@@ -19,10 +19,10 @@ import (
 // failoverRun runs idem load --chaos on c: two servers on its multi-host
 // URL (never SIGKILLed: the fault is the database's), publishing to a
 // NATS server whose stream the verifier checks, the primary's node lost by
-// --chaos-failover (scripts/patroni kill-primary) about every second
-// after the previous failover is done and its lost node back as the
-// standby, so a run of 75 seconds makes three failovers on a loaded machine. It returns the
-// report, the command's error and the journal's path.
+// --chaos-failover (scripts/patroni kill-primary) about a second after
+// the previous failover is done and its lost node back as the standby; the
+// load ends after the third failover (--chaos-failovers 3). It returns
+// the report, the command's error and the journal's path.
 func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (loadrun.Report, error, string) {
 	t.Helper()
 	natsURL, _ := startNATS(t)
@@ -37,7 +37,7 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (loadrun
 	args := append([]string{"--chaos", "--db", c.URL, "--serve-bin", binary(t), "--serve-config", serveCfg,
 		"--kill-every", "1h", "--chaos-failover", c.KillPrimaryCommand(), "--chaos-failover-every", "1s",
 		"--chaos-db-timeout", "3m", "--nats", natsURL, "--journal", journal,
-		"--duration", "75s", "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
+		"--chaos-failovers", "3", "--duration", "5m", "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
 	r, err := loadRun(t, args...)
 	for _, f := range r.Faults {
 		t.Logf("%s at %.1fs: command %.0f ms, first failed request %.0f ms, first success after it %.0f ms (recovered %v), %d requests failed",

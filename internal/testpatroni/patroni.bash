@@ -38,8 +38,8 @@
 # manager exists for.
 #
 # Timings are short so a failover takes seconds: ttl 8s, loop_wait 1s,
-# retry_timeout 3s (loop_wait + 2 * retry_timeout <= ttl, as Patroni asks;
-# a shorter retry_timeout demoted a healthy leader on a loaded machine).
+# retry_timeout 3s (loop_wait + 2 * retry_timeout <= ttl, as Patroni asks),
+# with room for a Patroni slowed by a loaded machine.
 # Each server's data and logs are under DIR; nothing is written elsewhere.
 # fsync is off (a fault here kills processes, never the machine: the page
 # cache survives) and full_page_writes and wal_log_hints are on, which

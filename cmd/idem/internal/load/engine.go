@@ -173,6 +173,9 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 		if ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
 			return
 		}
+		if e.cfg.Enough != nil && !deadline.IsZero() && e.cfg.Enough() {
+			return
+		}
 		needDup := e.cfg.Duplicates > 0 && dups < e.cfg.Duplicates*(reqs+1)
 		var t task
 		if needDup && len(sent) > 0 && (e.cfg.Burst == 1 || e.rnd.Float64() < 0.6) {

@@ -80,6 +80,10 @@ type Config struct {
 	// FailoverEvery is the mean interval between failovers, jittered ±50%.
 	// Default 60s; bound 1s..1h.
 	FailoverEvery time.Duration
+	// Failovers, when above 0, is how many failovers the run makes: the
+	// schedule stops after that many have completed. Default 0: no
+	// limit; bound 0..1000.
+	Failovers int
 
 	// NATS runs a three-node JetStream cluster inside this process, points
 	// every server at it (serve --publish nats://…?replicas=3), and shuts
@@ -149,6 +153,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("load: chaos: database restart command of %d bytes; at most 4096", len(c.DBRestart))
 	case len(c.Failover) > 4096:
 		return fmt.Errorf("load: chaos: failover command of %d bytes; at most 4096", len(c.Failover))
+	case c.Failovers < 0 || c.Failovers > 1000:
+		return fmt.Errorf("load: chaos failovers %d is outside 0..1000", c.Failovers)
 	case c.FailoverEvery < time.Second || c.FailoverEvery > time.Hour:
 		return fmt.Errorf("load: failover interval %s is outside 1s..1h", c.FailoverEvery)
 	case c.DBEvery < time.Second || c.DBEvery > time.Hour:
@@ -414,7 +420,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 				case <-time.After(d):
 				}
 				if err := step(); err != nil {
-					s.logf("%v", err)
+					if err != errFailoversDone {
+						s.logf("%v", err)
+					}
 					return
 				}
 			}
@@ -430,6 +438,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 	if s.cfg.Failover != "" {
 		every(s.cfg.FailoverEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 23)), func() error {
 			s.runDBCommand(ctx, "failover", s.cfg.Failover, &s.failovers)
+			if s.cfg.Failovers > 0 && s.Failovers() >= s.cfg.Failovers {
+				return errFailoversDone
+			}
 			return nil
 		})
 	}
@@ -442,6 +453,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 		close(done)
 	}()
 }
+
+// errFailoversDone ends the failover schedule after Config.Failovers.
+var errFailoversDone = errors.New("load: chaos: failovers done")
 
 // killOne SIGKILLs a random server and starts a new one in its place. The
 // server leaves the pool first, so new requests go to the others, while

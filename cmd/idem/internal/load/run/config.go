@@ -103,6 +103,10 @@ type Config struct {
 	// Pool, when set, supplies the live targets instead of Targets (the
 	// chaos supervisor's pool, which tracks restarts).
 	Pool *Pool
+	// Enough, when set, ends the main phase early once it reports true
+	// (checked before each operation): a chaos run that has had the
+	// failovers it asked for. Duration still bounds the phase.
+	Enough func() bool
 	// Faults, when set, is called after BeforeVerify for the database
 	// faults the run went through (the chaos supervisor's failovers and
 	// restarts), which the report then measures (Report.Faults).
