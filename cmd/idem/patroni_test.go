@@ -22,8 +22,8 @@ import (
 // --chaos-failover (scripts/patroni kill-primary) about a second after
 // the previous failover is done and its lost node back as the standby; the
 // load ends after the third failover (--chaos-failovers 3). It returns
-// the report, the command's error and the journal's path.
-func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (loadrun.Report, error, string) {
+// the report, the journal's path and the command's error.
+func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (r loadrun.Report, journal string, err error) {
 	t.Helper()
 	natsURL, _ := startNATS(t)
 	// Short deadlines so a request to the lost primary is answered 503
@@ -33,12 +33,12 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (loadrun
 	if err := os.WriteFile(serveCfg, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	journal := filepath.Join(t.TempDir(), "journal.json")
+	journal = filepath.Join(t.TempDir(), "journal.json")
 	args := append([]string{"--chaos", "--db", c.URL, "--serve-bin", binary(t), "--serve-config", serveCfg,
 		"--kill-every", "1h", "--chaos-failover", c.KillPrimaryCommand(), "--chaos-failover-every", "1s",
 		"--chaos-db-timeout", "3m", "--nats", natsURL, "--journal", journal,
 		"--chaos-failovers", "3", "--duration", "5m", "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
-	r, err := loadRun(t, args...)
+	r, err = loadRun(t, args...)
 	for _, f := range r.Faults {
 		t.Logf("%s at %.1fs: command %.0f ms, first failed request %.0f ms, first success after it %.0f ms (recovered %v), %d requests failed",
 			f.Kind, f.AtSeconds, f.CommandMS, f.FirstFailureMS, f.RecoveredMS, f.Recovered, f.FailedRequests)
@@ -48,7 +48,7 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (loadrun
 	if err != nil || r.Violations != 0 {
 		t.Logf("cluster logs:\n%s", c.Logs())
 	}
-	return r, err, journal
+	return r, journal, err
 }
 
 // asOfWatch asks, about every second while a run goes on, for the
@@ -146,7 +146,7 @@ func TestPatroniSyncFailover(t *testing.T) {
 	t.Parallel()
 	c := testpatroni.Start(t, testpatroni.Config{Sync: true})
 	w := watchAsOf(t, c.URL)
-	r, err, _ := failoverRun(t, c)
+	r, _, err := failoverRun(t, c)
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
@@ -164,7 +164,7 @@ func TestPatroniSyncFailover(t *testing.T) {
 func TestPatroniAsyncFailover(t *testing.T) {
 	t.Parallel()
 	c := testpatroni.Start(t, testpatroni.Config{})
-	r, err, journal := failoverRun(t, c, "--expect-loss")
+	r, journal, err := failoverRun(t, c, "--expect-loss")
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
