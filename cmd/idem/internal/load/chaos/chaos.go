@@ -511,7 +511,9 @@ func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, don
 	n := *done
 	s.faults = append(s.faults, run.FaultWindow{Kind: what, Start: start, End: end})
 	s.mu.Unlock()
-	s.logf("%s %d took %s", what, n, end.Sub(start).Round(time.Millisecond))
+	// The command's last line says what it did ("promoted node2 … after
+	// 9s"): the run's log keeps it beside the figures.
+	s.logf("%s %d took %s: %s", what, n, end.Sub(start).Round(time.Millisecond), lastLine(strings.TrimSpace(out.String())))
 }
 
 // killNATSNode shuts NATS node i down and, after NATSDown (cut
