@@ -133,6 +133,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		refused    = l.float("refused", def.RefusedShare, "share of transfers built to be refused (currency mismatch; 0: none)")
 		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
 		progress   = l.bool("progress", true, "report progress on stderr")
+		expectLoss = l.bool("expect-loss", false, "count acknowledged operations the service lost (asynchronous replication's failover) as acknowledged_lost, not as violations")
 
 		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")
 		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
@@ -149,6 +150,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		dbTimeout = l.dur("chaos-db-timeout", 60*time.Second, "bound on one run of the database restart or failover command")
 		failover  = l.str("chaos-failover", "", "shell command (sh -c) that fails the database over to a standby, run at random intervals of its own, e.g. 'patronictl failover --force'")
 		failEvery = l.dur("chaos-failover-every", time.Minute, "mean interval between failovers (jittered ±50%)")
+		failCount = l.int("chaos-failovers", 0, "stop after this many failovers, and end the main phase then (--duration still bounds it; 0: no limit)")
 		chaosNATS = l.bool("chaos-nats", false, "run a 3-node NATS cluster the servers publish to (3 replicas), shut a node down at random intervals, and check the stream")
 		natsEvery = l.dur("chaos-nats-every", 10*time.Second, "mean interval between NATS node shutdowns (jittered ±50%)")
 		natsDown  = l.dur("chaos-nats-down", 3*time.Second, "how long a NATS node stays down")
@@ -170,6 +172,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Rate, cfg.Retries, cfg.Timeout, cfg.Settle, cfg.RefusedShare = *rate, *retries, *timeout, *settle, *refused
 	cfg.Seed, cfg.Probes, cfg.CheckEvents, cfg.NATS, cfg.EventsWait = int64(*seed), *probes, *checkEvents, *natsURL, *eventsWait
 	cfg.WebhookEndpoint, cfg.WebhookSecret, cfg.WebhookShare = *whEndpoint, *whSecret, *whShare
+	cfg.ExpectLoss = *expectLoss
 	for _, t := range strings.Split(*target, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(t, "/"))
@@ -207,6 +210,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
+		if *failCount != 0 && *failover == "" {
+			return errors.New("load: --chaos-failovers counts the failovers of --chaos-failover: add it")
+		}
 		if *failover != "" && !*chaosRun {
 			return errors.New("load: --chaos-failover fails over the database under the servers --chaos runs: add --chaos")
 		}
@@ -232,13 +238,18 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
-				Failover: *failover, FailoverEvery: *failEvery,
+				Failover: *failover, FailoverEvery: *failEvery, Failovers: *failCount,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
 			if err != nil {
 				return err
 			}
 			defer sup.Close()
 			cfg.Pool = sup.Pool()
+			cfg.Faults = sup.Faults
+			if *failCount > 0 {
+				n := *failCount
+				cfg.Enough = func() bool { return sup.Failovers() >= n }
+			}
 			cfg.Targets = nil
 			if *chaosNATS {
 				// The verifier checks the cluster's stream: one message

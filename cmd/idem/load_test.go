@@ -234,6 +234,8 @@ func TestLoadFlags(t *testing.T) {
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--chaos-nats"}, "add --chaos"},
 		{[]string{"load", "--target", "http://127.0.0.1:1", "--chaos-failover", "true"}, "add --chaos"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failover", "true", "--chaos-failover-every", "10ms"}, "failover interval 10ms"},
+		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failovers", "3"}, "add it"},
+		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failover", "true", "--chaos-failovers", "-1"}, "failovers -1 is outside 0..1000"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-failover", strings.Repeat("x", 5000)}, "at most 4096"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-nats", "--nats", "nats://127.0.0.1:1"}, "drop --nats"},
 		{[]string{"load", "--chaos", "--db", "postgres://127.0.0.1:1/x", "--chaos-db-restart", "true", "--chaos-db-every", "10ms"}, "database restart interval 10ms"},

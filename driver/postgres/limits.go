@@ -76,6 +76,14 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 		// connect, saying so, instead of sending writes that fail.
 		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
+	if cfg.ReadOnly && strings.Contains(cfg.URL, "target_session_attrs=read-write") {
+		// pgx's read-write check asks transaction_read_only, which the
+		// read-only session default makes "on" on every server: an
+		// operator command given serve's multi-host URL found no host.
+		// What that URL means is the primary, which pgx checks by
+		// pg_is_in_recovery().
+		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsPrimary
+	}
 	w := &replicationWatch{log: cfg.Logger}
 	cc.OnNotice = w.onNotice
 	return w

@@ -89,3 +89,26 @@ func TestMigrateUnbounded(t *testing.T) {
 		t.Fatalf("a statement longer than the timeout after migrating: %v", err)
 	}
 }
+
+// A read-only driver (the operator commands': keys, ledger) on the URL a
+// serving process uses to find its primary, target_session_attrs=
+// read-write: it connects to the primary and reads, although its sessions
+// are read-only by default (pgx's read-write check, which asks
+// transaction_read_only, refused every host).
+func TestReadOnlyOnReadWriteURL(t *testing.T) {
+	t.Parallel()
+	url := testpg.URL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	d, err := Open(context.Background(), Config{URL: url + sep + "target_session_attrs=read-write", ReadOnly: true, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var readOnly string
+	if err := d.Reader().QueryRow(context.Background(), `SHOW transaction_read_only`).Scan(&readOnly); err != nil || readOnly != "on" {
+		t.Fatalf("read-only driver on a read-write URL: transaction_read_only %q, %v", readOnly, err)
+	}
+}

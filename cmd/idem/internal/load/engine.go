@@ -50,6 +50,9 @@ type engine struct {
 
 	mu  sync.Mutex
 	ops []*run.Op
+	// suspects are the differing answers of a run with ExpectLoss:
+	// violations unless their operation was found lost.
+	suspects []suspect
 
 	prog *run.Progress
 }
@@ -114,9 +117,13 @@ func Run(ctx context.Context, cfg run.Config) (*run.Report, *run.Journal, error)
 		cfg.BeforeVerify()
 	}
 	r := &run.Report{RunID: runID, Targets: j.Targets}
+	if cfg.Faults != nil {
+		r.Faults = st.Figures(cfg.Faults(), start, time.Now())
+	}
 	e.prog.PhaseOf("verify", len(j.Ops), &st.Checked)
 	err := verify.Check(ctx, cfg, e.cl, st, j, r)
 	e.prog.Stop()
+	e.judge(r)
 	st.Fill(r)
 	r.ElapsedSeconds = time.Since(start).Seconds()
 	return r, j, err
@@ -164,6 +171,9 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 	)
 	for created < limit {
 		if ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
+			return
+		}
+		if e.cfg.Enough != nil && !deadline.IsZero() && e.cfg.Enough() {
 			return
 		}
 		needDup := e.cfg.Duplicates > 0 && dups < e.cfg.Duplicates*(reqs+1)
@@ -264,8 +274,47 @@ func (e *engine) record(o *run.Op, a run.Answer) {
 		return
 	}
 	if a.Status != prevStatus || !bytes.Equal(a.Body, []byte(prev)) {
-		e.st.Violate(run.Violation{Check: "replay_differs", Key: o.Key, ID: o.ID,
-			Detail: fmt.Sprintf("first answer %d %s; later answer %d %s", prevStatus, run.Truncate([]byte(prev)), a.Status, run.Truncate(a.Body))})
+		v := run.Violation{Check: "replay_differs", Key: o.Key, ID: o.ID,
+			Detail: fmt.Sprintf("first answer %d %s; later answer %d %s", prevStatus, run.Truncate([]byte(prev)), a.Status, run.Truncate(a.Body))}
+		if e.cfg.ExpectLoss {
+			// One of the acknowledgements may have been lost with its
+			// commit and another copy done the work again: the verifier
+			// tells (Stats.Lost), and the run decides after it.
+			e.mu.Lock()
+			e.suspects = append(e.suspects, suspect{v: v, redone: !a.Replayed})
+			e.mu.Unlock()
+			return
+		}
+		e.st.Violate(v)
+	}
+}
+
+// suspect is a later answer that differed from an operation's first,
+// in a run with ExpectLoss.
+type suspect struct {
+	v run.Violation
+	// redone: the later answer was no replay, so the service ran the
+	// work again: it had lost the commit of an acknowledgement, the
+	// first answer or this one (copies' answers can arrive out of order).
+	redone bool
+}
+
+// judge decides the suspects once the verifier has found the lost
+// operations: one that was lost, or whose work the service ran again, is
+// counted lost (once); any other is the violation it looked like.
+func (e *engine) judge(r *run.Report) {
+	for _, s := range e.suspects {
+		switch {
+		case e.st.Lost(s.v.Key):
+		case s.redone:
+			e.st.MarkLost(s.v.Key)
+			r.Lost++
+			if len(r.LostKeys) < verify.MaxLostKeys {
+				r.LostKeys = append(r.LostKeys, s.v.Key)
+			}
+		default:
+			e.st.Violate(s.v)
+		}
 	}
 }
 

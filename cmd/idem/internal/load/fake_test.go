@@ -30,6 +30,10 @@ type bugs struct {
 	natsMissing    bool // every 10th event is never published
 	webhookTwice   bool // a redelivery (same webhook-id) is applied again: a new event
 	flaky          bool // 503s, 409s and answers lost after commit: not bugs
+	// commitLost: every 4th new transfer is acknowledged, then lost with
+	// its key, entries and event, as a failover of asynchronous
+	// replication loses a commit the standby never received.
+	commitLost bool
 }
 
 // fake is a small in-memory idem: the public API the verifier reads, with
@@ -50,6 +54,10 @@ type fake struct {
 	// arrived with.
 	sigs map[string]map[string]bool
 	wh   webhook.Verifier
+	// lostIDs are the transfers whose commit commitLost dropped;
+	// dropping tells post not to keep the key of the one being answered.
+	lostIDs  map[string]bool
+	dropping bool
 }
 
 // fakeWebhookSecret is the fake's Standard Webhooks endpoint secret.
@@ -109,7 +117,7 @@ type fevent struct {
 
 func newFake(t *testing.T, b bugs) (*fake, *httptest.Server) {
 	f := &fake{t: t, bugs: b, keys: map[string]stored{}, accounts: map[string]*facct{}, transfers: map[string]*ftransfer{},
-		sigs: map[string]map[string]bool{}}
+		sigs: map[string]map[string]bool{}, lostIDs: map[string]bool{}}
 	// The service's own standard verifier checks the tool's signatures.
 	wh, err := webhook.NewVerifier(webhook.Endpoint{Name: "hooks", Provider: webhook.ProviderStandard, Secrets: []string{fakeWebhookSecret}})
 	if err != nil {
@@ -197,6 +205,11 @@ func (f *fake) post(w http.ResponseWriter, r *http.Request) {
 		status, out = f.createTransfer(body)
 	default:
 		status, out = f.reverse(r.PathValue("id"), body)
+	}
+	if f.dropping {
+		f.dropping = false
+		writeBody(w, status, out, false)
+		return
 	}
 	f.keys[key] = stored{fp: fp, status: status, body: out}
 	if f.bugs.flaky && f.n%7 == 0 {
@@ -309,6 +322,10 @@ func (f *fake) createTransfer(body []byte) (int, []byte) {
 		*ftransfer
 		Reversals []*ftransfer `json:"reversals,omitempty"`
 	}{ftransfer: t})
+	if f.bugs.commitLost && f.n%4 == 0 {
+		f.lostIDs[t.ID], f.dropping = true, true
+		return 201, out
+	}
 	f.event("transfer.created", out)
 	if f.bugs.loseTransfer && f.n%5 == 0 {
 		return 201, out

@@ -163,6 +163,37 @@ func checkWebhookEffects(t *testing.T, f *fake, r *run.Report, j *run.Journal, c
 	}
 }
 
+// A service that loses acknowledged transfers with everything they wrote
+// (a failover of asynchronous replication): an ordinary run reports each
+// as acknowledged_lost, a violation; with ExpectLoss they are a figure,
+// Lost, with their keys, and everything else must still hold: a lost
+// transfer a later copy did again is there once, balances add up.
+func TestExpectLoss(t *testing.T) {
+	t.Parallel()
+	for _, expect := range []bool{false, true} {
+		f, srv := newFake(t, bugs{commitLost: true})
+		cfg := small(srv.URL)
+		cfg.CheckEvents, cfg.ExpectLoss = true, expect
+		r, _, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		dropped := len(f.lostIDs)
+		f.mu.Unlock()
+		if dropped == 0 || r.Lost == 0 || r.Lost > dropped || len(r.LostKeys) != r.Lost {
+			t.Fatalf("expect loss %v: the fake dropped %d transfers; the report counts %d lost, keys %v", expect, dropped, r.Lost, r.LostKeys)
+		}
+		got := checks(r)
+		if !expect && got["acknowledged_lost"] != r.Lost {
+			t.Fatalf("without ExpectLoss: %d lost, violations %v", r.Lost, got)
+		}
+		if expect && r.Violations != 0 {
+			t.Fatalf("with ExpectLoss: %d violations: %v", r.Violations, r.Details)
+		}
+	}
+}
+
 // Verify reads a journal back and checks the service again; a journal whose
 // acknowledged answer the service does not match fails.
 func TestVerifyJournal(t *testing.T) {

@@ -80,6 +80,10 @@ type Config struct {
 	// FailoverEvery is the mean interval between failovers, jittered ±50%.
 	// Default 60s; bound 1s..1h.
 	FailoverEvery time.Duration
+	// Failovers, when above 0, is how many failovers the run makes: the
+	// schedule stops after that many have completed. Default 0: no
+	// limit; bound 0..1000.
+	Failovers int
 
 	// NATS runs a three-node JetStream cluster inside this process, points
 	// every server at it (serve --publish nats://…?replicas=3), and shuts
@@ -149,6 +153,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("load: chaos: database restart command of %d bytes; at most 4096", len(c.DBRestart))
 	case len(c.Failover) > 4096:
 		return fmt.Errorf("load: chaos: failover command of %d bytes; at most 4096", len(c.Failover))
+	case c.Failovers < 0 || c.Failovers > 1000:
+		return fmt.Errorf("load: chaos failovers %d is outside 0..1000", c.Failovers)
 	case c.FailoverEvery < time.Second || c.FailoverEvery > time.Hour:
 		return fmt.Errorf("load: failover interval %s is outside 1s..1h", c.FailoverEvery)
 	case c.DBEvery < time.Second || c.DBEvery > time.Hour:
@@ -187,6 +193,7 @@ type Supervisor struct {
 	dbRestarts int
 	failovers  int
 	natsKills  int
+	faults     []run.FaultWindow // the database commands that completed
 
 	stop chan struct{}
 	done chan struct{}
@@ -265,6 +272,14 @@ func (s *Supervisor) DBRestarts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dbRestarts
+}
+
+// Faults is the database restarts and failovers that completed, with
+// when their commands ran, for the report's figures.
+func (s *Supervisor) Faults() []run.FaultWindow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.faults)
 }
 
 // NATSKills is how many times a NATS node was shut down.
@@ -405,7 +420,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 				case <-time.After(d):
 				}
 				if err := step(); err != nil {
-					s.logf("%v", err)
+					if err != errFailoversDone {
+						s.logf("%v", err)
+					}
 					return
 				}
 			}
@@ -414,13 +431,16 @@ func (s *Supervisor) Run(ctx context.Context) {
 	every(s.cfg.KillEvery, s.rnd, func() error { return s.killOne(ctx) })
 	if s.cfg.DBRestart != "" {
 		every(s.cfg.DBEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 17)), func() error {
-			s.runDBCommand(ctx, "database restart", s.cfg.DBRestart, &s.dbRestarts)
+			s.runDBCommand(ctx, "db_restart", s.cfg.DBRestart, &s.dbRestarts)
 			return nil
 		})
 	}
 	if s.cfg.Failover != "" {
 		every(s.cfg.FailoverEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 23)), func() error {
 			s.runDBCommand(ctx, "failover", s.cfg.Failover, &s.failovers)
+			if s.cfg.Failovers > 0 && s.Failovers() >= s.cfg.Failovers {
+				return errFailoversDone
+			}
 			return nil
 		})
 	}
@@ -433,6 +453,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 		close(done)
 	}()
 }
+
+// errFailoversDone ends the failover schedule after Config.Failovers.
+var errFailoversDone = errors.New("load: chaos: failovers done")
 
 // killOne SIGKILLs a random server and starts a new one in its place. The
 // server leaves the pool first, so new requests go to the others, while
@@ -461,9 +484,10 @@ func (s *Supervisor) killOne(ctx context.Context) error {
 	return nil
 }
 
-// runDBCommand runs a database fault's command (a restart, a failover)
-// once, bounded by DBTimeout, and counts it in *done (under s.mu). A
-// failed command is logged and not counted; the schedule goes on.
+// runDBCommand runs a database fault's command (what: "db_restart" or
+// "failover") once, bounded by DBTimeout, and counts it in *done and
+// s.faults (under s.mu). A failed command is logged and not counted; the
+// schedule goes on.
 func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, done *int) {
 	// Not cut short when the run ends: a restart killed halfway could
 	// leave the database down.
@@ -481,11 +505,15 @@ func (s *Supervisor) runDBCommand(ctx context.Context, what, command string, don
 		s.logf("%s failed after %s: %v: %s", what, time.Since(start).Round(time.Millisecond), err, strings.TrimSpace(out.String()))
 		return
 	}
+	end := time.Now()
 	s.mu.Lock()
 	*done++
 	n := *done
+	s.faults = append(s.faults, run.FaultWindow{Kind: what, Start: start, End: end})
 	s.mu.Unlock()
-	s.logf("%s %d took %s", what, n, time.Since(start).Round(time.Millisecond))
+	// The command's last line says what it did ("promoted node2 … after
+	// 9s"): the run's log keeps it beside the figures.
+	s.logf("%s %d took %s: %s", what, n, end.Sub(start).Round(time.Millisecond), lastLine(strings.TrimSpace(out.String())))
 }
 
 // killNATSNode shuts NATS node i down and, after NATSDown (cut

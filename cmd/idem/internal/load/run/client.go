@@ -191,16 +191,22 @@ func observeAttempt(a idemclient.Attempt) {
 	if a.N > 1 {
 		st.Retries.Add(1)
 	}
+	// kept: whether the attempt counts for the fault figures; failed:
+	// whether the service was unavailable to it.
+	kept, failed := true, false
 	switch {
 	case a.Err != nil:
 		if errors.Is(a.Err, errNoTarget) || a.Request.Context().Err() != nil {
 			return
 		}
 		st.observe(outcomeError, a.Elapsed)
+		failed = true
 	case a.Status == http.StatusConflict:
 		st.observe(outcomeInFlight, a.Elapsed)
+		kept = false
 	case idemclient.RetryableStatus(a.Status) || a.Status == http.StatusInternalServerError:
 		st.observe(outcomeUnavailable, a.Elapsed)
+		failed = true
 	case a.Header.Get(idemclient.HeaderReplayed) == "true":
 		st.Replays.Add(1)
 		st.observe(outcomeReplayed, a.Elapsed)
@@ -208,6 +214,10 @@ func observeAttempt(a idemclient.Attempt) {
 		st.observe(outcomeFirst, a.Elapsed)
 	default:
 		st.observe(outcomeRefused, a.Elapsed)
+	}
+	if kept {
+		end := time.Now()
+		st.mark(end.Add(-a.Elapsed), end, failed)
 	}
 	st.Requests.Add(1)
 }

@@ -103,6 +103,22 @@ type Config struct {
 	// Pool, when set, supplies the live targets instead of Targets (the
 	// chaos supervisor's pool, which tracks restarts).
 	Pool *Pool
+	// Enough, when set, ends the main phase early once it reports true
+	// (checked before each operation): a chaos run that has had the
+	// failovers it asked for. Duration still bounds the phase.
+	Enough func() bool
+	// Faults, when set, is called after BeforeVerify for the database
+	// faults the run went through (the chaos supervisor's failovers and
+	// restarts), which the report then measures (Report.Faults).
+	Faults func() []FaultWindow
+	// ExpectLoss takes an acknowledged operation the service lost (a
+	// failover of asynchronous replication: the promoted standby never
+	// received the commit) as a figure, Report.Lost, rather than a
+	// violation, and checks the rest as if it had not been answered: if a
+	// later copy did it again, it must be there once. For accounts,
+	// transfers and reversals; a lost webhook delivery stays a violation.
+	// Default false.
+	ExpectLoss bool
 	// Explicit takes every field as given: a zero is meant (no duplicates,
 	// no retries, no settle phase, no refused transfers) and no default
 	// replaces it, and a zero outside a field's bound (Accounts) is

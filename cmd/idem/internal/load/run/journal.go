@@ -87,6 +87,13 @@ func (o *Op) Keep(status int, answer string) (firstStatus int, firstAnswer strin
 	return o.Status, o.Answer, first
 }
 
+// Unanswered is a copy of o's request without its answer: how the
+// verifier checks an operation whose acknowledgement the service lost.
+func (o *Op) Unanswered() *Op {
+	return &Op{Kind: o.Kind, Key: o.Key, ID: o.ID, Path: o.Path, Body: o.Body, Currency: o.Currency,
+		Debit: o.Debit, Credit: o.Credit, Amount: o.Amount, Reverses: o.Reverses, Type: o.Type, Copies: o.Copies}
+}
+
 // Applied reports whether the final answer says the work was done.
 func (o *Op) Applied() bool { return o.Status >= 200 && o.Status < 300 }
 

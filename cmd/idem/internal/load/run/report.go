@@ -68,6 +68,16 @@ type Report struct {
 	Latency        map[string]Latency `json:"latency"`
 	Violations     int                `json:"violations"`
 	Details        []Violation        `json:"violation_details"`
+
+	// Lost counts the acknowledged operations the service no longer
+	// holds as acknowledged: missing, or (with ExpectLoss) done again by a
+	// later copy after being lost. The recovery point: 0 unless the
+	// database lost commits (a failover of asynchronous replication).
+	Lost int `json:"acknowledged_lost"`
+	// LostKeys are the first of their Idempotency-Keys.
+	LostKeys []string `json:"lost_keys,omitempty"`
+	// Faults measures each database fault of a chaos run.
+	Faults []Fault `json:"faults,omitempty"`
 }
 
 // Stats counts what a run sends and receives. Safe for concurrent use.
@@ -83,6 +93,29 @@ type Stats struct {
 	vmu        sync.Mutex
 	violations int
 	details    []Violation
+
+	tmu      sync.Mutex
+	timeline []mark // the attempts, for the fault figures
+
+	lmu  sync.Mutex
+	lost map[string]bool // the keys of the operations found lost
+}
+
+// MarkLost notes that the operation under key was acknowledged and lost.
+func (s *Stats) MarkLost(key string) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if s.lost == nil {
+		s.lost = map[string]bool{}
+	}
+	s.lost[key] = true
+}
+
+// Lost reports whether the operation under key was found lost.
+func (s *Stats) Lost(key string) bool {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.lost[key]
 }
 
 // NewStats returns empty counters; seed drives the latency sampling.
@@ -198,6 +231,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "nats node kills\t%d\n", r.NATSKills)
 	}
 	fmt.Fprintf(tw, "replay probes\t%d\n", r.Probes)
+	if r.Lost > 0 {
+		fmt.Fprintf(tw, "acknowledged lost\t%d\n", r.Lost)
+	}
 	if r.EventsChecked > 0 {
 		fmt.Fprintf(tw, "events checked\t%d\n", r.EventsChecked)
 	}
@@ -213,6 +249,19 @@ func (r *Report) WriteTable(w io.Writer) {
 			if l, ok := r.Latency[o]; ok {
 				fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t\n", o, l.Count, l.P50MS, l.P99MS, l.MaxMS)
 			}
+		}
+		tw.Flush()
+	}
+	if len(r.Faults) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "fault\tat s\tcommand ms\tfirst failure ms\trecovered ms\tfailed requests\t")
+		for _, f := range r.Faults {
+			rec := fmt.Sprintf("%.0f", f.RecoveredMS)
+			if !f.Recovered {
+				rec = "not"
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%s\t%d\t\n", f.Kind, f.AtSeconds, f.CommandMS, f.FirstFailureMS, rec, f.FailedRequests)
 		}
 		tw.Flush()
 	}

@@ -3,6 +3,7 @@ package run
 import (
 	"encoding/base64"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,46 @@ func TestConfigDefaults(t *testing.T) {
 		d.RefusedShare != defaultRefusedShare || d.Retries != defaultRetries || d.WebhookShare != defaultWebhookShare ||
 		d.BackoffMax != defaultBackoffMax || d.Probes != defaultProbes {
 		t.Errorf("Defaults: %+v", d)
+	}
+}
+
+// The fault figures, on a timeline of attempts made by hand: the first
+// failure after a fault's start, the first success begun after it, the
+// failures in between, each fault measured up to the next one's start; a
+// fault no request noticed costs nothing, and one never recovered from
+// says so.
+func TestFaultFigures(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	st := NewStats(1)
+	// Before the first fault: successes, and a failure that must not count.
+	st.mark(at(0), at(10), false)
+	st.mark(at(20), at(30), true)
+	// Fault 1 at 100 ms: an attempt begun before it fails at 150, two more
+	// fail, one begun before the first failure succeeds (not a recovery),
+	// then one begun after it succeeds at 400.
+	st.mark(at(90), at(150), true)
+	st.mark(at(160), at(200), true)
+	st.mark(at(140), at(250), false)
+	st.mark(at(210), at(300), true)
+	st.mark(at(310), at(400), false)
+	st.mark(at(500), at(900), true) // after the recovery: not counted
+	// Fault 2 at 1000 ms: nothing fails. Fault 3 at 2000 ms: failures to
+	// the end.
+	st.mark(at(1100), at(1200), false)
+	st.mark(at(2100), at(2200), true)
+	got := st.Figures([]FaultWindow{
+		{Kind: "db_restart", Start: at(2000), End: at(2500)},
+		{Kind: "failover", Start: at(100), End: at(700)},
+		{Kind: "failover", Start: at(1000), End: at(1010)},
+	}, t0, at(3000))
+	want := []Fault{
+		{Kind: "failover", AtSeconds: 0.1, CommandMS: 600, FirstFailureMS: 50, RecoveredMS: 300, Recovered: true, FailedRequests: 3},
+		{Kind: "failover", AtSeconds: 1, CommandMS: 10, Recovered: true},
+		{Kind: "db_restart", AtSeconds: 2, CommandMS: 500, FirstFailureMS: 200, FailedRequests: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("figures:\n got %+v\nwant %+v", got, want)
 	}
 }

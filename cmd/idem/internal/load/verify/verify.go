@@ -40,6 +40,10 @@ type verifier struct {
 	reversalsOf map[string][]string
 	// balances holds each existing run account's currency and balance.
 	balances map[string]accountState
+	// lostCount and lostKeys count and name the acknowledged operations
+	// found lost.
+	lostCount int
+	lostKeys  []string
 }
 
 type accountState struct {
@@ -70,6 +74,14 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j
 			r.Unresolved++
 		}
 	}
+	if cfg.ExpectLoss {
+		lost, err := v.lost(ctx)
+		if err != nil {
+			return err
+		}
+		r.Lost = len(lost)
+		v.forget(lost)
+	}
 	// Probes first: a replay that wrongly does the work again shows up in
 	// the balances checked after it.
 	n, err := v.probe(ctx)
@@ -92,8 +104,84 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j
 			return err
 		}
 	}
+	if !cfg.ExpectLoss {
+		r.Lost = v.lostCount
+	}
+	r.LostKeys = v.lostKeys
 	return nil
 }
+
+// lost finds the acknowledged accounts, transfers and reversals the
+// service lost (ExpectLoss): missing, or there with another answer than
+// the one acknowledged (a later copy did the work again).
+func (v *verifier) lost(ctx context.Context) (map[*run.Op]bool, error) {
+	var ops []*run.Op
+	for _, o := range v.j.Ops {
+		if o.Applied() && o.Kind != run.KindWebhook {
+			ops = append(ops, o)
+		}
+	}
+	lost := map[*run.Op]bool{}
+	err := v.parallel(ctx, ops, func(ctx context.Context, o *run.Op) error {
+		path := "/v1/transfers/"
+		if o.Kind == run.KindAccount {
+			path = "/v1/accounts/"
+		}
+		status, body, err := v.cl.Get(ctx, path+url.PathEscape(o.ID))
+		if err != nil {
+			return err
+		}
+		if status != 200 && status != 404 {
+			return fmt.Errorf("load: GET %s%s: %d %s", path, o.ID, status, run.Truncate(body))
+		}
+		gone := status == 404
+		if !gone {
+			got, err1 := decodeObject(body)
+			want, err2 := decodeObject([]byte(o.Answer))
+			// The acknowledged answer's created_at tells the first doing
+			// from a later one.
+			gone = err1 == nil && err2 == nil && got["created_at"] != want["created_at"]
+		}
+		if gone {
+			v.mu.Lock()
+			lost[o] = true
+			v.mu.Unlock()
+		}
+		return nil
+	})
+	return lost, err
+}
+
+// forget makes the verifier check each lost operation as if it had never
+// been answered, and notes its key.
+func (v *verifier) forget(lost map[*run.Op]bool) {
+	if len(lost) == 0 {
+		return
+	}
+	view := &run.Journal{Version: v.j.Version, RunID: v.j.RunID, Targets: v.j.Targets, Started: v.j.Started}
+	for _, o := range v.j.Ops {
+		if lost[o] {
+			v.noteLost(o)
+			o = o.Unanswered()
+		}
+		view.Ops = append(view.Ops, o)
+	}
+	v.j = view
+}
+
+// noteLost keeps the first lost operations' keys for the report.
+func (v *verifier) noteLost(o *run.Op) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lostCount++
+	v.st.MarkLost(o.Key)
+	if len(v.lostKeys) < MaxLostKeys {
+		v.lostKeys = append(v.lostKeys, o.Key)
+	}
+}
+
+// MaxLostKeys bounds the lost keys a report lists.
+const MaxLostKeys = 1000
 
 func (v *verifier) violate(check string, o *run.Op, format string, args ...any) {
 	viol := run.Violation{Check: check, Detail: fmt.Sprintf(format, args...)}
@@ -101,6 +189,9 @@ func (v *verifier) violate(check string, o *run.Op, format string, args ...any) 
 		viol.Key, viol.ID = o.Key, o.ID
 	}
 	v.st.Violate(viol)
+	if check == "acknowledged_lost" && o != nil {
+		v.noteLost(o)
+	}
 }
 
 // parallel runs fn for every op with cfg.Concurrency workers and returns
