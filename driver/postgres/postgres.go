@@ -623,8 +623,8 @@ func (d *Driver) status(ctx context.Context, q driver.Tx) (driver.SchemaStatus, 
 // The migrations table's compatible_from came after it: a database made
 // before it has NULLs there, read as each migration's own version.
 const (
-	sqlMigrateLock     = `SELECT pg_advisory_lock(hashtext(current_schema() || '.idem_migrations'))`
-	sqlMigrateUnlock   = `SELECT pg_advisory_unlock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrateLock           = `SELECT pg_advisory_lock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrateUnlock         = `SELECT pg_advisory_unlock(hashtext(current_schema() || '.idem_migrations'))`
 	sqlMigrationsTableExists = `SELECT to_regclass('idem_migrations') IS NOT NULL`
 	// Read through to_jsonb so that it also answers before Migrate added
 	// the column (a binary started with migrations off).
