@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/internal/testpgbouncer"
@@ -104,4 +105,94 @@ func TestPoolerSessionModeTooSmall(t *testing.T) {
 		return strings.Contains(log, "pool_mode = transaction") && strings.Contains(log, "not ready: database pooler")
 	})
 	t.Logf("%d of %d transfers refused (503) while the pooler had no server connection for them", refused, len(answers))
+}
+
+// The pooler SIGKILLed and restarted under a steady stream of transfers
+// (one at a time, one every 10ms at most):
+// the requests its death cut are answered 503 with Retry-After (none
+// hangs, none is left half done), the service serves again by itself once
+// the pooler is back, and each refused transfer's retry does it once. The
+// test logs the runbook's figures: time from the fault to the first failed
+// request and to the first success after it, and the requests failed.
+func TestPoolerRestart(t *testing.T) {
+	t.Parallel()
+	pgb := testpgbouncer.New(t, testpg.URL(t), testpgbouncer.Options{})
+	db := pgb.URL + "&search_path=" + testpg.Schema(t) + "&idem_pooler=transaction"
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--db-timeout", "2s", "--db-connect-timeout", "1s")
+	u := p.URL
+	account(t, u, "a", "EUR")
+	account(t, u, "b", "EUR")
+	post := func(i int) response {
+		return call(t, "POST", u+"/v1/transfers", fmt.Sprintf("restart-%d", i),
+			map[string]any{"id": fmt.Sprintf("t%d", i), "debit_account_id": "a", "credit_account_id": "b", "amount": 1, "currency": "EUR"})
+	}
+	var (
+		mu                      sync.Mutex
+		fault, firstFail, after time.Time
+		failed                  []int
+	)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		i := 0
+		for {
+			select {
+			case <-stop:
+				done <- i
+				return
+			default:
+			}
+			// One request every 10ms: the failures counted are a rate's.
+			time.Sleep(10 * time.Millisecond)
+			r := post(i)
+			now := time.Now()
+			mu.Lock()
+			switch {
+			case r.Status == http.StatusCreated:
+				if !fault.IsZero() && len(failed) > 0 && after.IsZero() {
+					after = now
+				}
+			case r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "":
+				if firstFail.IsZero() {
+					firstFail = now
+				}
+				failed = append(failed, i)
+			default:
+				t.Errorf("transfer %d around the pooler's restart: %d %s", i, r.Status, r.Body)
+			}
+			mu.Unlock()
+			i++
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	fault = time.Now()
+	mu.Unlock()
+	pgb.Restart(t)
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !after.IsZero() || (len(failed) == 0 && time.Since(fault) > 3*time.Second)
+	})
+	close(stop)
+	sent := <-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) > 0 {
+		t.Logf("pooler restart: first failed request %s after the fault, first success %s after it; %d of %d requests failed",
+			firstFail.Sub(fault).Round(time.Millisecond), after.Sub(fault).Round(time.Millisecond), len(failed), sent)
+	} else {
+		t.Logf("pooler restart: no request failed (%d sent)", sent)
+	}
+	// Each refused transfer's retry does it, once; none was done before.
+	for _, i := range failed {
+		r := post(i)
+		mustStatus(t, r, http.StatusCreated)
+		if r.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("transfer %d was answered 503 yet done", i)
+		}
+	}
+	if b := call(t, "GET", u+"/v1/accounts/b", "", nil).json(t); b["credits_posted"] != float64(sent) {
+		t.Fatalf("b credited %v for %d transfers", b["credits_posted"], sent)
+	}
 }
