@@ -91,6 +91,25 @@ func TestThroughTransactionPooler(t *testing.T) {
 		t.Errorf("a reader statement sleeping past statement_timeout: %v, want 57014", err)
 	}
 
+	// A transaction left idle past idle_in_transaction_session_timeout
+	// ends: its locks (a key's claim) do not outlive a vanished client.
+	idle, err := s.d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idle.Exec(ctx, `INSERT INTO orders (id, amount) VALUES ('idle', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := idle.Exec(ctx, `SELECT 1`); !errors.Is(err, driver.ErrUnavailable) {
+		t.Errorf("a statement after idling in a transaction past its timeout: %v, want ErrUnavailable", err)
+	}
+	_ = idle.Rollback(ctx)
+	var idleRows int
+	if err := s.d.Reader().QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = 'idle'`).Scan(&idleRows); err != nil || idleRows != 0 {
+		t.Errorf("the idle transaction's row: %d, %v; want none", idleRows, err)
+	}
+
 	// A lock wait ends at lock_timeout: the holder keeps its transaction
 	// (and its server connection) open meanwhile.
 	holder, err := s.d.Begin(ctx, driver.BeginOptions{})
