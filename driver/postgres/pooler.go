@@ -222,7 +222,10 @@ func (s settingQuerier) Exec(ctx context.Context, sql string, args ...any) (pgco
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := br.Exec()
-	return tag, errors.Join(err, br.Close())
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
 }
 
 func (s settingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
