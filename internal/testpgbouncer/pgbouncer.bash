@@ -83,18 +83,22 @@ as_owner() {
 }
 
 # launch starts the pooler in DIR as a daemon and waits until it listens.
+# A start that does not listen (its port still held by the pooler just
+# killed) is tried again.
 launch() {
-  local dir=$1 port
+  local dir=$1 port attempt
   port=$(cat "$dir/port")
-  rm -f "$dir/pgbouncer.pid"
-  as_owner "$(cat "$dir/bin")" -d -q "$dir/pgbouncer.ini" ||
-    { cat "$dir/pgbouncer.log" >&2 2>/dev/null; exit 1; }
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.05
+  for attempt in 1 2 3 4 5; do
+    rm -f "$dir/pgbouncer.pid"
+    as_owner "$(cat "$dir/bin")" -d -q "$dir/pgbouncer.ini" || { sleep 0.2; continue; }
+    for _ in $(seq 1 40); do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+      sleep 0.05
+    done
+    kill_pooler "$dir" KILL
   done
   echo "scripts/pgbouncer: the pooler in $dir does not listen on port $port" >&2
-  cat "$dir/pgbouncer.log" >&2 2>/dev/null || true
+  tail -20 "$dir/pgbouncer.log" >&2 2>/dev/null || true
   exit 1
 }
 
@@ -106,6 +110,9 @@ kill_pooler() {
   kill "-$sig" "$pid" 2>/dev/null || return 0
   for _ in $(seq 1 100); do
     kill -0 "$pid" 2>/dev/null || return 0
+    # A daemon killed is a zombie until its parent (init) reaps it: gone
+    # for our purpose, its port free.
+    [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ] && return 0
     sleep 0.05
   done
 }
