@@ -200,7 +200,7 @@ func TestSessionPoolerTooSmall(t *testing.T) {
 	ctx := context.Background()
 	pgb := testpgbouncer.New(t, testpg.URL(t), testpgbouncer.Options{Session: true, PoolSize: 2})
 	d, err := postgres.Open(ctx, postgres.Config{URL: pgb.URL + "&idem_pooler=transaction", SearchPath: testpg.Schema(t),
-		MaxConns: 4, ConnectTimeout: time.Second})
+		MaxConns: 4, ConnectTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
