@@ -58,13 +58,14 @@ func TestLoadChaosPgBouncer(t *testing.T) {
 
 // A pooler in session mode with fewer server connections than idem's pool
 // (bad input): the connections it cannot serve fail at connect instead of
-// hanging each request until its deadline, the requests that needed them
-// answer 503, and /readyz and the log say what is wrong.
+// hanging each request sent on them until its deadline; a request waits
+// for a connection the pooler serves or answers 503 by its deadline, and
+// /readyz and the log say what is wrong.
 func TestPoolerSessionModeTooSmall(t *testing.T) {
 	t.Parallel()
 	pgb := testpgbouncer.New(t, testpg.URL(t), testpgbouncer.Options{Session: true, PoolSize: 3})
 	db := pgb.URL + "&search_path=" + testpg.Schema(t) + "&idem_pooler=transaction&pool_max_conns=8"
-	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--db-timeout", "2s", "--db-connect-timeout", "500ms")
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--db-timeout", "3s", "--db-connect-timeout", "2s")
 	u := p.URL
 	// The relay and the janitor hold connections too: an account's
 	// creation may meet the shortage already, and is retried.
@@ -104,7 +105,7 @@ func TestPoolerSessionModeTooSmall(t *testing.T) {
 		log := p.Stderr()
 		return strings.Contains(log, "pool_mode = transaction") && strings.Contains(log, "not ready: database pooler")
 	})
-	t.Logf("%d of %d transfers refused (503) while the pooler had no server connection for them", refused, len(answers))
+	t.Logf("%d of %d transfers refused (503) while the pooler had no server connection for new connections", refused, len(answers))
 }
 
 // The pooler SIGKILLed and restarted under a steady stream of transfers
