@@ -179,11 +179,17 @@ func (p *pooler) failing() error {
 // connection got no server connection (probe): a new connection, made
 // and closed, must get one now. Its failure is ErrPoolerExhausted.
 func (d *Driver) poolerCheck(ctx context.Context) error {
-	if d.pooler.failing() == nil {
+	short := d.pooler.failing()
+	if short == nil {
 		return nil
 	}
 	conn, err := pgx.ConnectConfig(ctx, d.connConfig)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller's bound ended before the connect timeout: no server
+		// connection in that time either.
+		return short
+	case err != nil:
 		return mapErr(err)
 	}
 	return conn.Close(ctx)
