@@ -62,6 +62,11 @@ var (
 	// ErrTooManyConnections: the server or a pooler refused a connection,
 	// its limit reached. Always with ErrUnavailable.
 	ErrTooManyConnections = errors.New("idem/driver: the database refused a connection: too many connections")
+	// ErrPoolerExhausted: a connection pooler between idem and the
+	// database (PgBouncer) gave a new connection no server connection in
+	// time: its pool is smaller than idem's, and in session mode each
+	// client connection keeps one. Always with ErrUnavailable.
+	ErrPoolerExhausted = errors.New("idem/driver: the connection pooler has no server connection free for idem")
 )
 
 // CheckTx refuses a transaction that d cannot run statements in: a nil one

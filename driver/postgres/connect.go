@@ -77,3 +77,23 @@ func sameAddress(a, b error) bool {
 	addrB, _, okB := strings.Cut(b.Error(), ": ")
 	return okA && okB && addrA == addrB
 }
+
+// poolerRefusal is a connection a pooler refused for a startup parameter
+// it does not know (PgBouncer refuses all but a few): the session settings
+// idem sends at connect, when the URL does not say a pooler is there.
+type poolerRefusal struct{ err error }
+
+func (e *poolerRefusal) Error() string {
+	return e.err.Error() + " (a connection pooler such as PgBouncer refuses the session settings idem sends at connect: add " +
+		PoolerParam + "=" + PoolerTransaction + " to the URL, and idem sends them with each transaction instead; " +
+		"ignore_startup_parameters would drop them, deadlines included)"
+}
+func (e *poolerRefusal) Unwrap() error { return e.err }
+
+// refusedByPooler wraps err when a pooler refused a startup parameter.
+func refusedByPooler(err error) error {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && strings.HasPrefix(pgErr.Message, "unsupported startup parameter") {
+		return &poolerRefusal{err}
+	}
+	return err
+}

@@ -42,7 +42,11 @@ func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListPar
 }
 
 func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
-	tx, err := d.beginWith(ctx, queuedStmt{sql: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"})
+	stmts := []queuedStmt{{sql: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"}}
+	if d.pooler != nil {
+		stmts = append(stmts, queuedStmt{sql: d.pooler.opening, args: d.pooler.args("")})
+	}
+	tx, err := d.beginWith(ctx, stmts...)
 	if err != nil {
 		return nil, err // not a nil *ownedTx in a non-nil interface
 	}

@@ -85,6 +85,14 @@ type Config struct {
 	// Logger receives one error line per commit the server reported as
 	// not replicated (ErrUnreplicated). Default slog.Default().
 	Logger *slog.Logger
+	// Pooler is PoolerTransaction when a pooler that shares server
+	// connections between clients' transactions stands between idem and
+	// PostgreSQL (PgBouncer with pool_mode = transaction; a pooler in
+	// session mode works with it too): idem then keeps no state in a
+	// session (see pooler), and every setting above still holds. The URL's
+	// idem_pooler=transaction sets it too. Default "": a direct connection,
+	// or a pooler in session mode. Only for a pool Open builds from URL.
+	Pooler string
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +125,10 @@ func (c Config) validate() error {
 		return errors.New("postgres: set one of URL, Pool and DB")
 	case c.URL == "" && (c.MaxConns != 0 || c.SearchPath != "" || c.ReadOnly):
 		return errors.New("postgres: MaxConns, SearchPath and ReadOnly configure a pool Open builds from URL; set them on your own Pool or DB")
+	case c.Pooler != "" && c.Pooler != PoolerTransaction:
+		return fmt.Errorf("postgres: Pooler %q: want %q or nothing", c.Pooler, PoolerTransaction)
+	case c.URL == "" && c.Pooler != "":
+		return errors.New("postgres: Pooler configures a pool Open builds from URL")
 	case c.URL == "" && (c.StatementTimeout != 0 || c.IdleInTransactionTimeout != 0):
 		return errors.New("postgres: StatementTimeout and IdleInTransactionTimeout configure a pool Open builds from URL; set statement_timeout and idle_in_transaction_session_timeout on your own Pool or DB")
 	}
@@ -143,6 +155,10 @@ type Driver struct {
 	migrations    []driver.Migration
 	migrateBudget time.Duration // migrationLockBudget; shorter in tests
 	replication   *replicationWatch
+	// pooler is set behind a transaction pooler; connConfig is then the
+	// pool's, for the migration lock's connection of its own.
+	pooler     *pooler
+	connConfig *pgx.ConnConfig
 }
 
 var (
@@ -168,6 +184,15 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse URL: %w", err)
 	}
+	if v, ok := pcfg.ConnConfig.RuntimeParams[PoolerParam]; ok {
+		delete(pcfg.ConnConfig.RuntimeParams, PoolerParam)
+		if cfg.Pooler == "" {
+			cfg.Pooler = v
+		}
+		if err := cfg.validate(); err != nil {
+			return nil, fmt.Errorf("%w (the URL's %s)", err, PoolerParam)
+		}
+	}
 	switch {
 	case cfg.MaxConns > 0:
 		pcfg.MaxConns = cfg.MaxConns
@@ -184,12 +209,16 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		pcfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	watch := applyLimits(pcfg, cfg)
+	var pooled *pooler
+	if cfg.Pooler == PoolerTransaction {
+		pooled = newPooler(pcfg, cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	return &Driver{pool: pool, lockTimeout: cfg.LockTimeout, migrations: ms, migrateBudget: migrationLockBudget,
-		replication: watch}, nil
+		replication: watch, pooler: pooled, connConfig: pcfg.ConnConfig}, nil
 }
 
 // Pool is the underlying pgx pool, for users who begin their own
@@ -206,12 +235,18 @@ func (d *Driver) Reader() driver.Tx {
 	if d.db != nil {
 		return &stdTx{q: d.db}
 	}
+	if d.pooler != nil {
+		return d.pooler.reader(d.pool)
+	}
 	return poolTx(d.pool)
 }
 
 func (d *Driver) Ping(ctx context.Context) error {
 	if d.db != nil {
 		return mapStdErr(d.db.PingContext(ctx))
+	}
+	if err := d.poolerCheck(ctx); err != nil {
+		return err
 	}
 	return mapErr(d.pool.Ping(ctx))
 }
@@ -237,7 +272,7 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 		// A pool of the caller's has no session default of idem's.
 		lockTimeout = d.lockTimeout
 	}
-	if lockTimeout > 0 && (lockTimeout != d.lockTimeout || d.callers) {
+	if lockTimeout > 0 && (lockTimeout != d.lockTimeout || d.callers || d.pooler != nil) {
 		// A parameter, not a value in the text: every text is a statement
 		// pgx prepares (a round trip of its own) and caches per connection.
 		set |= setLockTimeout
@@ -250,11 +285,22 @@ func (d *Driver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.Tx
 		return d.beginStd(ctx, opts.ReadOnly, set, args)
 	}
 	begin := "BEGIN ISOLATION LEVEL READ COMMITTED"
-	if opts.ReadOnly {
+	if opts.ReadOnly || (d.pooler != nil && d.pooler.readOnly) {
 		begin += " READ ONLY"
 	}
 	stmts := []queuedStmt{{sql: begin}}
-	if set != 0 {
+	switch {
+	case d.pooler != nil:
+		// Every session setting, in the statement that follows BEGIN.
+		sql, lock := d.pooler.opening, ""
+		if set&setLazyCommit != 0 {
+			sql = d.pooler.lazy
+		}
+		if set&setLockTimeout != 0 {
+			lock = args[0].(string)
+		}
+		stmts = append(stmts, queuedStmt{sql: sql, args: d.pooler.args(lock)})
+	case set != 0:
 		stmts = append(stmts, queuedStmt{sql: settingsSQL[set], args: args})
 	}
 	tx, err := d.beginWith(ctx, stmts...)
@@ -348,6 +394,13 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			return d.migrateOn(ctx, pc.Conn())
 		})
 	}
+	if d.pooler != nil {
+		unlock, err := d.lockMigrations(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return mapErr(err)
@@ -357,26 +410,36 @@ func (d *Driver) Migrate(ctx context.Context) error {
 }
 
 // migrateOn is Migrate on one connection, with the serving deadlines
-// lifted for its duration.
+// lifted for its duration. Behind a pooler the lock is held already
+// (lockMigrations) and each statement carries its settings.
 func (d *Driver) migrateOn(ctx context.Context, conn *pgx.Conn) error {
-	if err := unbounded(ctx, conn); err != nil {
-		return err
-	}
-	defer restoreBounds(ctx, conn)
-	if _, err := conn.Exec(ctx, sqlMigrateLock); err != nil {
-		return fmt.Errorf("postgres: migration lock: %w", mapErr(err))
-	}
-	defer func() {
-		// A connection whose unlock failed must not return to the pool
-		// still holding the lock.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), sqlMigrateUnlock); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
+	var q querier = conn
+	if d.pooler != nil {
+		q = settingQuerier{q: conn, sql: d.pooler.opening, args: d.pooler.with(migrationSettings)}
+	} else {
+		if err := unbounded(ctx, conn); err != nil {
+			return err
 		}
-	}()
-	if _, err := conn.Exec(ctx, sqlMigrationsTable); err != nil {
-		return fmt.Errorf("postgres: migrations table: %w", mapErr(err))
+		defer restoreBounds(ctx, conn)
+		if _, err := conn.Exec(ctx, sqlMigrateLock); err != nil {
+			return fmt.Errorf("postgres: migration lock: %w", mapErr(err))
+		}
+		defer func() {
+			// A connection whose unlock failed must not return to the pool
+			// still holding the lock.
+			if _, err := conn.Exec(context.WithoutCancel(ctx), sqlMigrateUnlock); err != nil {
+				_ = conn.Close(context.WithoutCancel(ctx))
+			}
+		}()
 	}
-	st, err := d.status(ctx, &pgTx{q: conn})
+	// One statement at a time: behind a pooler each travels with the
+	// settings in a pipeline, which takes one statement per message.
+	for _, stmt := range sqlMigrationsTable {
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("postgres: migrations table: %w", mapErr(err))
+		}
+	}
+	st, err := d.status(ctx, &pgTx{q: q})
 	if err != nil {
 		return err
 	}
@@ -388,7 +451,7 @@ func (d *Driver) migrateOn(ctx context.Context, conn *pgx.Conn) error {
 		return nil
 	}
 	var deadlockMS int64
-	if err := conn.QueryRow(ctx, sqlDeadlockTimeout).Scan(&deadlockMS); err != nil {
+	if err := q.QueryRow(ctx, sqlDeadlockTimeout).Scan(&deadlockMS); err != nil {
 		return fmt.Errorf("postgres: read deadlock_timeout: %w", mapErr(err))
 	}
 	wait := min(migrationLockWait, time.Duration(deadlockMS)*time.Millisecond/2)
@@ -409,25 +472,36 @@ const (
 )
 
 func (d *Driver) applyMigration(ctx context.Context, conn *pgx.Conn, m driver.Migration, wait time.Duration) error {
+	var opening *queuedStmt
+	var q querier = conn
+	if d.pooler != nil {
+		opening = &queuedStmt{sql: d.pooler.opening, args: d.pooler.with(migrationSettings)}
+		q = settingQuerier{q: conn, sql: opening.sql, args: opening.args}
+	}
 	if m.NoTransaction {
+		// No setting can travel with a statement that must run alone (not
+		// even in a pipeline): behind a pooler it runs with the server's.
+		if d.pooler != nil && d.pooler.hasSetting("search_path") {
+			return errPoolerSearchPath
+		}
 		for _, stmt := range m.Statements() {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		_, err := conn.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom)
+		_, err := q.Exec(ctx, sqlMigrationInsert, m.Version, m.Name, m.CompatibleFrom)
 		return err
 	}
 	start := time.Now()
 	pause := 25 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := applyInTx(ctx, conn, m, wait)
+		err := applyInTx(ctx, conn, opening, m, wait)
 		if err == nil || !lockLost(err) {
 			return err
 		}
 		if time.Since(start) > d.migrateBudget {
 			return fmt.Errorf("requests held the locks it needs through %d attempts over %s, each waiting %s at most; try again when the tables are less busy%s: %w",
-				attempt, time.Since(start).Round(time.Second), wait, lockHolders(ctx, conn), err)
+				attempt, time.Since(start).Round(time.Second), wait, lockHolders(ctx, q), err)
 		}
 		// Jittered, so that two migrators never meet in step.
 		select {
@@ -440,13 +514,18 @@ func (d *Driver) applyMigration(ctx context.Context, conn *pgx.Conn, m driver.Mi
 }
 
 // applyInTx runs a migration and writes its record in one transaction whose
-// lock waits end after wait.
-func applyInTx(ctx context.Context, conn *pgx.Conn, m driver.Migration, wait time.Duration) error {
+// lock waits end after wait, after opening's settings when set.
+func applyInTx(ctx context.Context, conn *pgx.Conn, opening *queuedStmt, m driver.Migration, wait time.Duration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if opening != nil {
+		if _, err := tx.Exec(ctx, opening.sql, opening.args...); err != nil {
+			return err
+		}
+	}
 	setWait := fmt.Sprintf("SET LOCAL lock_timeout = %d;\n", max(wait.Milliseconds(), 1))
 	if _, err := tx.Exec(ctx, setWait+m.SQL); err != nil {
 		return err
@@ -462,7 +541,7 @@ func applyInTx(ctx context.Context, conn *pgx.Conn, m driver.Migration, wait tim
 // transaction left open (a psql session idle in transaction, a report) is
 // what usually keeps a migration out, and its pid is what ends it. It is
 // best effort: a failed read names nobody.
-func lockHolders(ctx context.Context, conn *pgx.Conn) string {
+func lockHolders(ctx context.Context, conn querier) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	rows, err := conn.Query(ctx, sqlLockHolders)
@@ -520,6 +599,9 @@ func (d *Driver) PendingMigrations(ctx context.Context) ([]driver.Migration, err
 
 // MigrationStatus compares the database's schema with the binary's.
 func (d *Driver) MigrationStatus(ctx context.Context) (driver.SchemaStatus, error) {
+	if err := d.poolerCheck(ctx); err != nil {
+		return driver.SchemaStatus{}, err
+	}
 	var exists bool
 	if err := d.Reader().QueryRow(ctx, sqlMigrationsTableExists).Scan(&exists); err != nil {
 		return driver.SchemaStatus{}, err
@@ -541,11 +623,8 @@ func (d *Driver) status(ctx context.Context, q driver.Tx) (driver.SchemaStatus, 
 // The migrations table's compatible_from came after it: a database made
 // before it has NULLs there, read as each migration's own version.
 const (
-	sqlMigrateLock     = `SELECT pg_advisory_lock(hashtext(current_schema() || '.idem_migrations'))`
-	sqlMigrateUnlock   = `SELECT pg_advisory_unlock(hashtext(current_schema() || '.idem_migrations'))`
-	sqlMigrationsTable = `
-CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
-ALTER TABLE idem_migrations ADD COLUMN IF NOT EXISTS compatible_from integer`
+	sqlMigrateLock           = `SELECT pg_advisory_lock(hashtext(current_schema() || '.idem_migrations'))`
+	sqlMigrateUnlock         = `SELECT pg_advisory_unlock(hashtext(current_schema() || '.idem_migrations'))`
 	sqlMigrationsTableExists = `SELECT to_regclass('idem_migrations') IS NOT NULL`
 	// Read through to_jsonb so that it also answers before Migrate added
 	// the column (a binary started with migrations off).
@@ -572,6 +651,11 @@ SELECT a.pid, coalesce(nullif(a.application_name, ''), 'no application name'),
  ORDER BY a.xact_start NULLS LAST
  LIMIT 3`
 )
+
+var sqlMigrationsTable = []string{
+	`CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+	`ALTER TABLE idem_migrations ADD COLUMN IF NOT EXISTS compatible_from integer`,
+}
 
 // PoolStats reads the pgx pool's counters.
 func (d *Driver) PoolStats() driver.PoolStats {

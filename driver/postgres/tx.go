@@ -529,7 +529,7 @@ func mapErr(err error) error {
 		return err
 	}
 	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && err == error(ce) {
-		err = causeFirst(ce)
+		err = refusedByPooler(causeFirst(ce))
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -69,6 +69,8 @@ func unreachable(err error) string {
 		return "database read-only"
 	case errors.Is(err, driver.ErrTooManyConnections):
 		return "database refuses connections: too many"
+	case errors.Is(err, driver.ErrPoolerExhausted):
+		return "database pooler has no server connection free for idem"
 	}
 	return "database unreachable"
 }
