@@ -142,7 +142,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	}
 	if cfg.GroupCommit {
 		s.writes, err = idem.NewBatcher(keeper, s.applyWrites, idem.BatchConfig{
-			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency})
+			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency, Share: cfg.BatchShare})
 		if err != nil {
 			return nil, err
 		}
