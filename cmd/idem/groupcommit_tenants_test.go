@@ -133,8 +133,8 @@ func (c tenantClient) account(t *testing.T, id string) map[string]any {
 // transfers into it.
 type attack struct {
 	wg               sync.WaitGroup
-	under            chan struct{}  // closed once a batch (or, without batch clients, a single) was answered
-	batches, singles atomic.Int64   // answered 200 or 201
+	under            chan struct{} // closed once a batch (or, without batch clients, a single) was answered
+	batches, singles atomic.Int64  // answered 200 or 201
 	mu               sync.Mutex
 	byStatus         map[string]int // "batch 503": count
 }
