@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -261,6 +262,42 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 		wantAnswer(t, "c0", c0)
 		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "a2", "a3", "a4", "b1", "c0", "d1"}) {
 			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
+// A scope whose only waiting request gave up leaves the turns: it holds no
+// other scope back as one below its share that waits. Tenant B's request
+// is withdrawn (its caller gone); the place B's batch then frees goes to
+// tenant A's waiting request, though A holds its share.
+func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxWait: time.Minute})
+		g := r.gate("a1", "b1")
+		a1 := r.runsAtOnce(g, "tenant-a", "a1")
+		b1 := r.runsAtOnce(g, "tenant-b", "b1")
+		a2 := r.queues("tenant-a", "a2")
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(ctx, reqIn("tenant-b", "b2", `{}`), thing{key: "b2"})
+			gone <- err
+		}()
+		r.waitQueued(1)
+		cancel()
+		if err := <-gone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("withdrawn b2: %v, want context.Canceled", err)
+		}
+		g.open("b1")
+		wantAnswer(t, "b1", b1)
+		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
+			t.Fatalf("the place B's batch freed went to %q, want [a2]", got)
+		}
+		wantAnswer(t, "a2", a2)
+		g.open("a1")
+		wantAnswer(t, "a1", a1)
+		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1"}) || r.runsOf("b2") != 0 {
+			t.Fatalf("biz rows %q, b2 ran %d times", got, r.runsOf("b2"))
 		}
 	})
 }
