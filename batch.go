@@ -138,7 +138,8 @@ type BatchConfig struct {
 	// batch's statements cost about as much for one request as for ten
 	// (docs/benchmarks.md, "Group commit"). 1 on SQLite: with one writer a
 	// second batch only queues for it, holding requests that would have
-	// joined the next batch. Bound 1..64.
+	// joined the next batch. Scopes that meet may run up to as many
+	// again beside them (see Share). Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
