@@ -26,8 +26,9 @@ import (
 // no "too busy" because A's requests sit on A's lock), B's balances count
 // exactly its acknowledged transfers, and B's p99 under attack stays
 // within 4 × its calm p99 + 200 ms: B shares the CPU with A, not the
-// queue. The dialects run one after the other, so that each has the
-// machine's cores to share with its own tenants only.
+// queue. It does not run beside the package's parallel tests, nor its
+// dialects beside each other, so that each has the machine's cores to
+// share with its own tenants only.
 func TestTwoTenantsGroupCommit(t *testing.T) {
 	for _, dialect := range drivertest.Dialects {
 		t.Run(dialect, func(t *testing.T) {
