@@ -205,8 +205,7 @@ func (c BatchConfig) validate() error {
 type pending[T any] struct {
 	ctx      context.Context // the caller's; its span is linked from the batch's
 	lane     *lane[T]        // its scope's
-	key      Key
-	fp       []byte
+	claimant                 // its key, fingerprint and headers to store
 	item     T
 	deadline time.Time          // its waits for row locks, over all its attempts, end by then
 	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
@@ -298,12 +297,12 @@ func (b *Batcher[T]) Do(ctx context.Context, req Request, item T) (Result, error
 func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(context.Context) (T, error)) (res Result, err error) {
 	ctx, span := b.k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
-	return b.k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
-		item, err := b.makeItem(ctx, key, makeItem)
+	return b.k.do(ctx, req, func(ctx context.Context, c claimant, lockWait time.Duration) (Result, error) {
+		item, err := b.makeItem(ctx, c.key, makeItem)
 		if err != nil {
 			return Result{}, err
 		}
-		return b.submit(ctx, key, fp, item, lockWait)
+		return b.submit(ctx, c, item, lockWait)
 	})
 }
 
@@ -322,18 +321,18 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 // submit runs a request in a batch of its own when nothing of its scope
 // runs or waits and a place is free for it, or queues it, and returns its
 // answer.
-func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, lockWait time.Duration) (Result, error) {
-	p := &pending[T]{ctx: ctx, key: key, fp: fp, item: item, deadline: time.Now().Add(lockWait),
+func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
+	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
 		next: make(chan []*pending[T], 1), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
 	}
-	l := b.lanes[key.Scope]
+	l := b.lanes[c.key.Scope]
 	if l == nil {
-		l = &lane[T]{scope: key.Scope}
-		b.lanes[key.Scope] = l
+		l = &lane[T]{scope: c.key.Scope}
+		b.lanes[c.key.Scope] = l
 	}
 	p.lane = l
 	switch {
@@ -365,7 +364,7 @@ func (b *Batcher[T]) submit(ctx context.Context, key Key, fp []byte, item T, loc
 	waits := !p.taken
 	b.mu.Unlock()
 	if h := b.testHooks.queued; h != nil && waits {
-		h(key)
+		h(c.key)
 	}
 
 	timer := time.NewTimer(b.cfg.MaxWait)
@@ -689,7 +688,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 
 	cs := make([]claimant, len(ps))
 	for i, p := range ps {
-		cs[i] = claimant{key: p.key, fp: p.fp}
+		cs[i] = p.claimant
 	}
 	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
 		items := make([]T, len(todo))

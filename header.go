@@ -3,6 +3,7 @@ package idem
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -94,4 +95,21 @@ func plainString(b []byte, i int) (s string, j int, ok bool) {
 		}
 	}
 	return "", 0, false
+}
+
+// KeepHeaders returns the headers of h named in names (canonical names,
+// as http.CanonicalHeaderKey gives them), or nil when there are none. It
+// is the one filter of what an outcome carries to storage and to replays
+// (Request.StoreHeaders; idemhttp's Config.ReplayHeaders).
+func KeepHeaders(h http.Header, names []string) http.Header {
+	var out http.Header
+	for _, name := range names {
+		if vs := h[name]; len(vs) > 0 {
+			if out == nil {
+				out = make(http.Header, len(names))
+			}
+			out[name] = slices.Clone(vs)
+		}
+	}
+	return out
 }

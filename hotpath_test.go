@@ -20,11 +20,15 @@ import (
 type shortClaims struct{ driver.Driver }
 
 func (d shortClaims) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
-	res, err := d.Driver.KeyClaimBatch(ctx, tx, p)
+	res, err := driver.ClaimBatch(ctx, d.Driver, tx, p)
 	if err != nil || len(res) == 0 {
 		return res, err
 	}
 	return res[:len(res)-1], nil
+}
+
+func (d shortClaims) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
+	return driver.RecordBatch(ctx, d.Driver, tx, p)
 }
 
 // A driver that answers fewer claims than the batch holds fails the

@@ -79,13 +79,17 @@ type Request struct {
 	// Fingerprint, when set, is used as is: for requests whose body is not
 	// JSON, or that hash other parts of the request too.
 	Fingerprint []byte
+	// StoreHeaders, when not nil, names the only headers of the outcome
+	// that are stored, and so replayed (KeepHeaders); nil stores the
+	// outcome's Header as given. The first answer is not filtered.
+	StoreHeaders []string
 }
 
 // Outcome is what an operation answered. It is stored with the key, for
 // successes and business failures alike, and replayed to later copies.
 type Outcome struct {
 	Status int
-	Header http.Header // stored as given: filter it before returning it
+	Header http.Header // stored as Request.StoreHeaders says
 	Body   []byte
 }
 
@@ -203,7 +207,7 @@ type Keeper struct {
 
 	fingerprints fingerprintMemo
 	tracer       trace.Tracer
-	reads        reads
+	reads        readPolicy
 
 	testHooks testHooks
 }
@@ -241,9 +245,12 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rb, _ := d.(driver.KeyReadBatcher)
-	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
+	k := &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
+		tracer: cfg.TracerProvider.Tracer(tracing.Module)}
+	if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+		k.reads.always = true
+	}
+	return k, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -274,8 +281,8 @@ func (k *Keeper) Config() Config { return k.cfg }
 func (k *Keeper) Do(ctx context.Context, req Request, work Work) (res Result, err error) {
 	ctx, span := k.start(ctx, "idem.Do", req.Key)
 	defer func() { endSpan(span, res, err) }()
-	return k.do(ctx, req, func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error) {
-		return k.run(ctx, key, fp, work, lockWait)
+	return k.do(ctx, req, func(ctx context.Context, c claimant, lockWait time.Duration) (Result, error) {
+		return k.run(ctx, c, work, lockWait)
 	})
 }
 
@@ -283,7 +290,7 @@ func (k *Keeper) Do(ctx context.Context, req Request, work Work) (res Result, er
 // in-process twin holds: Do's runs the work in a transaction of its own, a
 // Batcher's puts the request in a batch. lockWait bounds its waits for a
 // twin's row in the database.
-type attempt func(ctx context.Context, key Key, fp []byte, lockWait time.Duration) (Result, error)
+type attempt func(ctx context.Context, c claimant, lockWait time.Duration) (Result, error)
 
 // do is what Do and Batcher.Do share: the key's checks, the fast-path read
 // of a committed record, and the in-process flights; try is the one step in
@@ -295,18 +302,16 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	}
 	id := req.Key.id()
 
-	// Fast path: a completed record is immutable until it expires, so a
-	// plain read answers most duplicates in one round trip, which the
-	// reads of the moment share (read.go), while duplicates are common
-	// enough to pay for it. It decides no race: a miss goes on to the
-	// claim, where the constraint decides.
+	// Fast path, while duplicates are common enough to pay for it
+	// (read.go): a plain read of a committed record. It decides no race:
+	// a miss goes on to the claim, where the constraint decides.
 	if k.reads.first() {
-		rec, err := k.reads.get(ctx, id)
+		rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: id})
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
 			return replay(req.Key, rec, fp)
-		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
+		case err != nil && !errors.Is(err, driver.ErrNotFound):
 			return Result{}, err
 		}
 	}
@@ -325,7 +330,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			f = &flight{done: make(chan struct{}), fp: fp, err: errFlightAbandoned}
 			k.flights[id] = f
 			k.mu.Unlock()
-			return k.lead(ctx, id, f, req.Key, fp, try, lockWait)
+			return k.lead(ctx, id, f, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, try, lockWait)
 		}
 		if f.waiters >= k.cfg.MaxWaiters {
 			k.mu.Unlock()
@@ -367,14 +372,14 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 // however it ends: the flight is removed and done closed even if run
 // panics, so no twin waits out Config.Wait for an attempt that is over, and
 // no later copy in this process finds the key in flight.
-func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, key Key, fp []byte, try attempt, lockWait time.Duration) (Result, error) {
+func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, c claimant, try attempt, lockWait time.Duration) (Result, error) {
 	defer func() {
 		k.mu.Lock()
 		delete(k.flights, id)
 		k.mu.Unlock()
 		close(f.done)
 	}()
-	f.res, f.err = try(ctx, key, fp, lockWait)
+	f.res, f.err = try(ctx, c, lockWait)
 	var reused *ReusedError
 	if f.err == nil || errors.As(f.err, &reused) {
 		k.reads.note(f.res.Replayed || reused != nil)
@@ -401,7 +406,7 @@ func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work)
 	if err != nil {
 		return Result{}, err
 	}
-	return k.claimAndWork(ctx, tx, req.Key, fp, work)
+	return k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work)
 }
 
 func (k *Keeper) prepare(req *Request) ([]byte, error) {
@@ -419,13 +424,13 @@ func (k *Keeper) prepare(req *Request) ([]byte, error) {
 
 // run is one attempt in a transaction of the keeper's own.
 // lockWait bounds its wait for a twin's row in the database.
-func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWait time.Duration) (Result, error) {
+func (k *Keeper) run(ctx context.Context, c claimant, work Work, lockWait time.Duration) (Result, error) {
 	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait})
 	if err != nil {
 		return Result{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	res, err := k.claimAndWork(ctx, tx, key, fp, work)
+	res, err := k.claimAndWork(ctx, tx, c, work)
 	if err != nil || res.Replayed {
 		return res, err
 	}
@@ -438,9 +443,9 @@ func (k *Keeper) run(ctx context.Context, key Key, fp []byte, work Work, lockWai
 
 // claimAndWork is one request's claim → work → record in tx: the core
 // Do and DoTx share with the Batcher (transact), for a batch of one.
-func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []byte, work Work) (Result, error) {
-	answers, _, err := k.transact(ctx, tx, []claimant{{key: key, fp: fp}}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
-		out, err := k.runWork(ctx, tx, key, work)
+func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, work Work) (Result, error) {
+	answers, _, err := k.transact(ctx, tx, []claimant{c}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
+		out, err := k.runWork(ctx, tx, c.key, work)
 		return []ItemResult{{Outcome: out}}, err
 	})
 	if err != nil {
@@ -449,10 +454,12 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, key Key, fp []b
 	return answers[0].res, answers[0].err
 }
 
-// claimant is one request of a transaction: its key and fingerprint.
+// claimant is one request of a transaction: its key, its fingerprint and
+// the headers of its outcome to store (Request.StoreHeaders).
 type claimant struct {
-	key Key
-	fp  []byte
+	key  Key
+	fp   []byte
+	keep []string
 }
 
 // answer is one request's answer in a transaction that committed.
@@ -477,7 +484,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := k.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
 	}
@@ -519,7 +526,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 			answers[i].err = r.Err
 			continue
 		}
-		rec, err := record(cs[i].key, r.Outcome)
+		rec, err := record(cs[i], r.Outcome)
 		if err != nil {
 			return nil, false, err
 		}
@@ -529,22 +536,27 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	if len(store.Records) == 0 {
 		return answers, false, nil
 	}
-	if err := k.d.KeyRecordBatch(ctx, tx, &store); err != nil {
+	if err := driver.RecordBatch(ctx, k.d, tx, &store); err != nil {
 		return nil, false, err
 	}
 	return answers, true, nil
 }
 
-// record is out as the driver stores it on key's claim.
-func record(key Key, out Outcome) (driver.KeyRecordParams, error) {
+// record is out as the driver stores it on c's claim, with the headers
+// c keeps.
+func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
+	h := out.Header
+	if c.keep != nil {
+		h = KeepHeaders(h, c.keep)
+	}
 	var header []byte
-	if len(out.Header) > 0 {
+	if len(h) > 0 {
 		var err error
-		if header, err = json.Marshal(out.Header); err != nil {
-			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", key.Key, err)
+		if header, err = json.Marshal(h); err != nil {
+			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
 		}
 	}
-	return driver.KeyRecordParams{ID: key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
+	return driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
 }
 
 // runWork runs work and turns its panic into a *PanicError, logged with

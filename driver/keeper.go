@@ -1,8 +1,11 @@
 package driver
 
 import (
+	"cmp"
 	"context"
-	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,24 +19,12 @@ type KeeperDriver interface {
 	// replaced. When a live record exists, Claimed is false and Existing
 	// holds it as committed.
 	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
-	// KeyRecord stores the outcome on the claim made earlier in tx. Like
-	// every write that returns only an error (KeyRecordBatch,
-	// OutboxInsert, LedgerWrite), a driver may hold it until tx's next
-	// statement or its commit, to send them in one round trip: its error,
-	// a missing claim included, is then that statement's or the commit's.
+	// KeyRecord stores the outcome on the claim made earlier in tx; a
+	// missing claim is its error.
 	KeyRecord(ctx context.Context, tx Tx, p *KeyRecordParams) error
-	// KeyClaimBatch is KeyClaim for many keys at once (the keeper's group
-	// commit), in one statement where the dialect allows. The IDs must be
-	// distinct. Keys are claimed in one definite order (sorted), so that two
-	// batches that share keys wait for each other instead of deadlocking.
-	// It must be the first statement of a read-committed transaction, like
-	// KeyClaim; the results are in the order of p.Claims.
-	KeyClaimBatch(ctx context.Context, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error)
-	// KeyRecordBatch stores each outcome of p.Records on its claim, and
-	// deletes the claims of p.Release, all made earlier in tx. Every key
-	// must hold a claim of tx's: anything else is an error, perhaps
-	// reported by tx's next statement or commit (see KeyRecord).
-	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
+	// KeyRelease deletes the claim made earlier in tx of a request refused
+	// inside a batch that commits; a missing claim is its error.
+	KeyRelease(ctx context.Context, tx Tx, p *KeyGetParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
 	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
@@ -44,16 +35,69 @@ type KeeperDriver interface {
 	Reader() Tx
 }
 
-// KeyReadBatcher is what a driver may add for the keeper's coalesced
-// fast-path reads: a driver whose statements are round trips to a server
-// (Postgres) reads many keys in one. Without it the keeper reads each key
-// alone, on as many connections as it likes, which is right where
-// statements run in process (SQLite).
-type KeyReadBatcher interface {
-	// KeyGetBatch is KeyGet for many keys in one round trip. It returns
-	// one record per ID, in order, nil where there is none; an ID may
-	// repeat. An error fails the whole batch.
-	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
+// KeyBatcher is what a driver may add to claim and record a batch's keys
+// in fewer statements than one a key (the keeper's group commit). Without
+// it the keeper calls ClaimBatch's and RecordBatch's fallbacks.
+type KeyBatcher interface {
+	// KeyClaimBatch is KeyClaim for many keys at once. The IDs must be
+	// distinct. Keys are claimed in one definite order (sorted), so that
+	// two batches that share keys wait for each other instead of
+	// deadlocking. It must be the first statement of a read-committed
+	// transaction, like KeyClaim; the results are in the order of p.Claims.
+	KeyClaimBatch(ctx context.Context, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error)
+	// KeyRecordBatch stores each outcome of p.Records on its claim, and
+	// deletes the claims of p.Release, all made earlier in tx. Every key
+	// must hold a claim of tx's: anything else is its error.
+	KeyRecordBatch(ctx context.Context, tx Tx, p *KeyRecordBatchParams) error
+}
+
+// ClaimBatch claims p's keys in tx: by d's KeyClaimBatch when d is a
+// KeyBatcher, else one KeyClaim a key, in sorted order (see KeyClaimBatch).
+func ClaimBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error) {
+	if b, ok := d.(KeyBatcher); ok {
+		return b.KeyClaimBatch(ctx, tx, p)
+	}
+	order := make([]int, len(p.Claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return compareKeyIDs(p.Claims[i].ID, p.Claims[j].ID) })
+	out := make([]KeyClaimResult, len(p.Claims))
+	for n, i := range order {
+		if n > 0 && p.Claims[order[n-1]].ID == p.Claims[i].ID {
+			return nil, fmt.Errorf("claim batch: key %q twice", p.Claims[i].ID.Key)
+		}
+		c := &p.Claims[i]
+		res, err := d.KeyClaim(ctx, tx, &KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = *res
+	}
+	return out, nil
+}
+
+// RecordBatch stores p's outcomes and releases p's refused claims in tx: by
+// d's KeyRecordBatch when d is a KeyBatcher, else a statement a key.
+func RecordBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyRecordBatchParams) error {
+	if b, ok := d.(KeyBatcher); ok {
+		return b.KeyRecordBatch(ctx, tx, p)
+	}
+	for i := range p.Records {
+		if err := d.KeyRecord(ctx, tx, &p.Records[i]); err != nil {
+			return err
+		}
+	}
+	for _, id := range p.Release {
+		if err := d.KeyRelease(ctx, tx, &KeyGetParams{ID: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compareKeyIDs(a, b KeyID) int {
+	return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Operation, b.Operation), strings.Compare(a.Key, b.Key))
 }
 
 // WriterBound is what a driver may add when its database runs a bounded
@@ -114,10 +158,6 @@ type KeyGetParams struct {
 	ID KeyID
 }
 
-type KeyGetBatchParams struct {
-	IDs []KeyID
-}
-
 // KeyRecord is a stored idempotency record. Records are visible only once
 // committed, and a committed record always holds its outcome.
 type KeyRecord struct {
@@ -133,20 +173,4 @@ type KeyRecord struct {
 type KeyDeleteExpiredParams struct {
 	Now   time.Time
 	Limit int
-}
-
-// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: a batch
-// of one.
-func KeyGetEach(ctx context.Context, d KeeperDriver, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error) {
-	out := make([]*KeyRecord, len(p.IDs))
-	for i, id := range p.IDs {
-		rec, err := d.KeyGet(ctx, tx, &KeyGetParams{ID: id})
-		switch {
-		case err == nil:
-			out[i] = rec
-		case !errors.Is(err, ErrNotFound):
-			return nil, err
-		}
-	}
-	return out, nil
 }

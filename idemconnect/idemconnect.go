@@ -23,11 +23,17 @@
 // ResourceExhausted, Unimplemented, DataLoss, Canceled) or InvalidArgument
 // rolls back, is sent as it is, and leaves the key free.
 //
-// Guarded calls must use a binary Protobuf codec (application/proto,
-// application/grpc, application/grpc-web): a replayed reply is the stored
-// bytes, sent as the unknown fields of a *emptypb.Empty, which only the
-// binary codec writes verbatim. A guarded call in JSON is refused
-// InvalidArgument with the reason REQUEST_CODEC_UNSUPPORTED before it runs.
+// Guarded calls may use any codec. The request's fingerprint is its
+// message marshalled deterministically in binary, so a call in JSON and
+// its copy in binary Protobuf with the same meaning are the same request.
+// The stored reply is its binary Protobuf bytes, its message's full name
+// and, for a call in JSON, the JSON as first sent; a copy in binary gets
+// the stored bytes verbatim (the unknown fields of a *emptypb.Empty, which
+// the binary codec writes as they are), a copy in JSON the stored JSON
+// verbatim through the codec of WithVerbatimJSON (without it, the reply
+// re-marshalled by protojson, which is byte-identical only within one
+// build: protojson varies its whitespace between builds), and a copy in
+// any other codec the reply's message as the codec marshals it.
 // Put the interceptor last, so that no other interceptor reads a replayed
 // reply's fields. Streaming calls and GET requests (allowed only for
 // methods without side effects) pass through untouched, as do the calls of
@@ -40,14 +46,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -66,14 +74,13 @@ const (
 
 // Domain and the ErrorInfo reasons of the interceptor's refusals.
 const (
-	Domain                 = rpcguard.Domain
-	ReasonKeyMissing       = rpcguard.ReasonKeyMissing
-	ReasonKeyInvalid       = rpcguard.ReasonKeyInvalid
-	ReasonKeyReused        = rpcguard.ReasonKeyReused
-	ReasonInFlight         = rpcguard.ReasonInFlight
-	ReasonUnavailable      = rpcguard.ReasonUnavailable
-	ReasonInternal         = rpcguard.ReasonInternal
-	ReasonCodecUnsupported = "REQUEST_CODEC_UNSUPPORTED"
+	Domain            = rpcguard.Domain
+	ReasonKeyMissing  = rpcguard.ReasonKeyMissing
+	ReasonKeyInvalid  = rpcguard.ReasonKeyInvalid
+	ReasonKeyReused   = rpcguard.ReasonKeyReused
+	ReasonInFlight    = rpcguard.ReasonInFlight
+	ReasonUnavailable = rpcguard.ReasonUnavailable
+	ReasonInternal    = rpcguard.ReasonInternal
 )
 
 // MaxUnguardedOperations bounds the operations Unguarded counts apart.
@@ -99,8 +106,9 @@ type Config struct {
 	// that needs a key and has none is refused InvalidArgument, since a
 	// retry of it could do the work twice.
 	AllowMissingKey bool
-	// MaxReplyBytes bounds a reply's marshalled size, which is stored; a
-	// larger one rolls back and is answered Internal. Default 4 MiB; bound
+	// MaxReplyBytes bounds a reply's marshalled size, which is stored (for
+	// a call in JSON, its binary and JSON forms together); a larger one
+	// rolls back and is answered Internal. Default 4 MiB; bound
 	// 1 KiB..64 MiB.
 	MaxReplyBytes int
 	// RetryAfter is the RetryInfo delay of Aborted (in flight) and
@@ -167,7 +175,9 @@ func New(cfg Config) (*Interceptor, error) {
 func (i *Interceptor) Unguarded() map[string]uint64 { return i.g.Unguarded() }
 
 // Tx returns the transaction a guarded handler writes its rows in; nil
-// outside a guarded call. It is idemhttp.Tx.
+// outside a guarded call (an unguarded procedure, or no key under
+// AllowMissingKey), which idem's packages refuse with driver.ErrNoTx. It
+// is idemhttp.Tx.
 func Tx(ctx context.Context) driver.Tx { return idemhttp.Tx(ctx) }
 
 // KeyFrom returns the scoped key of the guarded call ctx belongs to. It is
@@ -181,17 +191,14 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		proc, keys := req.Spec().Procedure, req.Header().Values(HeaderKey)
-		if len(keys) > 0 && i.g.Guards(proc) && strings.HasSuffix(req.Header().Get("Content-Type"), "json") {
-			return nil, refusal(i.g.RefuseRequest(ctx, proc, ReasonCodecUnsupported,
-				"a call guarded by an idempotency key must use a binary Protobuf codec, not JSON").Refusal)
-		}
+		codec := codecOf(req.Header().Get("Content-Type"))
 		var resp connect.AnyResponse
 		var herr error
 		d := i.g.Do(ctx, proc, keys,
 			func() ([]byte, error) { return marshalRequest(req.Any()) },
 			func(ctx context.Context) (rpcguard.Reply, error) {
 				resp, herr = next(ctx, req)
-				return replyOf(resp, herr)
+				return replyOf(resp, herr, codec)
 			})
 		switch d.Answer {
 		case rpcguard.Pass:
@@ -199,7 +206,7 @@ func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		case rpcguard.Handled:
 			return resp, herr
 		case rpcguard.Replay:
-			return replayOf(d.Reply)
+			return replayOf(d.Reply, codec, req.Spec())
 		}
 		return nil, refusal(d.Refusal)
 	}
@@ -227,8 +234,10 @@ func marshalRequest(req any) ([]byte, error) {
 }
 
 // replyOf is the handler's answer as stored: the reply's bytes as the
-// binary codec marshals them, or the error as a google.rpc.Status.
-func replyOf(resp connect.AnyResponse, err error) (rpcguard.Reply, error) {
+// binary codec marshals them with its message's full name and, for a call
+// in JSON, the JSON as the codec sends it; or the error as a
+// google.rpc.Status.
+func replyOf(resp connect.AnyResponse, err error, codec string) (rpcguard.Reply, error) {
 	if err != nil {
 		st := &spb.Status{Code: int32(connect.CodeOf(err)), Message: err.Error()}
 		if ce := new(connect.Error); errors.As(err, &ce) {
@@ -245,17 +254,40 @@ func replyOf(resp connect.AnyResponse, err error) (rpcguard.Reply, error) {
 		return rpcguard.Reply{}, errNotProto
 	}
 	b, err := proto.Marshal(m)
-	return rpcguard.Reply{Code: rpcguard.OK, Body: b}, err
+	if err != nil {
+		return rpcguard.Reply{}, err
+	}
+	h := http.Header{headerReplyType: {string(m.ProtoReflect().Descriptor().FullName())}}
+	if codec == codecJSON {
+		// The bytes connect's JSON codec (and WithVerbatimJSON's) sends:
+		// the same function on the same message in the same build.
+		j, err := protojson.MarshalOptions{}.Marshal(m)
+		if err != nil {
+			return rpcguard.Reply{}, err
+		}
+		h[headerReplyJSON] = []string{string(j)}
+	}
+	return rpcguard.Reply{Code: rpcguard.OK, Header: h, Body: b}, nil
 }
 
-// replayOf is a stored answer as the handler's values, marked replayed.
-func replayOf(r rpcguard.Reply) (connect.AnyResponse, error) {
+// replayOf is a stored answer as the handler's values in the call's
+// codec, marked replayed.
+func replayOf(r rpcguard.Reply, codec string, spec connect.Spec) (connect.AnyResponse, error) {
 	if r.Code == rpcguard.OK {
-		m := &emptypb.Empty{}
-		m.ProtoReflect().SetUnknown(protoreflect.RawFields(r.Body))
-		res := connect.NewResponse(m)
-		res.Header().Set(HeaderReplayed, "true")
-		return res, nil
+		if codec == codecProto {
+			e := &emptypb.Empty{}
+			e.ProtoReflect().SetUnknown(protoreflect.RawFields(r.Body))
+			return replayed(connect.NewResponse(e)), nil
+		}
+		typed, err := typedReply(r, spec)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		m := &storedReply{Message: typed}
+		if j := r.Header.Get(headerReplyJSON); codec == codecJSON && j != "" {
+			m.json = []byte(j)
+		}
+		return replayed(connect.NewResponse(m)), nil
 	}
 	st := &spb.Status{}
 	if err := proto.Unmarshal(r.Body, st); err != nil {
@@ -269,6 +301,35 @@ func replayOf(r rpcguard.Reply) (connect.AnyResponse, error) {
 	}
 	ce.Meta().Set(HeaderReplayed, "true")
 	return nil, ce
+}
+
+// replayed marks res as a replay (Idempotent-Replayed: true).
+func replayed[T any](res *connect.Response[T]) *connect.Response[T] {
+	res.Header().Set(HeaderReplayed, "true")
+	return res
+}
+
+// typedReply is a stored reply as its own message type: the type stored
+// with it, or (a reply stored by idemgrpc, which keeps no type) the
+// procedure's output type from the handler's schema.
+func typedReply(r rpcguard.Reply, spec connect.Spec) (proto.Message, error) {
+	var m proto.Message
+	name := protoreflect.FullName(r.Header.Get(headerReplyType))
+	md, _ := spec.Schema.(protoreflect.MethodDescriptor)
+	if name == "" && md != nil {
+		name = md.Output().FullName()
+	}
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(name); err == nil {
+		m = mt.New().Interface()
+	} else if md != nil && md.Output().FullName() == name {
+		m = dynamicpb.NewMessage(md.Output())
+	} else {
+		return nil, fmt.Errorf("idemconnect: the stored reply's type %q is unknown: it cannot be replayed in this codec", name)
+	}
+	if err := proto.Unmarshal(r.Body, m); err != nil {
+		return nil, fmt.Errorf("idemconnect: the stored reply cannot be decoded as %s: %w", name, err)
+	}
+	return m, nil
 }
 
 // refusal is the interceptor's own answer, with its ErrorInfo (and

@@ -3,11 +3,14 @@ package idemconnect_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +28,7 @@ import (
 	"github.com/idemhq/idem/idemconnect"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/testpg"
+	"github.com/idemhq/idem/outbox"
 )
 
 func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
@@ -88,6 +92,8 @@ type env struct {
 	pay *pay
 	ic  *idemconnect.Interceptor
 	srv *httptest.Server
+	// plain serves the same handler without WithVerbatimJSON.
+	plain *httptest.Server
 }
 
 func newEnv(t *testing.T, d driver.Driver, cfg idemconnect.Config) *env {
@@ -113,9 +119,14 @@ func newEnv(t *testing.T, d driver.Driver, cfg idemconnect.Config) *env {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(chargeProcedure, connect.NewUnaryHandler(chargeProcedure, e.pay.charge, connect.WithInterceptors(e.ic)))
+	mux.Handle(chargeProcedure, connect.NewUnaryHandler(chargeProcedure, e.pay.charge,
+		connect.WithInterceptors(e.ic), idemconnect.WithVerbatimJSON()))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
+	plain := http.NewServeMux()
+	plain.Handle(chargeProcedure, connect.NewUnaryHandler(chargeProcedure, e.pay.charge, connect.WithInterceptors(e.ic)))
+	e.plain = httptest.NewServer(plain)
+	t.Cleanup(e.plain.Close)
 	return e
 }
 
@@ -250,7 +261,12 @@ func TestRollback(t *testing.T) {
 // TestRefusals: the interceptor's own answers and their reasons.
 func TestRefusals(t *testing.T) {
 	t.Parallel()
-	d := drivertest.Open(t, "sqlite")
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) { refusals(t, d) })
+}
+
+// refusals: each refusal is an InvalidArgument or FailedPrecondition with
+// its reason, before the handler runs; nothing is stored.
+func refusals(t *testing.T, d driver.Driver) {
 	e := newEnv(t, d, idemconnect.Config{})
 	e.call(t, nil, 100, "used")
 	for _, tc := range []struct {
@@ -264,16 +280,20 @@ func TestRefusals(t *testing.T) {
 		{"missing", nil, 100, nil, connect.CodeInvalidArgument, idemconnect.ReasonKeyMissing},
 		{"empty", nil, 100, []string{""}, connect.CodeInvalidArgument, idemconnect.ReasonKeyInvalid},
 		{"two", nil, 100, []string{"a", "b"}, connect.CodeInvalidArgument, idemconnect.ReasonKeyInvalid},
+		{"too long", nil, 100, []string{strings.Repeat("k", idem.MaxKeyLength+1)}, connect.CodeInvalidArgument, idemconnect.ReasonKeyInvalid},
+		{"a space", nil, 100, []string{"a b"}, connect.CodeInvalidArgument, idemconnect.ReasonKeyInvalid},
 		{"reused", nil, 200, []string{"used"}, connect.CodeFailedPrecondition, idemconnect.ReasonKeyReused},
-		{"json", []connect.ClientOption{connect.WithProtoJSON()}, 100, []string{"j"}, connect.CodeInvalidArgument, idemconnect.ReasonCodecUnsupported},
+		{"json missing", jsonOpts, 100, nil, connect.CodeInvalidArgument, idemconnect.ReasonKeyMissing},
+		{"json two", jsonOpts, 100, []string{"a", "b"}, connect.CodeInvalidArgument, idemconnect.ReasonKeyInvalid},
+		{"json reused", jsonOpts, 200, []string{"used"}, connect.CodeFailedPrecondition, idemconnect.ReasonKeyReused},
 	} {
 		a := e.call(t, tc.opts, tc.amount, tc.keys...)
 		if connect.CodeOf(a.err) != tc.code || reason(a.err) != tc.reason {
 			t.Fatalf("%s: %v (reason %q), want %v %s", tc.name, a.err, reason(a.err), tc.code, tc.reason)
 		}
 	}
-	if rows := e.rows(t); rows != 1 || e.pay.calls.Load() != 1 {
-		t.Fatalf("%d rows, %d calls; want 1 and 1", rows, e.pay.calls.Load())
+	if rows, keys := e.rows(t), e.keys(t); rows != 1 || keys != 1 || e.pay.calls.Load() != 1 {
+		t.Fatalf("%d rows, %d keys, %d calls; want 1, 1 and 1", rows, keys, e.pay.calls.Load())
 	}
 }
 
@@ -304,4 +324,270 @@ func reason(err error) string {
 		}
 	}
 	return ""
+}
+
+var jsonOpts = []connect.ClientOption{connect.WithProtoJSON()}
+
+// raw is one call as it crossed the wire: the response body's bytes
+// (gRPC-Web's frames as they are), its headers and the error the client made of it.
+type raw struct {
+	body   []byte
+	header http.Header
+	err    error
+	id     string
+}
+
+func (r raw) replayed() bool { return r.header.Get(idemconnect.HeaderReplayed) == "true" }
+
+// capture keeps the last response body it carried.
+type capture struct {
+	base http.RoundTripper
+	body *[]byte
+}
+
+func (c capture) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := c.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	*c.body = b
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	return res, nil
+}
+
+// callRaw calls srv's Charge with the typed client over opts and keeps the
+// bytes of the answer.
+func callRaw(t testing.TB, srv *httptest.Server, opts []connect.ClientOption, amount int64, keys ...string) raw {
+	t.Helper()
+	var body []byte
+	hc := &http.Client{Transport: capture{base: srv.Client().Transport, body: &body}}
+	// Without gzip, so that the body is the bytes the codec wrote.
+	opts = append(slices.Clip(opts), connect.WithAcceptCompression("gzip", nil, nil))
+	c := connect.NewClient[wrapperspb.Int64Value, wrapperspb.StringValue](hc, srv.URL+chargeProcedure, opts...)
+	req := connect.NewRequest(wrapperspb.Int64(amount))
+	for _, k := range keys {
+		req.Header().Add(idemconnect.HeaderKey, k)
+	}
+	res, err := c.CallUnary(context.Background(), req)
+	if err != nil {
+		var ce *connect.Error
+		if !errors.As(err, &ce) {
+			t.Fatal(err)
+		}
+		return raw{body: body, header: ce.Meta(), err: err}
+	}
+	return raw{body: body, header: res.Header(), id: res.Msg.Value}
+}
+
+// jsonProtocols are the wire protocols in JSON: Connect's unary
+// application/json, and gRPC-Web's application/grpc-web+json.
+var jsonProtocols = map[string][]connect.ClientOption{
+	"connect+json": jsonOpts,
+	"grpcweb+json": {connect.WithGRPCWeb(), connect.WithProtoJSON()},
+}
+
+// TestJSONReplayIsByteIdentical: a guarded call in JSON runs once; its
+// resend gets the first body byte for byte, marked replayed, with and
+// without WithVerbatimJSON; 200 copies at once are one row, one first
+// reply and byte-identical replays.
+func TestJSONReplayIsByteIdentical(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idemconnect.Config{})
+		rows := 0
+		for name, opts := range jsonProtocols {
+			for srvName, srv := range map[string]*httptest.Server{"verbatim": e.srv, "plain": e.plain} {
+				key := "k-" + name + "-" + srvName
+				first := callRaw(t, srv, opts, 100, key)
+				if first.err != nil || first.replayed() || first.id == "" {
+					t.Fatalf("%s %s first: %v replayed=%v", name, srvName, first.err, first.replayed())
+				}
+				again := callRaw(t, srv, opts, 100, key)
+				if again.err != nil || !again.replayed() || !bytes.Equal(again.body, first.body) || again.id != first.id {
+					t.Fatalf("%s %s resend: %v replayed=%v %q, want %q", name, srvName, again.err, again.replayed(), again.body, first.body)
+				}
+				rows++
+			}
+		}
+		// A stored refusal is replayed in JSON too, details and bytes alike.
+		refused := callRaw(t, e.srv, jsonOpts, -1, "refused")
+		again := callRaw(t, e.srv, jsonOpts, -1, "refused")
+		if connect.CodeOf(refused.err) != connect.CodeFailedPrecondition || refused.replayed() || !again.replayed() ||
+			reason(again.err) != "INSUFFICIENT_FUNDS" || !bytes.Equal(again.body, refused.body) {
+			t.Fatalf("stored refusal in JSON: %v %q, then %v replayed=%v %q", refused.err, refused.body, again.err, again.replayed(), again.body)
+		}
+		rows++
+		if got := e.rows(t); got != rows || e.pay.calls.Load() != int64(rows) {
+			t.Fatalf("%d rows, %d calls; want %d each", got, e.pay.calls.Load(), rows)
+		}
+
+		answers := make([]raw, 200)
+		var wg sync.WaitGroup
+		for i := range answers {
+			wg.Go(func() { answers[i] = callRaw(t, e.srv, jsonOpts, 7, "storm") })
+		}
+		wg.Wait()
+		var firsts, replays int
+		var body []byte
+		for _, a := range answers {
+			switch {
+			case a.err != nil && connect.CodeOf(a.err) == connect.CodeAborted:
+			case a.err != nil:
+				t.Fatalf("a concurrent copy: %v", a.err)
+			case !a.replayed():
+				firsts++
+			default:
+				replays++
+			}
+			if a.err == nil && body == nil {
+				body = a.body
+			}
+			if a.err == nil && !bytes.Equal(a.body, body) {
+				t.Fatalf("a concurrent copy's body %q, another's %q", a.body, body)
+			}
+		}
+		if got := e.rows(t); got != rows+1 || firsts != 1 || replays == 0 {
+			t.Fatalf("%d rows, %d first replies, %d replays; want %d, 1 and some", got, firsts, replays, rows+1)
+		}
+	})
+}
+
+// TestJSONAndBinaryAreOneRequest: a request's fingerprint is its message,
+// not its encoding: a copy in binary of a call in JSON (and the reverse) is
+// a replay, in its own codec, of the one effect; the key with another
+// amount is refused IDEMPOTENCY_KEY_REUSED in either codec, nothing
+// stored.
+func TestJSONAndBinaryAreOneRequest(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idemconnect.Config{})
+		binary := callRaw(t, e.srv, nil, 100, "b-first")
+		inJSON := callRaw(t, e.srv, jsonOpts, 100, "b-first")
+		if binary.err != nil || binary.replayed() || inJSON.err != nil || !inJSON.replayed() || inJSON.id != binary.id {
+			t.Fatalf("binary then JSON: %v %q, then %v replayed=%v %q", binary.err, binary.id, inJSON.err, inJSON.replayed(), inJSON.id)
+		}
+		if want := `"` + binary.id + `"`; string(inJSON.body) != want {
+			t.Fatalf("JSON replay of a binary first arrival: %q, want %q", inJSON.body, want)
+		}
+		inJSON = callRaw(t, e.srv, jsonOpts, 100, "j-first")
+		again := callRaw(t, e.srv, jsonOpts, 100, "j-first")
+		binary = callRaw(t, e.srv, nil, 100, "j-first")
+		if inJSON.err != nil || inJSON.replayed() || binary.err != nil || !binary.replayed() || binary.id != inJSON.id ||
+			!bytes.Equal(again.body, inJSON.body) {
+			t.Fatalf("JSON then binary: %v %q, then %v replayed=%v %q", inJSON.err, inJSON.id, binary.err, binary.replayed(), binary.id)
+		}
+		for _, opts := range [][]connect.ClientOption{nil, jsonOpts} {
+			for _, key := range []string{"b-first", "j-first"} {
+				a := callRaw(t, e.srv, opts, 200, key)
+				if connect.CodeOf(a.err) != connect.CodeFailedPrecondition || reason(a.err) != idemconnect.ReasonKeyReused {
+					t.Fatalf("reused %s: %v (reason %q)", key, a.err, reason(a.err))
+				}
+			}
+		}
+		if rows, keys := e.rows(t), e.keys(t); rows != 2 || keys != 2 || e.pay.calls.Load() != 2 {
+			t.Fatalf("%d rows, %d keys, %d calls; want 2 each", rows, keys, e.pay.calls.Load())
+		}
+	})
+}
+
+// TestVerbatimJSON: with WithVerbatimJSON a replay in JSON is the stored
+// JSON as it is, not the reply marshalled again, so that a later build
+// whose protojson spaces its output otherwise still replays the first
+// bytes. The stored JSON is rewritten here as another build would have
+// written it; without the option the replay is marshalled again.
+func TestVerbatimJSON(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idemconnect.Config{})
+		first := callRaw(t, e.srv, jsonOpts, 100, "v")
+		if first.err != nil {
+			t.Fatal(first.err)
+		}
+		stored := ` "` + first.id + `" `
+		header, err := json.Marshal(http.Header{"Idem-Reply-Type": {"google.protobuf.StringValue"}, "Idem-Reply-Json": {stored}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := tx.Exec(ctx, `UPDATE idem_keys SET header = $1`, header); err != nil || n != 1 {
+			t.Fatalf("rewrite the stored JSON: %d rows, %v", n, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		verbatim := callRaw(t, e.srv, jsonOpts, 100, "v")
+		plain := callRaw(t, e.plain, jsonOpts, 100, "v")
+		if !verbatim.replayed() || string(verbatim.body) != stored || verbatim.id != first.id {
+			t.Fatalf("verbatim replay %q, want the stored %q", verbatim.body, stored)
+		}
+		if !plain.replayed() || !bytes.Equal(plain.body, first.body) {
+			t.Fatalf("replay without WithVerbatimJSON %q, want it marshalled again: %q", plain.body, first.body)
+		}
+	})
+}
+
+// TestTxFromContext: a handler that hands the transaction it reached from
+// its context to idem's packages gets a clear error, never a panic, when
+// that transaction cannot be used: nil in a call that ran unguarded
+// (driver.ErrNoTx), or a transaction of another database than the
+// package's (driver.ErrWrongDialect). The call fails Internal and nothing
+// is written or stored.
+func TestTxFromContext(t *testing.T) {
+	t.Parallel()
+	pg, lite := drivertest.Open(t, "postgres"), drivertest.Open(t, "sqlite")
+	ob, err := outbox.New(pg, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := idem.New(lite, idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := idemconnect.New(idemconnect.Config{Keeper: k, AllowMissingKey: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var errs []error
+	h := func(ctx context.Context, _ *connect.Request[wrapperspb.Int64Value]) (*connect.Response[wrapperspb.StringValue], error) {
+		err := ob.Enqueue(ctx, idemconnect.Tx(ctx), outbox.Message{Type: "charge.created", Key: "c", Payload: []byte(`{}`)})
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		return connect.NewResponse(wrapperspb.String("ok")), nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle(chargeProcedure, connect.NewUnaryHandler(chargeProcedure, h, connect.WithInterceptors(ic)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	for _, keys := range [][]string{nil, {"k"}} {
+		if a := callRaw(t, srv, nil, 1, keys...); connect.CodeOf(a.err) != connect.CodeInternal {
+			t.Fatalf("keys %q: %v, want Internal", keys, a.err)
+		}
+	}
+	if len(errs) != 2 || !errors.Is(errs[0], driver.ErrNoTx) || !errors.Is(errs[1], driver.ErrWrongDialect) {
+		t.Fatalf("errors %v; want ErrNoTx (unguarded) then ErrWrongDialect (a SQLite transaction)", errs)
+	}
+	for _, q := range []struct {
+		d     driver.Driver
+		table string
+	}{{pg, "idem_outbox"}, {lite, "idem_keys"}} {
+		var n int
+		if err := q.d.Reader().QueryRow(context.Background(), `SELECT count(*) FROM `+q.table).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s: %d rows, %v; want none", q.table, n, err)
+		}
+	}
 }

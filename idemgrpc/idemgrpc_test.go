@@ -361,6 +361,8 @@ func TestRefusals(t *testing.T) {
 			{"missing", 100, nil, codes.InvalidArgument, idemgrpc.ReasonKeyMissing},
 			{"empty", 100, []string{""}, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid},
 			{"two", 100, []string{"a", "b"}, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid},
+			{"too long", 100, []string{strings.Repeat("k", idem.MaxKeyLength+1)}, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid},
+			{"a space", 100, []string{"a b"}, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid},
 			{"reused", 200, []string{"used"}, codes.FailedPrecondition, idemgrpc.ReasonKeyReused},
 		} {
 			a := e.call(t, tc.amount, tc.keys...)
@@ -369,8 +371,8 @@ func TestRefusals(t *testing.T) {
 			}
 			wantDetail(t, a.st, tc.reason, false)
 		}
-		if rows := e.rows(t); rows != 1 || e.pay.calls.Load() != 1 {
-			t.Fatalf("%d rows, %d calls; want 1 and 1", rows, e.pay.calls.Load())
+		if rows, keys := e.rows(t), e.keys(t); rows != 1 || keys != 1 || e.pay.calls.Load() != 1 {
+			t.Fatalf("%d rows, %d keys, %d calls; want 1, 1 and 1", rows, keys, e.pay.calls.Load())
 		}
 	})
 }

@@ -146,7 +146,7 @@ func newBatchedServer(mw *idemhttp.Middleware, b *idem.Batcher[order], o *batche
 }
 
 // A batched route answers as a wrapped one: the first answer with all its
-// headers, replays with the stored status and body, the allow-listed
+// headers, the allow-listed ones stored, replays with the stored status and body, the allow-listed
 // headers and Idempotent-Replayed, from the cache and, in a fresh process,
 // from the database; the order row is written once, under the id derived
 // from the key in decode.
@@ -158,6 +158,14 @@ func TestBatchedReplay(t *testing.T) {
 		if first.status != http.StatusCreated || first.header.Get(idemhttp.HeaderReplayed) != "" ||
 			first.header.Get("Set-Cookie") == "" || first.header.Get("Location") != "/orders/acme/k1" {
 			t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
+		}
+		// The database keeps the allow-listed headers only, as Wrap's.
+		var stored []byte
+		if err := d.Reader().QueryRow(context.Background(), `SELECT header FROM idem_keys`).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if want := `{"Content-Type":["application/json"],"Location":["/orders/acme/k1"]}`; string(stored) != want {
+			t.Fatalf("stored header %s, want %s", stored, want)
 		}
 		for _, body := range []string{orderBody, "{\n  \"amount\":100 }"} {
 			assertReplay(t, first, send(t, e.srv, http.MethodPost, "/orders", body, "acme", "k1"))

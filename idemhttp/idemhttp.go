@@ -439,7 +439,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 func (m *Middleware) runHandler(next http.Handler) attempt {
 	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
 		var sent *answer
-		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp},
+		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay},
 			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
 				g := &guard{tx: tx, key: key}
@@ -452,7 +452,7 @@ func (m *Middleware) runHandler(next http.Handler) attempt {
 				if err := notStored(status, g.invalid.Load()); err != nil {
 					return idem.Outcome{}, err
 				}
-				return idem.Outcome{Status: status, Header: m.filter(header), Body: rec.body}, nil
+				return idem.Outcome{Status: status, Header: header, Body: rec.body}, nil
 			})
 		return res, sent, err
 	}
@@ -528,20 +528,6 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	return body, true
 }
 
-// filter keeps the allow-listed headers of h.
-func (m *Middleware) filter(h http.Header) http.Header {
-	var out http.Header
-	for _, name := range m.replay {
-		if vs := h.Values(name); len(vs) > 0 {
-			if out == nil {
-				out = make(http.Header, len(m.replay))
-			}
-			out[name] = slices.Clone(vs)
-		}
-	}
-	return out
-}
-
 // writeFirst sends a response the handler just made, with every header it
 // set: it is the first answer, not a replay.
 func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.Header, body []byte) {
@@ -558,10 +544,8 @@ func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.H
 // (filtered when stored, and again here in case the list shrank since).
 func (m *Middleware) writeReplay(w http.ResponseWriter, status int, header http.Header, body []byte) {
 	dst := w.Header()
-	for _, name := range m.replay {
-		if vs, ok := header[name]; ok {
-			dst[name] = vs
-		}
+	for name, vs := range idem.KeepHeaders(header, m.replay) {
+		dst[name] = vs
 	}
 	dst[HeaderReplayed] = replayedTrue
 	dst["Content-Length"] = []string{strconv.Itoa(len(body))}
@@ -573,12 +557,13 @@ var replayedTrue = []string{"true"}
 
 // cacheResult caches the keeper's answer, a first outcome or a replay
 // read from the database: the result says when its record expires, so no
-// second read is needed. The filter applies to what Batched's work gave.
+// second read is needed. A first arrival's header is the whole answer's:
+// the cache keeps what the database keeps.
 func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte, res idem.Result) {
 	if res.ExpiresAt.IsZero() {
 		return
 	}
-	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: res.Status, header: m.filter(res.Header), body: res.Body, expires: res.ExpiresAt})
+	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: res.Status, header: idem.KeepHeaders(res.Header, m.replay), body: res.Body, expires: res.ExpiresAt})
 }
 
 // rawHash is SHA-256 over a request's method, path and body bytes as sent,

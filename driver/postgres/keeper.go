@@ -83,6 +83,9 @@ DELETE FROM idem_keys AS k
  USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
  WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
 
+const sqlKeyRelease = `
+DELETE FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
+
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
@@ -119,6 +122,11 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
 	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
 	return affected("record outcome", n, 1, err)
+}
+
+func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) error {
+	n, err := tx.Exec(ctx, sqlKeyRelease, p.ID.Scope, p.ID.Operation, p.ID.Key)
+	return affected("release claim", n, 1, err)
 }
 
 // affected checks that a write which must find its rows (the claims made
@@ -248,42 +256,6 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 		return nil, err
 	}
 	return rec, nil
-}
-
-// keyGetArraysFrom is the number of keys from which KeyGetBatch reads them
-// in one statement over arrays instead of a statement a key (its figure:
-// docs/benchmarks.md, "The hot path's mechanisms").
-const keyGetArraysFrom = 6
-
-// KeyGetBatch reads keys in one round trip: from keyGetArraysFrom keys on
-// as one statement over arrays (sqlKeyGetBatch) under a generic plan, below
-// it as one KeyGet statement per key, each on its cached plan.
-func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
-	out := make([]*driver.KeyRecord, len(p.IDs))
-	if len(p.IDs) >= keyGetArraysFrom {
-		if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	steps := make([]step, len(p.IDs))
-	for i, id := range p.IDs {
-		steps[i] = step{sql: sqlKeyGet, args: []any{id.Scope, id.Operation, id.Key}, read: func(rows driver.Rows) error {
-			if !rows.Next() {
-				return nil // no record: out[i] stays nil
-			}
-			rec := &driver.KeyRecord{ID: id}
-			if err := rows.Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
-				return err
-			}
-			out[i] = rec
-			return nil
-		}}
-	}
-	if err := pipeline(ctx, tx, steps...); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {

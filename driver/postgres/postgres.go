@@ -146,8 +146,8 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver         = (*Driver)(nil)
-	_ driver.KeyReadBatcher = (*Driver)(nil)
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.KeyBatcher = (*Driver)(nil)
 )
 
 // Open connects a pool, or adopts the caller's (Config.Pool, Config.DB).

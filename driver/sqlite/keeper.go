@@ -146,13 +146,20 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 		return fmt.Errorf("sqlite: record outcomes: %d rows hold the %d claims", n, len(p.Records))
 	}
 	for _, id := range p.Release {
-		n, err := tx.Exec(ctx, sqlKeyRelease, id.Scope, id.Operation, id.Key)
-		if err != nil {
+		if err := d.KeyRelease(ctx, tx, &driver.KeyGetParams{ID: id}); err != nil {
 			return err
 		}
-		if n != 1 {
-			return fmt.Errorf("sqlite: release claim: %d rows hold the claim, want 1", n)
-		}
+	}
+	return nil
+}
+
+func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) error {
+	n, err := tx.Exec(ctx, sqlKeyRelease, p.ID.Scope, p.ID.Operation, p.ID.Key)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("sqlite: release claim: %d rows hold the claim, want 1", n)
 	}
 	return nil
 }
@@ -171,10 +178,6 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
 	return rec, nil
 }
-
-// SQLite is no driver.KeyReadBatcher: in process, a statement costs no
-// round trip, and reads coalesced into one goroutine would leave the reader
-// pool's other connections idle (docs/benchmarks.md, "Reads over arrays").
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
 	n, err := tx.Exec(ctx, sqlKeyDeleteExpired, toMicros(p.Now), p.Limit)

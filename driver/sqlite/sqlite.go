@@ -75,11 +75,6 @@ const (
 )
 
 // Driver is the SQLite implementation of driver.Driver.
-var (
-	_ driver.Driver      = (*Driver)(nil)
-	_ driver.WriterBound = (*Driver)(nil)
-)
-
 type Driver struct {
 	write      *sql.DB // one connection: SQLite has one writer at a time
 	read       *sql.DB
@@ -90,6 +85,7 @@ type Driver struct {
 
 var (
 	_ driver.Driver      = (*Driver)(nil)
+	_ driver.KeyBatcher  = (*Driver)(nil)
 	_ driver.WriterBound = (*Driver)(nil)
 )
 

@@ -80,6 +80,15 @@ type Config struct {
 	// KeyRetention is how long idempotency keys are kept. Default 24h;
 	// bound 1m..400 days.
 	KeyRetention time.Duration
+	// IdempotencyKey says whether serve's write routes require the
+	// Idempotency-Key header: "required" (default) refuses a request
+	// without one 400 idempotency_key_missing, since a retry of it could
+	// do the work twice; "optional" is the rollout mode, in which such a
+	// request runs unguarded — in a transaction of its own, once per
+	// request, nothing stored — and is counted per route
+	// (idem_http_unguarded_requests_total). A request with a key is
+	// guarded either way.
+	IdempotencyKey string
 	// InFlightWait bounds how long a duplicate waits for its running twin
 	// before 409. Default 5s; bound 1ms..60s.
 	InFlightWait time.Duration
@@ -144,6 +153,12 @@ type Config struct {
 	File string
 }
 
+// The values of Config.IdempotencyKey.
+const (
+	KeyRequired = "required"
+	KeyOptional = "optional"
+)
+
 // APIKey is one tenant's bearer token, kept only as its SHA-256.
 type APIKey struct {
 	Tenant string
@@ -162,6 +177,7 @@ func Default() Config {
 		RelayMaxAttempts: 10,
 		MaxBodyBytes:     1 << 20,
 		KeyRetention:     24 * time.Hour,
+		IdempotencyKey:   KeyRequired,
 		InFlightWait:     5 * time.Second,
 		GroupCommit:      true,
 		BatchMax:         128,
@@ -334,6 +350,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: db timeout %s is outside 100ms..10m", c.DBTimeout)
 	case c.DBConnectTimeout < 100*time.Millisecond || c.DBConnectTimeout > 10*time.Minute:
 		return fmt.Errorf("config: db connect timeout %s is outside 100ms..10m", c.DBConnectTimeout)
+	}
+	if c.IdempotencyKey != KeyRequired && c.IdempotencyKey != KeyOptional {
+		return fmt.Errorf("config: idempotency key %q: want %s or %s", c.IdempotencyKey, KeyRequired, KeyOptional)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -96,6 +96,7 @@ func TestInvalid(t *testing.T) {
 		{"bad log level", []string{"--log-level", "loud"}, nil, "", "log level"},
 		{"batch share above 1", []string{"--batch-share", "1.5"}, nil, "", "batch share"},
 		{"batch share not a number", nil, map[string]string{"IDEM_BATCH_SHARE": "half"}, "", "IDEM_BATCH_SHARE"},
+		{"idempotency key neither required nor optional", []string{"--idempotency-key", "sometimes"}, nil, "", "want required or optional"},
 		{"stray argument", []string{"extra"}, nil, "", "unexpected argument"},
 	}
 	for _, c := range cases {
@@ -148,5 +149,28 @@ func TestMetricsAddr(t *testing.T) {
 	c, err = Load("serve", nil, env(map[string]string{"IDEM_METRICS_ADDR": "10.0.0.1:9090"}), ServeSettings...)
 	if err != nil || c.MetricsAddr != "10.0.0.1:9090" {
 		t.Fatalf("serve with IDEM_METRICS_ADDR: %v %q", err, c.MetricsAddr)
+	}
+}
+
+// --idempotency-key is required by default, optional from a flag, its
+// variable or the file (the rollout mode of idem serve).
+func TestIdempotencyKeySetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, nil, KeyRequired},
+		{"flag", []string{"--idempotency-key", "optional"}, nil, KeyOptional},
+		{"env", nil, map[string]string{"IDEM_IDEMPOTENCY_KEY": "optional"}, KeyOptional},
+		{"file", []string{"--config", writeFile(t, "idempotency_key: optional\n")}, nil, KeyOptional},
+		{"flag over env", []string{"--idempotency-key", "required"}, map[string]string{"IDEM_IDEMPOTENCY_KEY": "optional"}, KeyRequired},
+	} {
+		c, err := Load("serve", tc.args, env(tc.env), ServeSettings...)
+		if err != nil || c.IdempotencyKey != tc.want {
+			t.Fatalf("%s: %v %q, want %q", tc.name, err, c.IdempotencyKey, tc.want)
+		}
 	}
 }

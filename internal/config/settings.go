@@ -52,6 +52,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); return err }},
 	{"key-retention", "IDEM_KEY_RETENTION", "key_retention", "how long idempotency keys are kept (default 24h)",
 		durationSetter(func(c *Config) *time.Duration { return &c.KeyRetention })},
+	{"idempotency-key", "IDEM_IDEMPOTENCY_KEY", "idempotency_key", "required (default): a POST without Idempotency-Key is refused 400; optional: rollout mode, it runs unguarded, once per request, counted per route",
+		func(c *Config, v string) error { c.IdempotencyKey = v; return nil }},
 	{"in-flight-wait", "IDEM_IN_FLIGHT_WAIT", "in_flight_wait", "how long a duplicate waits for its running twin (default 5s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.InFlightWait })},
 	{"group-commit", "IDEM_GROUP_COMMIT", "group_commit", "share one transaction among concurrent ledger writes (default true)",
@@ -123,7 +125,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr, or on --metrics-addr alone when that is set.
 var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
+	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -104,10 +105,24 @@ func New(cfg Config) *Guard {
 func (g *Guard) Unguarded() map[string]uint64 { return g.unguarded.Snapshot() }
 
 // Reply is a call's answer as stored: Code OK with the reply message's
-// bytes, or an error's code with its google.rpc.Status bytes.
+// bytes, or an error's code with its google.rpc.Status bytes. Header is
+// what an interceptor stores beside them to replay the reply in another
+// encoding (idemconnect: the reply's type and its JSON as first sent).
 type Reply struct {
-	Code uint32
-	Body []byte
+	Code   uint32
+	Header http.Header
+	Body   []byte
+}
+
+// size is what MaxReplyBytes bounds: the body and the header's values.
+func (r Reply) size() int {
+	n := len(r.Body)
+	for _, vs := range r.Header {
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
 }
 
 // Answer says what the interceptor sends.
@@ -156,12 +171,6 @@ func (g *Guard) Guards(method string) bool {
 	return g.cfg.Methods == nil || slices.Contains(g.cfg.Methods, method)
 }
 
-// RefuseRequest refuses a guarded call whose request cannot be guarded
-// (reported as idemhttp.KindInvalidBody), before it runs.
-func (g *Guard) RefuseRequest(ctx context.Context, method, reason, message string) Decision {
-	return g.refuse(ctx, method, idemhttp.KindInvalidBody, Refusal{Code: InvalidArgument, Reason: reason, Message: message})
-}
-
 // Do guards one unary call of method with the key values keys (the
 // metadata's idempotency-key values). request returns the request's bytes
 // for the fingerprint; it is called only for a guarded call.
@@ -205,14 +214,14 @@ func (g *Guard) Do(ctx context.Context, method string, keys []string, request fu
 			if err != nil {
 				return idem.Outcome{}, err
 			}
-			if len(reply.Body) > g.cfg.MaxReplyBytes {
-				return idem.Outcome{}, fmt.Errorf("%s: reply of %d bytes is larger than MaxReplyBytes %d", g.cfg.Name, len(reply.Body), g.cfg.MaxReplyBytes)
+			if n := reply.size(); n > g.cfg.MaxReplyBytes {
+				return idem.Outcome{}, fmt.Errorf("%s: reply of %d bytes is larger than MaxReplyBytes %d", g.cfg.Name, n, g.cfg.MaxReplyBytes)
 			}
 			if notStored(reply.Code) || gd.invalid.Load() {
 				invalid = reply.Code == InvalidArgument || gd.invalid.Load()
 				return idem.Outcome{}, errNotStored
 			}
-			return idem.Outcome{Status: int(reply.Code), Body: reply.Body}, nil
+			return idem.Outcome{Status: int(reply.Code), Header: reply.Header, Body: reply.Body}, nil
 		})
 	switch {
 	case err == nil && !res.Replayed:
@@ -220,7 +229,7 @@ func (g *Guard) Do(ctx context.Context, method string, keys []string, request fu
 		return Decision{Answer: Handled}
 	case err == nil:
 		g.report(ctx, method, idemhttp.KindReplayed)
-		return Decision{Answer: Replay, Reply: Reply{Code: uint32(res.Status), Body: res.Body}}
+		return Decision{Answer: Replay, Reply: Reply{Code: uint32(res.Status), Header: res.Header, Body: res.Body}}
 	case errors.Is(err, errNotStored) && ran && invalid:
 		g.report(ctx, method, idemhttp.KindInvalid)
 		return Decision{Answer: Handled}

@@ -17,7 +17,10 @@ type metrics struct {
 	gatherer    prometheus.Gatherer
 	requests    *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
-	webhooks    *prometheus.CounterVec
+	// unguarded counts, per route, the writes run without a key under
+	// --idempotency-key=optional; the routes are a fixed set.
+	unguarded *prometheus.CounterVec
+	webhooks  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
@@ -31,12 +34,16 @@ func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
 			Name: "idem_http_idempotency_outcomes_total",
 			Help: "Guarded requests by how they were answered: first, replayed, reused, in_flight, missing_key, invalid_key, unavailable, …",
 		}, []string{"outcome"}),
+		unguarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_http_unguarded_requests_total",
+			Help: "Writes run without an Idempotency-Key under --idempotency-key=optional (rollout mode), by operation: once it stops growing, every client sends keys.",
+		}, []string{"operation"}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_webhook_deliveries_total",
 			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, panicked, unavailable, error, rejected_<code>.",
 		}, []string{"endpoint", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.webhooks} {
+	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.unguarded, m.webhooks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -117,12 +117,16 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{
-		Keeper:       keeper,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		RetryAfter:   retryAfter,
-		Logger:       log,
+		Keeper:          keeper,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		RetryAfter:      retryAfter,
+		Logger:          log,
+		AllowMissingKey: cfg.IdempotencyKey == config.KeyOptional,
 		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
+			if kind == idemhttp.KindUnguarded {
+				s.metrics.unguarded.WithLabelValues(operationOf(r)).Inc()
+			}
 			// A first arrival has just committed, maybe with events: wake
 			// the relay now rather than at its next poll.
 			if kind == idemhttp.KindFirst && s.relay != nil {
@@ -171,8 +175,10 @@ func (s *Server) routes() http.Handler {
 	// Writes go through the Idempotency-Key middleware: the handler runs in
 	// the transaction that claims the key and stores the answer. A body
 	// declared as something other than JSON is refused before.
+	// Under --idempotency-key=optional a write without a key runs in a
+	// transaction of its own (ownTx; rollout.go).
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(h)))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(s.ownTx(h))))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
@@ -184,7 +190,11 @@ func (s *Server) routes() http.Handler {
 			write(pattern, s.writeOne(decode))
 			return
 		}
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(idemhttp.Batched(s.guard, s.writes, decode)))))
+		var h http.Handler = idemhttp.Batched(s.guard, s.writes, decode)
+		if s.keyOptional() {
+			h = keyless(h, s.guard.Wrap(s.ownTx(s.writeOne(decode))))
+		}
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(h))))
 	}
 	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
 )
@@ -69,7 +68,7 @@ func (s *Server) postTransferBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		ts[i] = t
 	}
-	ctx, tx, tenant := r.Context(), idemhttp.Tx(r.Context()), tenantFrom(r.Context())
+	ctx, tx, tenant := r.Context(), txOf(r.Context()), tenantFrom(r.Context())
 	res, err := s.ledger.PostEach(ctx, tx, tenant, ts...)
 	if err != nil {
 		s.fail(w, r, err)

@@ -269,31 +269,23 @@ func (o *outcomeRecorder) Write(b []byte) (int, error) {
 	return o.body.Write(b)
 }
 
-// outcome is the answer to store: its status, body and the headers a
-// replay carries (idemhttp's default allow-list, which the server uses).
+// outcome is the answer to store (idemhttp keeps its allow-listed
+// headers) and to send first.
 func (o *outcomeRecorder) outcome() idem.Outcome {
-	var h http.Header
-	for _, name := range idemhttp.DefaultReplayHeaders {
-		if vs := o.header.Values(name); len(vs) > 0 {
-			if h == nil {
-				h = make(http.Header)
-			}
-			h[name] = vs
-		}
-	}
-	return idem.Outcome{Status: o.status, Header: h, Body: o.body.Bytes()}
+	return idem.Outcome{Status: o.status, Header: o.header, Body: o.body.Bytes()}
 }
 
 // writeOne is a ledger write's handler without group commit: the request's
-// op, applied alone in the transaction idemhttp's middleware began for it,
-// and answered as applyWrites answers it.
+// op, applied alone in the transaction idemhttp's middleware began for it
+// (or, unguarded, in its own: ownTx), and answered as applyWrites answers
+// it.
 func (s *Server) writeOne(decode func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		wr, ok := decode(w, r, nil)
 		if !ok {
 			return
 		}
-		res, err := s.applyWrites(r.Context(), idemhttp.Tx(r.Context()), []ledgerWrite{wr})
+		res, err := s.applyWrites(r.Context(), txOf(r.Context()), []ledgerWrite{wr})
 		if err != nil {
 			s.fail(w, r, err)
 			return
