@@ -595,7 +595,9 @@ func (b *Batcher[T]) run(batch []*pending[T]) {
 	// The batch runs under a context of its own, ended only when every
 	// caller in it has gone: one caller's hang-up must not roll back its
 	// neighbours.
-	ctx, cancel := context.WithCancel(context.Background())
+	// It carries the batch's one scope (ScopeFrom), so that what begins
+	// its transaction can tell whose it is.
+	ctx, cancel := context.WithCancel(withScope(context.Background(), batch[0].key.Scope))
 	defer cancel()
 	var left atomic.Int64
 	left.Store(int64(len(batch)))
@@ -755,4 +757,19 @@ func (b *Batcher[T]) runWork(ctx context.Context, tx driver.Tx, ps []*pending[T]
 		err = fmt.Errorf("idem: batch work panicked: %v", v)
 	}()
 	return b.work(ctx, tx, items)
+}
+
+type scopeKey struct{}
+
+func withScope(ctx context.Context, scope string) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope)
+}
+
+// ScopeFrom returns the scope (Key.Scope: the tenant) of the Batcher's
+// batch whose transaction ctx belongs to, and whether ctx is one. A
+// batch carries one scope's requests, so a driver wrapper can share the
+// database among scopes by it (the service's per-tenant write gate).
+func ScopeFrom(ctx context.Context) (string, bool) {
+	s, ok := ctx.Value(scopeKey{}).(string)
+	return s, ok
 }

@@ -19,8 +19,7 @@ import (
 // TestTwoTenantsGroupCommit is issue 35's second finding as a load test,
 // on real idem serve processes with the default settings: tenant A sends
 // twelve 1000-transfer batches at a time and single transfers to its own
-// hot account, whose lock its batches hold (on SQLite single transfers
-// only, see below); tenant B sends single
+// hot account, whose lock its batches hold; tenant B sends single
 // transfers between accounts of its own at a steady rate, first alone and
 // then during A's attack. Every one of B's transfers is created (no 5xx:
 // no "too busy" because A's requests sit on A's lock), B's balances count
@@ -46,14 +45,10 @@ func TestTwoTenantsGroupCommit(t *testing.T) {
 			b.run(t, "warm", rate, time.Second)
 			calm := b.run(t, "calm", rate, calmFor)
 
-			// On SQLite one writer carries every tenant's transactions, and
-			// A's 1000-transfer batches, outside group commit, queue for it
-			// beside B's (docs/operations.md, "Tenants and limits", not yet
-			// built): there A attacks with single transfers alone.
-			batchClients, singleClients := 12, 8
-			if dialect == "sqlite" {
-				batchClients, singleClients = 0, 8
-			}
+			// The full attack on both databases: the write gate gives B its
+			// turn at SQLite's one writer and keeps half the PostgreSQL pool
+			// from A's batches waiting on A's lock.
+			const batchClients, singleClients = 12, 8
 			ctx, stop := context.WithCancel(context.Background())
 			a := asA.attack(ctx, batchClients, singleClients)
 			defer func() { stop(); a.wg.Wait() }() // also when the test fails early

@@ -104,8 +104,11 @@ type Config struct {
 	BatchConcurrency int
 	// BatchShare bounds the group-commit transactions one tenant's
 	// requests hold while another tenant's wait for one: that share of
-	// BatchConcurrency, rounded up (idem.BatchConfig.Share). Default 0:
-	// one half; bound 0..1.
+	// BatchConcurrency, rounded up (idem.BatchConfig.Share); and, the
+	// same share of the database's write capacity (the PostgreSQL pool,
+	// SQLite's one writer), the write transactions one tenant holds while
+	// another is present (the service's write gate). Default 0: one half;
+	// bound 0..1.
 	BatchShare float64
 	// TenantRate bounds each tenant's requests a second (a token bucket
 	// of TenantBurst); a request over it is answered 429 with
