@@ -210,9 +210,9 @@ func (g *writeGate) mayTake(t *gateTenant) bool {
 
 // serve grants the free slots to the waiters, the tenants in turn: first
 // those below their share, then, while slots stay free, any whose taking
-// keeps none from a present tenant's share (mayTake). It forgets the tenants gone from the
-// presence window, and sets a timer to serve again when a presence that
-// keeps a slot from a waiter ends. g.mu is held.
+// keeps none from a present tenant's share (mayTake). It forgets the
+// tenants gone from the presence window, and sets a timer to serve again
+// when a presence that keeps a slot from a waiter ends. g.mu is held.
 func (g *writeGate) serve() {
 	for g.inUse < g.capacity && len(g.turns) > 0 {
 		i := g.nextInTurn(func(t *gateTenant) bool { return t.held < g.share })
