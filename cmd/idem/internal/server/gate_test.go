@@ -105,16 +105,6 @@ func (f *gateFixture) inUseNow() int {
 	return f.inUse
 }
 
-// granted reports whether ch has its release now (never waiting for it).
-func granted(ch <-chan func()) (func(), bool) {
-	select {
-	case r := <-ch:
-		return r, r != nil
-	default:
-		return nil, false
-	}
-}
-
 func TestTenantWriteGateShare(t *testing.T) {
 	t.Parallel()
 	g := newGateFixture(t, 4, 0.5) // share: 2 slots
