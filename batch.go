@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,21 +34,45 @@ import (
 // as a running batch carries on average (startable), or once it has waited
 // a quarter of MaxWait. docs/architecture.md, "Group commit", says what the
 // knobs trade.
+//
+// Scopes (Key.Scope: the service's tenants) do not share batches: a batch
+// carries one scope's requests, so that a request waiting on a row lock
+// its own scope holds holds back only its own scope. Everything above is
+// per scope: a request runs at once when nothing of its scope runs or
+// waits, and waits for company among its own scope's. The places go to
+// the waiting scopes in turn, and a scope holding its share of them
+// (BatchConfig.Share) takes another only while no scope below its share
+// waits. A scope with no batch running takes a place beside the
+// Concurrency ones when those are full (up to as many again), so that a
+// scope whose batches all sit on its own locks cannot keep another's
+// requests waiting for them. With one scope it runs as it would with
+// none.
 type Batcher[T any] struct {
-	k    *Keeper
-	work BatchWork[T]
-	cfg  BatchConfig
+	k     *Keeper
+	work  BatchWork[T]
+	cfg   BatchConfig
+	share int // ceil(Share × Concurrency): the places a scope holds while others wait
 
 	mu      sync.Mutex
-	idle    sync.Cond     // running fell to 0: for Close
-	running int           // batches running; while 0, nothing waits
-	carried int           // requests in the running batches
-	queue   []*pending[T] // oldest first; holds given-up requests until compacted
-	waiting int           // requests in queue still waiting to be taken
-	stale   int           // requests in queue that gave up
+	idle    sync.Cond           // running fell to 0: for Close
+	running int                 // batches running, of every scope; while 0, nothing waits
+	waiting int                 // requests waiting to be taken, of every scope (MaxQueued)
+	lanes   map[string]*lane[T] // the scopes with a batch running or a request waiting
+	turns   []*lane[T]          // the scopes with requests waiting, in the order they take places
 	closed  bool
 
 	testHooks batchHooks
+}
+
+// lane is one scope's part of a Batcher. Its fields are guarded by
+// Batcher.mu.
+type lane[T any] struct {
+	scope   string
+	running int           // its batches running
+	carried int           // requests in its running batches
+	queue   []*pending[T] // oldest first; holds given-up requests until compacted
+	waiting int           // requests in queue still waiting to be taken
+	stale   int           // requests in queue that gave up
 }
 
 // batchHooks let tests see the batches without sleeping; set only by
@@ -112,7 +138,8 @@ type BatchConfig struct {
 	// batch's statements cost about as much for one request as for ten
 	// (docs/benchmarks.md, "Group commit"). 1 on SQLite: with one writer a
 	// second batch only queues for it, holding requests that would have
-	// joined the next batch. Bound 1..64.
+	// joined the next batch. Scopes that meet may run up to as many
+	// again beside them (see Share). Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
@@ -123,6 +150,15 @@ type BatchConfig struct {
 	// database is not keeping up, and the client is better told to retry.
 	// Default 1s; bound 1ms..60s.
 	MaxWait time.Duration
+	// Share bounds the places one scope's batches (Key.Scope: a tenant)
+	// hold while another scope waits for one: ceil(Share × Concurrency),
+	// at least one. A scope alone uses every place; beyond its share it
+	// takes a free place only while no scope below its share waits. A
+	// scope with no batch running is never kept waiting by the others'
+	// batches: it takes a place beside them, so that batches may hold up
+	// to 2 × Concurrency connections while scopes meet. Default 0.5 (with
+	// Concurrency 2, one place each for two tenants); bound 0 < Share ≤ 1.
+	Share float64
 }
 
 func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
@@ -141,6 +177,9 @@ func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 	if c.MaxWait == 0 {
 		c.MaxWait = time.Second
 	}
+	if c.Share == 0 {
+		c.Share = 0.5
+	}
 	return c
 }
 
@@ -154,6 +193,8 @@ func (c BatchConfig) validate() error {
 		return fmt.Errorf("idem: MaxQueued %d is outside 1..100000", c.MaxQueued)
 	case c.MaxWait < time.Millisecond || c.MaxWait > time.Minute:
 		return fmt.Errorf("idem: MaxWait %s is outside 1ms..60s", c.MaxWait)
+	case !(c.Share > 0 && c.Share <= 1):
+		return fmt.Errorf("idem: Share %v is outside 0 < Share ≤ 1", c.Share)
 	}
 	return nil
 }
@@ -163,6 +204,7 @@ func (c BatchConfig) validate() error {
 // written before done is closed and read only after.
 type pending[T any] struct {
 	ctx      context.Context // the caller's; its span is linked from the batch's
+	lane     *lane[T]        // its scope's
 	claimant                 // its key, fingerprint and headers to store
 	item     T
 	deadline time.Time          // its waits for row locks, over all its attempts, end by then
@@ -193,7 +235,8 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Batcher[T]{k: k, work: work, cfg: cfg}
+	b := &Batcher[T]{k: k, work: work, cfg: cfg, lanes: map[string]*lane[T]{},
+		share: max(1, int(math.Ceil(cfg.Share*float64(cfg.Concurrency)-1e-9)))}
 	b.idle.L = &b.mu
 	return b, nil
 }
@@ -275,34 +318,48 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 	return makeItem(ctx)
 }
 
-// submit runs a request in a batch of its own when fewer than Concurrency
-// run, or queues it, and returns its answer.
+// submit runs a request in a batch of its own when nothing of its scope
+// runs or waits and a place is free for it, or queues it, and returns its
+// answer.
 func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
 	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
 		next: make(chan []*pending[T], 1), done: make(chan struct{})}
 	b.mu.Lock()
-	switch {
-	case b.closed:
+	if b.closed {
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
-	case b.running == 0:
-		// Nothing waits while no batch runs (a batch that ends hands the
-		// queue on), so this request is alone: it runs now.
+	}
+	l := b.lanes[c.key.Scope]
+	if l == nil {
+		l = &lane[T]{scope: c.key.Scope}
+		b.lanes[c.key.Scope] = l
+	}
+	p.lane = l
+	switch {
+	case l.running == 0 && l.waiting == 0 && b.placeFor(l, b.below(l)):
+		// Nothing of its scope runs or waits, so this request is alone:
+		// it runs now. (With one scope: no batch runs, since nothing
+		// waits while none runs.)
 		b.running++
-		b.carried++
+		l.running++
+		l.carried++
 		p.taken = true
 		b.mu.Unlock()
 		b.lead([]*pending[T]{p})
 		return p.res, p.err
 	case b.waiting >= b.cfg.MaxQueued:
+		b.forget(l)
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
 	}
 	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
-	b.queue = append(b.queue, p)
+	l.queue = append(l.queue, p)
+	if l.waiting++; l.waiting == 1 {
+		b.turns = append(b.turns, l)
+	}
 	b.waiting++
-	if b.startable() {
-		b.handOn()
+	if b.startable(l, b.below(l)) {
+		b.handOn(l)
 	}
 	waits := !p.taken
 	b.mu.Unlock()
@@ -324,8 +381,8 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 		case <-impatient:
 			impatient = nil
 			b.mu.Lock()
-			if !p.taken && b.running < b.cfg.Concurrency {
-				b.handOn()
+			if !p.taken && b.placeFor(l, b.below(l)) {
+				b.handOn(l)
 			}
 			b.mu.Unlock()
 		case batch := <-p.next:
@@ -353,39 +410,61 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 	if p.taken {
 		return false
 	}
+	l := p.lane
 	p.gaveUp = true
 	p.queued.End()
 	b.waiting--
+	if l.waiting--; l.waiting == 0 {
+		// Nothing of its scope waits: it leaves the turns, and the
+		// given-up requests with it.
+		b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
+		clear(l.queue)
+		l.queue, l.stale = l.queue[:0], 0
+		b.forget(l)
+		return true
+	}
 	// Given-up requests stay in the queue until a batch passes them; when
 	// they are most of it, drop them now, so that the queue stays bounded
 	// however long the batches take.
-	if b.stale++; b.stale > len(b.queue)/2 {
+	if l.stale++; l.stale > len(l.queue)/2 {
 		n := 0
-		for _, q := range b.queue {
+		for _, q := range l.queue {
 			if !q.gaveUp {
-				b.queue[n] = q
+				l.queue[n] = q
 				n++
 			}
 		}
-		clear(b.queue[n:])
-		b.queue, b.stale = b.queue[:n], 0
+		clear(l.queue[n:])
+		l.queue, l.stale = l.queue[:n], 0
 	}
 	return true
 }
 
+// forget drops l once nothing of its scope runs or waits, so that the
+// lanes are only the scopes of the moment. b.mu is held.
+func (b *Batcher[T]) forget(l *lane[T]) {
+	if l.running == 0 && l.waiting == 0 {
+		delete(b.lanes, l.scope)
+	}
+}
+
 // lead runs batch in the calling goroutine, then hands what waits to the
-// oldest waiting request's goroutine as the next batch when it may start
-// (startable), or frees its place among the Concurrency batches.
+// oldest waiting request's goroutine of the next scope in turn whose
+// requests may start a batch (startable), or frees its place among the
+// Concurrency batches.
 func (b *Batcher[T]) lead(batch []*pending[T]) {
 	defer func() {
 		b.mu.Lock()
+		l := batch[0].lane
 		b.running--
-		b.carried -= len(batch)
-		if b.startable() {
-			b.handOn()
+		l.running--
+		l.carried -= len(batch)
+		if next := b.nextInTurn(); next != nil {
+			b.handOn(next)
 		} else if b.running == 0 {
 			b.idle.Broadcast()
 		}
+		b.forget(l)
 		b.mu.Unlock()
 		if h := b.testHooks.ended; h != nil {
 			h()
@@ -394,49 +473,106 @@ func (b *Batcher[T]) lead(batch []*pending[T]) {
 	b.run(batch)
 }
 
-// startable reports whether what waits should start a batch now. It
-// does whenever no batch runs; beside running batches, up to Concurrency,
-// only once as many requests wait as a running batch carries on average,
-// so that the database spends its per-transaction cost on batches of
-// about one size rather than on a stream of small ones. b.mu is held.
-func (b *Batcher[T]) startable() bool {
+// placeFor reports whether a batch of l's scope may take a place now,
+// below being b.below(l): one of the Concurrency places while one is
+// free, unless l's scope holds its share of them and a scope below its
+// share waits; or, for a scope with no batch running, a place beside
+// them, up to as many again. b.mu is held.
+func (b *Batcher[T]) placeFor(l *lane[T], below int) bool {
 	switch {
-	case b.waiting == 0 || b.running >= b.cfg.Concurrency:
-		return false
-	case b.running == 0:
-		return true
+	case b.running < b.cfg.Concurrency:
+		return l.running < b.share || below == 0
+	case l.running == 0:
+		return b.running < 2*b.cfg.Concurrency
 	}
-	return b.waiting*b.running >= b.carried
+	return false
 }
 
-// handOn starts a batch of what waits, run by the oldest waiting request's
-// goroutine. b.mu is held and b.waiting is above 0.
-func (b *Batcher[T]) handOn() {
-	next := b.take()
+// below counts the scopes other than l's below their share whose requests
+// wait. b.mu is held.
+func (b *Batcher[T]) below(l *lane[T]) int {
+	n := 0
+	for _, o := range b.turns {
+		if o != l && o.running < b.share {
+			n++
+		}
+	}
+	return n
+}
+
+// startable reports whether what waits of l's scope should start a batch
+// now, below being b.below(l). It does whenever a place is free for it
+// and none of its scope's batches runs; beside its scope's running
+// batches only once as many of its requests wait as one of them carries
+// on average, so that the database spends its per-transaction cost on
+// batches of about one size rather than on a stream of small ones. b.mu
+// is held.
+func (b *Batcher[T]) startable(l *lane[T], below int) bool {
+	if l.waiting == 0 || !b.placeFor(l, below) {
+		return false
+	}
+	return l.running == 0 || l.waiting*l.running >= l.carried
+}
+
+// nextInTurn returns the first scope in turn whose requests are startable,
+// or nil. b.mu is held.
+func (b *Batcher[T]) nextInTurn() *lane[T] {
+	needy := 0 // scopes below their share whose requests wait
+	for _, l := range b.turns {
+		if l.running < b.share {
+			needy++
+		}
+	}
+	for _, l := range b.turns {
+		below := needy
+		if l.running < b.share {
+			below--
+		}
+		if b.startable(l, below) {
+			return l
+		}
+	}
+	return nil
+}
+
+// handOn starts a batch of what waits of l's scope, run by its oldest
+// waiting request's goroutine. b.mu is held and l.waiting is above 0.
+func (b *Batcher[T]) handOn(l *lane[T]) {
+	next := b.take(l)
 	b.running++
-	b.carried += len(next)
+	l.running++
+	l.carried += len(next)
 	next[0].next <- next
 }
 
-// take removes up to MaxBatch waiting requests from the head of the queue.
-// b.mu is held and b.waiting is above 0.
-func (b *Batcher[T]) take() []*pending[T] {
-	batch := make([]*pending[T], 0, min(b.waiting, b.cfg.MaxBatch))
+// take removes up to MaxBatch waiting requests from the head of l's queue
+// and sends l's scope to the back of the turns, or out of them when
+// nothing of it waits any more. b.mu is held and l.waiting is above 0.
+func (b *Batcher[T]) take(l *lane[T]) []*pending[T] {
+	batch := make([]*pending[T], 0, min(l.waiting, b.cfg.MaxBatch))
 	i := 0
-	for ; i < len(b.queue) && len(batch) < b.cfg.MaxBatch; i++ {
-		p := b.queue[i]
+	for ; i < len(l.queue) && len(batch) < b.cfg.MaxBatch; i++ {
+		p := l.queue[i]
 		if p.gaveUp {
-			b.stale--
+			l.stale--
 			continue
 		}
 		p.taken = true
 		p.queued.End()
 		batch = append(batch, p)
 	}
-	n := copy(b.queue, b.queue[i:])
-	clear(b.queue[n:])
-	b.queue = b.queue[:n]
+	n := copy(l.queue, l.queue[i:])
+	clear(l.queue[n:])
+	l.queue = l.queue[:n]
+	l.waiting -= len(batch)
 	b.waiting -= len(batch)
+	b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
+	if l.waiting > 0 {
+		b.turns = append(b.turns, l)
+	} else {
+		clear(l.queue) // given-up requests only
+		l.queue, l.stale = l.queue[:0], 0
+	}
 	return batch
 }
 
@@ -459,7 +595,9 @@ func (b *Batcher[T]) run(batch []*pending[T]) {
 	// The batch runs under a context of its own, ended only when every
 	// caller in it has gone: one caller's hang-up must not roll back its
 	// neighbours.
-	ctx, cancel := context.WithCancel(context.Background())
+	// It carries the batch's one scope (ScopeFrom), so that what begins
+	// its transaction can tell whose it is.
+	ctx, cancel := context.WithCancel(withScope(context.Background(), batch[0].key.Scope))
 	defer cancel()
 	var left atomic.Int64
 	left.Store(int64(len(batch)))
@@ -619,4 +757,19 @@ func (b *Batcher[T]) runWork(ctx context.Context, tx driver.Tx, ps []*pending[T]
 		err = fmt.Errorf("idem: batch work panicked: %v", v)
 	}()
 	return b.work(ctx, tx, items)
+}
+
+type scopeKey struct{}
+
+func withScope(ctx context.Context, scope string) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope)
+}
+
+// ScopeFrom returns the scope (Key.Scope: the tenant) of the Batcher's
+// batch whose transaction ctx belongs to, and whether ctx is one. A
+// batch carries one scope's requests, so a driver wrapper can share the
+// database among scopes by it (the service's per-tenant write gate).
+func ScopeFrom(ctx context.Context) (string, bool) {
+	s, ok := ctx.Value(scopeKey{}).(string)
+	return s, ok
 }

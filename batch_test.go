@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -858,6 +859,9 @@ func TestBatchConfig(t *testing.T) {
 			{idem.BatchConfig{MaxQueued: 100001}, "MaxQueued"},
 			{idem.BatchConfig{MaxWait: time.Microsecond}, "MaxWait"},
 			{idem.BatchConfig{MaxWait: time.Hour}, "MaxWait"},
+			{idem.BatchConfig{Share: -0.5}, "Share"},
+			{idem.BatchConfig{Share: 1.5}, "Share"},
+			{idem.BatchConfig{Share: math.NaN()}, "Share"},
 		} {
 			if _, err := idem.NewBatcher(k, work, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
@@ -874,7 +878,7 @@ func TestBatchConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close(context.Background()) //nolint:errcheck // no deadline: it waits
-		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 2, MaxQueued: 1000, MaxWait: time.Second}
+		want := idem.BatchConfig{MaxBatch: 128, Concurrency: 2, MaxQueued: 1000, MaxWait: time.Second, Share: 0.5}
 		if d.Dialect() == "sqlite" {
 			want.Concurrency = 1
 		}

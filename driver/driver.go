@@ -127,6 +127,25 @@ type Row interface {
 	Scan(dest ...any) error
 }
 
+// Wrapper is a Tx that wraps another (the service's write gate wraps
+// the transactions it admits). Drivers look through it with Underlying
+// for a transaction of their own, whose fast paths (Postgres sends a
+// transaction's statements in one round trip) need it.
+type Wrapper interface {
+	Unwrap() Tx
+}
+
+// Underlying is tx with every Wrapper around it removed.
+func Underlying(tx Tx) Tx {
+	for {
+		w, ok := tx.(Wrapper)
+		if !ok {
+			return tx
+		}
+		tx = w.Unwrap()
+	}
+}
+
 // TxCloser is a transaction the driver began for a convenience entry point
 // (the keeper's Do, the service). Its owner commits or rolls it back.
 type TxCloser interface {

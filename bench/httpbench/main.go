@@ -13,7 +13,7 @@
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
 //	httpbench seed   -target URL -keys 20000 -prefix cold
 //	httpbench cold   -target URL [-c 16] -keys 20000 -prefix cold
-//	httpbench tenants -target URL [-c 40] [-d 10s] [-rate 100]
+//	httpbench tenants -target URL [-c 40] [-d 10s] [-rate 100] [-attack as_of|batches]
 //
 // seed creates one transfer per key prefix-0…prefix-(keys-1); cold then
 // replays each of those keys exactly once, against a server that has not
@@ -21,7 +21,9 @@
 // misses the in-process cache: the redelivery hours later.
 //
 // tenants measures tenant B's latency alone and while tenant A's -c
-// clients ask balances as of a moment 950 ms ahead (tenants.go).
+// clients ask balances as of a moment 950 ms ahead, or (-attack batches)
+// while A sends 1000-transfer batches and single transfers to its own hot
+// account (tenants.go).
 //
 // first, replay and cold print one line: "ops/s=… p50_ms=… p99_ms=…
 // errors=… cpu_s=…", cpu_s being the CPU time httpbench itself used.
@@ -65,6 +67,7 @@ func main() {
 	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
 	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound, bound-sqlite)")
 	rate := fs.Int("rate", 100, "tenant B's requests per second (tenants)")
+	attack := fs.String("attack", "as_of", "tenant A's attack: as_of or batches (tenants)")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -84,7 +87,7 @@ func main() {
 	case "cold":
 		err = cold(*target, *clients, *keys, *prefix)
 	case "tenants":
-		err = tenants(*target, *clients, *dur, *rate)
+		err = tenants(*target, *clients, *dur, *rate, *attack)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}

@@ -21,13 +21,21 @@ const (
 )
 
 // tenants measures what one tenant's load does to another's latency (issue
-// 35's two-tenant scenario): tenant B sends a steady rate of requests
-// (half balance reads, half transfers, on accounts of its own), first
-// alone ("calm") and then while tenant A's attackers loop on balance
-// reads as of a moment 950 ms ahead ("as_of"). It prints B's p50 and p99
-// in each phase, B's 5xx answers, and the bound B's attacked p99 is held
-// to: 2 × its calm p99 + 50 ms.
-func tenants(target string, attackers int, dur time.Duration, rate int) error {
+// 35's two-tenant scenarios): tenant B sends a steady rate of requests on
+// accounts of its own, first alone ("calm") and then under tenant A's
+// attack. With attack "as_of", B's requests are half balance reads, half
+// transfers, and A's attackers loop on balance reads as of a moment
+// 950 ms ahead; B's attacked p99 is held to 2 × its calm p99 + 50 ms.
+// With attack "batches", B sends single transfers, and A's attackers
+// (twelve of them at most) loop on 1000-transfer batches into A's hot
+// account while eight more send single transfers into it, waiting on the
+// lock the batches hold; B's attacked p99 is held to 4 × its calm p99 +
+// 200 ms. It prints B's p50 and p99 in each phase, B's 5xx answers, the
+// bound, and A's requests answered.
+func tenants(target string, attackers int, dur time.Duration, rate int, attack string) error {
+	if attack != "as_of" && attack != "batches" {
+		return fmt.Errorf("unknown attack %q (as_of or batches)", attack)
+	}
 	for _, token := range []string{benchTokenA, benchTokenB} {
 		for i := 1; i <= 2; i++ {
 			st, b, err := tenantDo(token, http.MethodPost, target+"/v1/accounts", fmt.Sprintf("bench-acc-%d", i),
@@ -37,7 +45,8 @@ func tenants(target string, attackers int, dur time.Duration, rate int) error {
 			}
 		}
 	}
-	calm, err := steadyB(target, dur/2, rate)
+	transfersOnly := attack == "batches"
+	calm, err := steadyB(target, dur/2, rate, transfersOnly)
 	if err != nil {
 		return err
 	}
@@ -46,6 +55,10 @@ func tenants(target string, attackers int, dur time.Duration, rate int) error {
 		wg             sync.WaitGroup
 		aDone, aNon200 atomic.Int64
 	)
+	if attack == "batches" {
+		attackBatches(ctx, &wg, target, min(attackers, 12), 8, &aDone, &aNon200)
+		attackers = 0
+	}
 	for range attackers {
 		wg.Add(1)
 		go func() {
@@ -60,16 +73,55 @@ func tenants(target string, attackers int, dur time.Duration, rate int) error {
 			}
 		}()
 	}
-	time.Sleep(time.Second) // every attacker is waiting on a moment
-	attacked, err := steadyB(target, dur/2, rate)
+	time.Sleep(time.Second) // every attacker is waiting on a moment, or holds the hot account
+	attacked, err := steadyB(target, dur/2, rate, transfersOnly)
 	cancel()
 	wg.Wait()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("calm_p50_ms=%.2f calm_p99_ms=%.2f attacked_p50_ms=%.2f attacked_p99_ms=%.2f bound_ms=%.2f b_5xx=%d a_reads=%d a_non200=%d\n",
-		calm.p50, calm.p99, attacked.p50, attacked.p99, 2*calm.p99+50, calm.errs5xx+attacked.errs5xx, aDone.Load(), aNon200.Load())
+	bound := 2*calm.p99 + 50
+	if attack == "batches" {
+		bound = 4*calm.p99 + 200
+	}
+	fmt.Printf("calm_p50_ms=%.2f calm_p99_ms=%.2f attacked_p50_ms=%.2f attacked_p99_ms=%.2f bound_ms=%.2f b_5xx=%d a_requests=%d a_non2xx=%d\n",
+		calm.p50, calm.p99, attacked.p50, attacked.p99, bound, calm.errs5xx+attacked.errs5xx, aDone.Load(), aNon200.Load())
 	return nil
+}
+
+// attackBatches starts tenant A's group-commit attack: batchers loop on
+// batches of 1000 transfers into A's account acc-2 (each holding its lock
+// while it writes), singles loop on single transfers into it.
+func attackBatches(ctx context.Context, wg *sync.WaitGroup, target string, batchers, singles int, done, non2xx *atomic.Int64) {
+	run := fmt.Sprint(time.Now().UnixNano())
+	var seq atomic.Int64
+	var batch strings.Builder
+	batch.WriteString(`{"transfers":[`)
+	for j := range 1000 {
+		if j > 0 {
+			batch.WriteByte(',')
+		}
+		batch.WriteString(`{"debit_account_id":"acc-1","credit_account_id":"acc-2","amount":1,"currency":"EUR"}`)
+	}
+	batch.WriteString(`]}`)
+	loop := func(path, body string, want int) {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			st, _, err := tenantDo(benchTokenA, http.MethodPost, target+path, fmt.Sprintf("bench-a-%s-%d", run, seq.Add(1)), body)
+			if err == nil && st != want {
+				non2xx.Add(1)
+			}
+			done.Add(1)
+		}
+	}
+	for range batchers {
+		wg.Add(1)
+		go loop("/v1/transfers/batch", batch.String(), http.StatusOK)
+	}
+	for range singles {
+		wg.Add(1)
+		go loop("/v1/transfers", `{"debit_account_id":"acc-1","credit_account_id":"acc-2","amount":1,"currency":"EUR"}`, http.StatusCreated)
+	}
 }
 
 type phase struct {
@@ -78,8 +130,9 @@ type phase struct {
 }
 
 // steadyB sends tenant B's requests at rate per second for dur, each on
-// its own goroutine (an open loop: a slow answer does not slow the rate).
-func steadyB(target string, dur time.Duration, rate int) (phase, error) {
+// its own goroutine (an open loop: a slow answer does not slow the rate):
+// half balance reads and half transfers, or transfers only.
+func steadyB(target string, dur time.Duration, rate int, transfersOnly bool) (phase, error) {
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -102,7 +155,7 @@ func steadyB(target string, dur time.Duration, rate int) (phase, error) {
 				b   []byte
 				err error
 			)
-			if n%2 == 0 {
+			if n%2 == 0 && !transfersOnly {
 				st, b, err = tenantDo(benchTokenB, http.MethodGet, target+"/v1/accounts/acc-2/balance", "", "")
 			} else {
 				st, b, err = tenantDo(benchTokenB, http.MethodPost, target+"/v1/transfers", fmt.Sprintf("bench-b-%s-%d", run, n),
@@ -110,7 +163,8 @@ func steadyB(target string, dur time.Duration, rate int) (phase, error) {
 			}
 			elapsed := time.Since(t0)
 			if err == nil && st >= 500 {
-				errs5xx.Add(1)
+				errs5xx.Add(1) // counted and printed, not timed
+				return
 			}
 			if err == nil && st >= 300 {
 				err = fmt.Errorf("tenant B: %d %s", st, b)

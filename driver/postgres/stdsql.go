@@ -64,7 +64,7 @@ func TxFromStdSQL(tx *sql.Tx) driver.Tx {
 // (return an error from the work, or a 5xx from the handler, to roll back).
 // Errors are database/sql's and the SQL driver's own, not mapped.
 func StdSQLFromTx(tx driver.Tx) (*sql.Tx, bool) {
-	switch t := tx.(type) {
+	switch t := driver.Underlying(tx).(type) {
 	case *stdTx:
 		return t.tx, t.tx != nil
 	case *stdOwnedTx:

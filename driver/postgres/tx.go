@@ -49,7 +49,7 @@ func TxFromPgx(tx pgx.Tx) driver.Tx { return &pgTx{q: tx} }
 // Errors are pgx's own (pgx.ErrNoRows, *pgconn.PgError), not mapped to the
 // driver's sentinels: the code using the pgx.Tx was written against pgx.
 func PgxFromTx(tx driver.Tx) (pgx.Tx, bool) {
-	switch t := tx.(type) {
+	switch t := driver.Underlying(tx).(type) {
 	case *pgTx:
 		ptx, ok := t.q.(pgx.Tx)
 		return ptx, ok
@@ -280,7 +280,7 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		b.Queue(s.sql, s.args...)
 	}
 	var br pgx.BatchResults
-	switch t := tx.(type) {
+	switch t := driver.Underlying(tx).(type) {
 	case *ownedTx:
 		if t.done {
 			return mapErr(pgx.ErrTxClosed)

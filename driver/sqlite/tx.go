@@ -46,7 +46,7 @@ func TxFromStdSQL(tx *sql.Tx) driver.Tx { return &sqlTx{q: tx} }
 // returned. Errors are database/sql's and the SQLite driver's own, not
 // mapped to the driver's sentinels.
 func StdSQLFromTx(tx driver.Tx) (*sql.Tx, bool) {
-	switch t := tx.(type) {
+	switch t := driver.Underlying(tx).(type) {
 	case *sqlTx:
 		stx, ok := t.q.(*sql.Tx)
 		return stx, ok

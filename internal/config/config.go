@@ -102,6 +102,14 @@ type Config struct {
 	// BatchConcurrency is how many group-commit transactions run at once.
 	// Default 0: 2 on PostgreSQL, 1 on SQLite; bound 0..64.
 	BatchConcurrency int
+	// BatchShare bounds the group-commit transactions one tenant's
+	// requests hold while another tenant's wait for one: that share of
+	// BatchConcurrency, rounded up (idem.BatchConfig.Share); and, the
+	// same share of the database's write capacity (the PostgreSQL pool,
+	// SQLite's one writer), the write transactions one tenant holds while
+	// another is present (the service's write gate). Default 0: one half;
+	// bound 0..1.
+	BatchShare float64
 	// TenantRate bounds each tenant's requests a second (a token bucket
 	// of TenantBurst); a request over it is answered 429 with
 	// Retry-After. Default 0: no bound; bound 0..1,000,000.
@@ -323,6 +331,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: batch max %d is outside 1..1000", c.BatchMax)
 	case c.BatchConcurrency < 0 || c.BatchConcurrency > 64:
 		return fmt.Errorf("config: batch concurrency %d is outside 0..64", c.BatchConcurrency)
+	case !(c.BatchShare >= 0 && c.BatchShare <= 1):
+		return fmt.Errorf("config: batch share %v is outside 0..1", c.BatchShare)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
 		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
 	case c.TenantRate < 0 || c.TenantRate > 1e6 || c.TenantRate != c.TenantRate:

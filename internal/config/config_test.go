@@ -94,6 +94,8 @@ func TestInvalid(t *testing.T) {
 		{"bad hash", nil, map[string]string{"IDEM_API_KEYS": "a:sha256:zz"}, "", "64 hex"},
 		{"unknown yaml", nil, nil, "adress: 127.0.0.1:1\n", "unknown setting"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "", "log level"},
+		{"batch share above 1", []string{"--batch-share", "1.5"}, nil, "", "batch share"},
+		{"batch share not a number", nil, map[string]string{"IDEM_BATCH_SHARE": "half"}, "", "IDEM_BATCH_SHARE"},
 		{"idempotency key neither required nor optional", []string{"--idempotency-key", "sometimes"}, nil, "", "want required or optional"},
 		{"stray argument", []string{"extra"}, nil, "", "unexpected argument"},
 	}

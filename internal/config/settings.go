@@ -62,6 +62,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.BatchMax, err = strconv.Atoi(v); return err }},
 	{"batch-concurrency", "IDEM_BATCH_CONCURRENCY", "batch_concurrency", "group-commit transactions at once (default 2 on PostgreSQL, 1 on SQLite)",
 		func(c *Config, v string) (err error) { c.BatchConcurrency, err = strconv.Atoi(v); return err }},
+	{"batch-share", "IDEM_BATCH_SHARE", "batch_share", "share of the group-commit transactions one tenant holds while others wait (default 0.5)",
+		func(c *Config, v string) (err error) { c.BatchShare, err = strconv.ParseFloat(v, 64); return err }},
 	{"tenant-rate", "IDEM_TENANT_RATE", "tenant_rate", "each tenant's requests a second, over which it is answered 429 (default 0: no bound)",
 		func(c *Config, v string) (err error) { c.TenantRate, err = strconv.ParseFloat(v, 64); return err }},
 	{"tenant-burst", "IDEM_TENANT_BURST", "tenant_burst", "requests a tenant may send at once above --tenant-rate (default: the rate, at least 1)",
@@ -107,7 +109,7 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 var settingTypes = map[string]string{
 	"migrate": "bool", "relay": "bool", "group-commit": "bool",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
-	"tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
+	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
 	"db-timeout": "duration", "db-connect-timeout": "duration",
@@ -123,7 +125,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr, or on --metrics-addr alone when that is set.
 var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "shutdown-timeout",
+	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)
 

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -84,6 +85,12 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	base := d // the relay's transactions are no tenant's
+	gate, err := newWriteGate(writeCapacity(d), cmp.Or(cfg.BatchShare, 0.5), cfg.DBTimeout, reg)
+	if err != nil {
+		return nil, err
+	}
+	d = newGatedDriver(d, gate)
 	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait,
 		JanitorTimeout: cfg.DBTimeout, Logger: log})
 	if err != nil {
@@ -146,18 +153,29 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	}
 	if cfg.GroupCommit {
 		s.writes, err = idem.NewBatcher(keeper, s.applyWrites, idem.BatchConfig{
-			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency})
+			MaxBatch: cfg.BatchMax, Concurrency: cfg.BatchConcurrency, Share: cfg.BatchShare})
 		if err != nil {
 			return nil, err
 		}
 	}
 	if cfg.Relay {
-		if s.relay, s.closeRelay, err = NewRelay(ctx, cfg, d, log, reg, os.Stdout); err != nil {
+		if s.relay, s.closeRelay, err = NewRelay(ctx, cfg, base, log, reg, os.Stdout); err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
 	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// writeCapacity is how many write transactions the tenants share (the
+// write gate's slots): SQLite's one writer, or the whole PostgreSQL pool.
+// Not the pool less group commit's connections: the batches are gated
+// too, under their tenant, so a tenant's batches count in its share.
+func writeCapacity(d driver.Driver) int {
+	if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+		return w.Writers()
+	}
+	return max(1, d.PoolStats().MaxConns)
 }
 
 // Keeper is the service's keeper (its janitor runs beside the server).

@@ -1,0 +1,303 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/drivertest"
+)
+
+// reqIn is req in another scope: the service's tenant.
+func reqIn(scope, key, body string) idem.Request {
+	r := req(key, body)
+	r.Key.Scope = scope
+	return r
+}
+
+// gates replaces a rig's batch hook: it records each transaction's keys
+// as the rig's does, sends them on started, and holds a transaction whose
+// first key is gated, before it begins, until the test opens that gate:
+// the batch keeps its place without touching the database.
+type gates struct {
+	t       *testing.T
+	started chan []string
+	shut    map[string]chan struct{} // not changed after gate returns
+
+	mu     sync.Mutex
+	opened map[string]bool
+}
+
+func (r *rig) gate(keys ...string) *gates {
+	g := &gates{t: r.t, started: make(chan []string, 100), shut: map[string]chan struct{}{}, opened: map[string]bool{}}
+	for _, k := range keys {
+		g.shut[k] = make(chan struct{})
+	}
+	idem.SetBatchHook(r.b, func(keys []idem.Key) {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = k.Key
+		}
+		r.mu.Lock()
+		r.attempts = append(r.attempts, names)
+		r.mu.Unlock()
+		g.started <- names
+		if c, ok := g.shut[names[0]]; ok {
+			<-c
+		}
+	})
+	// Before the batcher's Close (an earlier cleanup, so a later one).
+	r.t.Cleanup(func() {
+		for k := range g.shut {
+			g.open(k)
+		}
+	})
+	return g
+}
+
+func (g *gates) open(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened[key] {
+		g.opened[key] = true
+		close(g.shut[key])
+	}
+}
+
+// next returns the keys of the next transaction a batch begins, and fails
+// the test when none begins within a minute.
+func (g *gates) next() []string {
+	g.t.Helper()
+	select {
+	case keys := <-g.started:
+		return keys
+	case <-time.After(time.Minute):
+		g.t.Fatal("no batch began within a minute")
+		return nil
+	}
+}
+
+// send sends a request of scope for th in a goroutine and returns a
+// function that waits for its answer.
+func (r *rig) send(scope string, th thing) (wait func() (idem.Result, error)) {
+	var (
+		res idem.Result
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = r.b.Do(context.Background(), reqIn(scope, th.key, `{"k":"`+th.key+`"}`), th)
+	}()
+	return func() (idem.Result, error) { <-done; return res, err }
+}
+
+// runsAtOnce sends a request of scope for key and returns once its batch
+// began; it fails the test when the request waits in the queue instead.
+func (r *rig) runsAtOnce(g *gates, scope, key string) (wait func() (idem.Result, error)) {
+	r.t.Helper()
+	wait = r.send(scope, thing{key: key, body: `{"` + key + `":1}`})
+	select {
+	case keys := <-g.started:
+		if !slices.Equal(keys, []string{key}) {
+			r.t.Fatalf("%s/%s: a batch of %q began, want %s's alone", scope, key, keys, key)
+		}
+	case k := <-r.queued:
+		r.t.Fatalf("%s/%s waited in the queue (%s), want it run at once", scope, key, k.Key)
+	case <-time.After(time.Minute):
+		r.t.Fatalf("%s/%s: neither run nor queued within a minute", scope, key)
+	}
+	return wait
+}
+
+// queues sends a request of scope for key and returns once it waits in
+// the queue.
+func (r *rig) queues(scope, key string) (wait func() (idem.Result, error)) {
+	r.t.Helper()
+	wait = r.send(scope, thing{key: key, body: `{"` + key + `":1}`})
+	r.waitQueued(1)
+	return wait
+}
+
+func wantAnswer(t *testing.T, key string, wait func() (idem.Result, error)) {
+	t.Helper()
+	res, err := wait()
+	if err != nil || res.Replayed || string(res.Body) != `{"`+key+`":1}` {
+		t.Fatalf("%s: %v %+v", key, err, res)
+	}
+}
+
+// Tenant A's batches take every place and sit on what another
+// transaction of A holds: on PostgreSQL the row of a key that transaction
+// claimed, on SQLite the one writer. Tenant B's request is taken at once
+// into a batch of its own beside them, never into A's, and never gets
+// ErrBusy: on PostgreSQL it is answered while A's batches still wait; on
+// SQLite (where every writer waits for that transaction) once it ends.
+// A's requests then find the other transaction's records and replay them.
+func TestBatcherScopeNotHeldByAnothersLocks(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{Wait: time.Minute}, idem.BatchConfig{MaxWait: 200 * time.Millisecond})
+		g := r.gate()
+		ctx := context.Background()
+		tx := userTx(t, d)
+		defer tx.Rollback(ctx)
+		var runs atomic.Int64
+		places := r.b.Config().Concurrency
+		held := make([]func() (idem.Result, error), places)
+		for i := range places {
+			key := string(rune('p' + i))
+			if _, err := r.k.DoTx(ctx, tx, req(key, `{"k":"`+key+`"}`), insertWork(&runs, 201, `{"mine":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			held[i] = r.send("tenant-a", thing{key: key, body: `{"theirs":1}`})
+			if got := g.next(); !slices.Equal(got, []string{key}) {
+				t.Fatalf("A's batch %d: %q, want [%s]", i, got, key)
+			}
+		}
+
+		b := r.send("tenant-b", thing{key: "b", body: `{"b":1}`})
+		select {
+		case got := <-g.started:
+			if !slices.Equal(got, []string{"b"}) {
+				t.Fatalf("B's batch: %q, want [b]", got)
+			}
+		case k := <-r.queued:
+			t.Fatalf("B's request waited in the queue (%s) behind A's batches", k.Key)
+		}
+		if d.Dialect() == "postgres" {
+			wantAnswer(t, "b", b) // A's batches still wait on their rows
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d.Dialect() != "postgres" {
+			wantAnswer(t, "b", b)
+		}
+		for i, wait := range held {
+			res, err := wait()
+			if err != nil || !res.Replayed || string(res.Body) != `{"mine":1}` {
+				t.Fatalf("A's held request %d: %v %+v", i, err, res)
+			}
+		}
+		if got := r.stored("b"); got != "" {
+			t.Fatalf("b stored in tenant-a's scope: %q", got)
+		}
+		rec, err := r.k.Lookup(ctx, reqIn("tenant-b", "b", `{}`).Key)
+		if err != nil || string(rec.Outcome.Body) != `{"b":1}` {
+			t.Fatalf("b's record: %v %+v", err, rec)
+		}
+		want := []string{"b"}
+		for range places {
+			want = append(want, "x") // the other transaction's
+		}
+		if got := r.bizRows(); !slices.Equal(got, want) {
+			t.Fatalf("biz rows %q, want %q", got, want)
+		}
+	})
+}
+
+// A scope holding its share of the places (here one of two) does not take
+// a place that frees while a scope below its share waits, though its
+// request came first: tenant B's batch ends, and B's next request runs
+// before A's. A's runs once nothing below its share waits.
+func TestBatcherScopeShare(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxWait: time.Minute})
+		g := r.gate("a1", "b1")
+		a1 := r.runsAtOnce(g, "tenant-a", "a1")
+		b1 := r.runsAtOnce(g, "tenant-b", "b1")
+		a2 := r.queues("tenant-a", "a2") // both places taken
+		b2 := r.queues("tenant-b", "b2")
+		g.open("b1")
+		wantAnswer(t, "b1", b1)
+		if got := g.next(); !slices.Equal(got, []string{"b2"}) {
+			t.Fatalf("the place B's batch freed went to %q, want [b2]: A holds its share", got)
+		}
+		wantAnswer(t, "b2", b2)
+		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
+			t.Fatalf("next batch %q, want [a2]", got)
+		}
+		wantAnswer(t, "a2", a2)
+		g.open("a1")
+		wantAnswer(t, "a1", a1)
+		wantAttempts(t, r.attemptsSoFar(), []string{"a1"}, []string{"b1"}, []string{"b2"}, []string{"a2"})
+		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1", "b2"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
+// The places go to the waiting scopes in turn: once tenant A's batch
+// ends, A's next batch takes MaxBatch of its requests, then B's and D's
+// requests run before A's others, though A's came first. Tenant C, with
+// nothing running, ran at once beside A's batch in a place of its own.
+func TestBatcherScopesTakeTurns(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 2, MaxWait: time.Minute})
+		g := r.gate("a0", "c0")
+		a0 := r.runsAtOnce(g, "tenant-a", "a0")
+		c0 := r.runsAtOnce(g, "tenant-c", "c0")
+		var waits []func() (idem.Result, error)
+		keys := []string{"a1", "a2", "a3", "a4", "b1", "d1"}
+		for _, key := range keys {
+			waits = append(waits, r.queues("tenant-"+key[:1], key))
+		}
+		g.open("a0")
+		wantAnswer(t, "a0", a0)
+		for i, want := range [][]string{{"a1", "a2"}, {"b1"}, {"d1"}, {"a3", "a4"}} {
+			if got := g.next(); !slices.Equal(got, want) {
+				t.Fatalf("batch %d after A's: %q, want %q", i, got, want)
+			}
+		}
+		for i, key := range keys {
+			wantAnswer(t, key, waits[i])
+		}
+		g.open("c0")
+		wantAnswer(t, "c0", c0)
+		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "a2", "a3", "a4", "b1", "c0", "d1"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
+// A scope whose only waiting request gave up leaves the turns: it holds no
+// other scope back as one below its share that waits. Tenant B's request
+// is withdrawn (its caller gone); the place B's batch then frees goes to
+// tenant A's waiting request, though A holds its share.
+func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxWait: time.Minute})
+		g := r.gate("a1", "b1")
+		a1 := r.runsAtOnce(g, "tenant-a", "a1")
+		b1 := r.runsAtOnce(g, "tenant-b", "b1")
+		a2 := r.queues("tenant-a", "a2")
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(ctx, reqIn("tenant-b", "b2", `{}`), thing{key: "b2"})
+			gone <- err
+		}()
+		r.waitQueued(1)
+		cancel()
+		if err := <-gone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("withdrawn b2: %v, want context.Canceled", err)
+		}
+		g.open("b1")
+		wantAnswer(t, "b1", b1)
+		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
+			t.Fatalf("the place B's batch freed went to %q, want [a2]", got)
+		}
+		wantAnswer(t, "a2", a2)
+		g.open("a1")
+		wantAnswer(t, "a1", a1)
+		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1"}) || r.runsOf("b2") != 0 {
+			t.Fatalf("biz rows %q, b2 ran %d times", got, r.runsOf("b2"))
+		}
+	})
+}

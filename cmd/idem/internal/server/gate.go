@@ -1,0 +1,312 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/driver"
+)
+
+// writeGate shares the database's write capacity among tenants: the
+// connections their write transactions may hold at once (capacity). A
+// tenant takes a free slot at once unless it holds its share of them
+// (ceil(share × capacity), at least 1) while another tenant is present;
+// then it waits. Waiting tenants are served in turn (the least recently
+// served first), each tenant's waiters first come, first served, and a slot nobody below its share waits for
+// goes to the next tenant in turn anyway: no slot stays idle while a
+// tenant waits for one, except the slots kept free for a present tenant.
+//
+// A tenant is present while it holds or waits for a slot, and for
+// presenceWindow after its last transaction ended: a tenant with steady
+// but spaced writes (one group-commit batch at a time) then finds a slot
+// free when its next one begins, instead of waiting for another tenant's
+// long transaction to end. A tenant alone uses every slot.
+//
+// A wait ends when the caller's context does, or after maxWait: the
+// caller is answered driver.ErrUnavailable (503 with Retry-After), never
+// kept waiting without bound. A slot is freed by the transaction's Commit
+// or Rollback, whichever comes first; callers roll back on every path
+// (a deferred Rollback), panics included.
+//
+// Its tenants are those of the configured API keys (or "default") and the
+// scopes of group-commit batches, which are the same: the map and the
+// metric's tenant label are bounded by the configuration.
+type writeGate struct {
+	capacity int
+	share    int
+	maxWait  time.Duration
+	presence time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	inUse   int
+	tenants map[string]*gateTenant
+	turns   []*gateTenant // the tenants with waiters
+	grants  uint64        // slots granted so far: the turns' clock
+	timer   *time.Timer   // re-serves the waiters when a presence ends
+
+	waits *prometheus.CounterVec
+}
+
+type gateTenant struct {
+	name     string
+	held     int
+	waiters  []*gateWaiter // first come, first served
+	lastSeen time.Time     // when its last transaction ended
+	served   uint64        // g.grants when it last took a slot
+}
+
+type gateWaiter struct {
+	ready   chan struct{} // closed when granted
+	granted bool
+}
+
+// presenceWindow is how long a tenant counts as present after its last
+// write transaction ended: longer than the gap between a steady tenant's
+// transactions, short enough that a tenant left alone soon has every slot.
+const presenceWindow = time.Second
+
+// errWriteGate is the error of a write transaction that waited for its
+// tenant's turn until its deadline.
+var errWriteGate = errors.New("idem: the tenant's share of the database's write capacity stayed taken")
+
+func newWriteGate(capacity int, share float64, maxWait time.Duration, reg prometheus.Registerer) (*writeGate, error) {
+	if capacity < 1 {
+		return nil, fmt.Errorf("idem: write gate: capacity %d, want at least 1", capacity)
+	}
+	g := &writeGate{
+		capacity: capacity,
+		share:    min(capacity, max(1, int(math.Ceil(share*float64(capacity))))),
+		maxWait:  maxWait,
+		presence: presenceWindow,
+		now:      time.Now,
+		tenants:  map[string]*gateTenant{},
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_tenant_write_waits_total",
+			Help: "Write transactions that waited for a slot of the database's write capacity while other tenants held theirs, by tenant and outcome (granted, expired).",
+		}, []string{"tenant", "outcome"}),
+	}
+	if err := reg.Register(g.waits); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// acquire takes a slot for tenant, waiting for its turn while the tenant
+// holds its share and another is present. A nil error's release must be
+// called once the transaction ends; it may be called more than once.
+func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(), err error) {
+	g.mu.Lock()
+	t := g.tenants[tenant]
+	if t == nil {
+		t = &gateTenant{name: tenant}
+		g.tenants[tenant] = t
+	}
+	if len(t.waiters) == 0 && g.mayTake(t) {
+		g.take(t)
+		g.mu.Unlock()
+		return g.releaser(t), nil
+	}
+	w := &gateWaiter{ready: make(chan struct{})}
+	t.waiters = append(t.waiters, w)
+	if len(t.waiters) == 1 {
+		g.turns = append(g.turns, t)
+	}
+	g.mu.Unlock()
+
+	var expired <-chan time.Time
+	if g.maxWait > 0 {
+		timer := time.NewTimer(g.maxWait)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case <-w.ready:
+		g.waits.WithLabelValues(tenant, "granted").Inc()
+		return g.releaser(t), nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = context.DeadlineExceeded
+	}
+	g.mu.Lock()
+	if w.granted { // granted as the wait ended: give it back
+		g.mu.Unlock()
+		g.releaser(t)()
+	} else {
+		t.waiters = slices.DeleteFunc(t.waiters, func(x *gateWaiter) bool { return x == w })
+		if len(t.waiters) == 0 {
+			g.turns = slices.DeleteFunc(g.turns, func(x *gateTenant) bool { return x == t })
+		}
+		g.serve() // its leaving may make a slot it kept for nothing grantable
+		g.mu.Unlock()
+	}
+	g.waits.WithLabelValues(tenant, "expired").Inc()
+	return nil, fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errWriteGate, err)
+}
+
+func (g *writeGate) releaser(t *gateTenant) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.inUse--
+			t.held--
+			t.lastSeen = g.now()
+			g.serve()
+		})
+	}
+}
+
+func (g *writeGate) take(t *gateTenant) {
+	g.inUse++
+	t.held++
+	g.grants++
+	t.served = g.grants
+}
+
+// nextInTurn returns the index in g.turns of the tenant served least
+// recently among those ok accepts, or -1: a tenant that has just taken a
+// slot comes after every other waiting one, and one that arrives after a
+// pause comes first. g.mu is held.
+func (g *writeGate) nextInTurn(ok func(*gateTenant) bool) int {
+	best := -1
+	for i, t := range g.turns {
+		if ok(t) && (best < 0 || t.served < g.turns[best].served) {
+			best = i
+		}
+	}
+	return best
+}
+
+// mayTake reports whether t may take a free slot now: below its share,
+// or when the slots left free after it would still cover what the other
+// present tenants may take within their shares. g.mu is held.
+func (g *writeGate) mayTake(t *gateTenant) bool {
+	if g.inUse >= g.capacity {
+		return false
+	}
+	if t.held < g.share {
+		return true
+	}
+	now := g.now()
+	kept := 0
+	for _, o := range g.tenants {
+		if o != t && (o.held > 0 || len(o.waiters) > 0 || now.Sub(o.lastSeen) < g.presence) {
+			kept += max(0, g.share-o.held)
+		}
+	}
+	return g.capacity-g.inUse > kept
+}
+
+// serve grants the free slots to the waiters, the tenants in turn: first
+// those below their share, then, while slots stay free, any whose taking
+// keeps none from a present tenant's share (mayTake). It forgets the
+// tenants gone from the presence window, and sets a timer to serve again
+// when a presence that keeps a slot from a waiter ends. g.mu is held.
+func (g *writeGate) serve() {
+	for g.inUse < g.capacity && len(g.turns) > 0 {
+		i := g.nextInTurn(func(t *gateTenant) bool { return t.held < g.share })
+		if i < 0 {
+			i = g.nextInTurn(g.mayTake)
+		}
+		if i < 0 {
+			break
+		}
+		t := g.turns[i]
+		w := t.waiters[0]
+		t.waiters = t.waiters[1:]
+		if len(t.waiters) == 0 {
+			g.turns = slices.Delete(g.turns, i, i+1)
+		}
+		g.take(t)
+		w.granted = true
+		close(w.ready)
+	}
+	now := g.now()
+	for name, t := range g.tenants {
+		if t.held == 0 && len(t.waiters) == 0 && now.Sub(t.lastSeen) >= g.presence {
+			delete(g.tenants, name)
+		}
+	}
+	if len(g.turns) > 0 && g.inUse < g.capacity && g.timer == nil {
+		g.timer = time.AfterFunc(g.presence, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.timer = nil
+			g.serve()
+		})
+	}
+}
+
+// gatedDriver is a driver whose write transactions on a tenant's behalf
+// take a slot of the tenant's writeGate first: those begun under a
+// request's context (its tenant) or a group-commit batch's (its scope).
+// Read-only transactions and those of no tenant (the relay, the janitor,
+// migrations) pass ungated.
+type gatedDriver struct {
+	driver.Driver
+	gate *writeGate
+}
+
+// gatedWriterBound is a gatedDriver on a driver.WriterBound driver, which
+// it stays, so that the keeper and the Batcher still see the bound.
+type gatedWriterBound struct {
+	gatedDriver
+	driver.WriterBound
+}
+
+func newGatedDriver(d driver.Driver, g *writeGate) driver.Driver {
+	gd := gatedDriver{Driver: d, gate: g}
+	if w, ok := d.(driver.WriterBound); ok {
+		return &gatedWriterBound{gatedDriver: gd, WriterBound: w}
+	}
+	return &gd
+}
+
+func (d *gatedDriver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
+	tenant, ok := idem.ScopeFrom(ctx)
+	if !ok {
+		tenant = tenantFrom(ctx)
+	}
+	if opts.ReadOnly || tenant == "" {
+		return d.Driver.Begin(ctx, opts)
+	}
+	release, err := d.gate.acquire(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := d.Driver.Begin(ctx, opts)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &gatedTx{TxCloser: tx, release: release}, nil
+}
+
+// gatedTx frees its slot when it commits or rolls back.
+type gatedTx struct {
+	driver.TxCloser
+	release func()
+}
+
+func (t *gatedTx) Unwrap() driver.Tx { return t.TxCloser }
+
+func (t *gatedTx) Commit(ctx context.Context) error {
+	defer t.release()
+	return t.TxCloser.Commit(ctx)
+}
+
+func (t *gatedTx) Rollback(ctx context.Context) error {
+	defer t.release()
+	return t.TxCloser.Rollback(ctx)
+}

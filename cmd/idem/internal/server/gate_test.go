@@ -1,0 +1,339 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/ledger"
+)
+
+// gateFixture is a writeGate under a clock the test moves.
+type gateFixture struct {
+	*writeGate
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newGateFixture(t *testing.T, capacity int, share float64) *gateFixture {
+	t.Helper()
+	g, err := newWriteGate(capacity, share, time.Minute, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &gateFixture{writeGate: g, now: time.Unix(1_000_000, 0)}
+	g.now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+	g.presence = time.Hour // the test moves presences on by hand (pass)
+	return f
+}
+
+// pass moves the clock past every presence and serves the waiters.
+func (f *gateFixture) pass() {
+	f.mu.Lock()
+	f.now = f.now.Add(2 * time.Hour)
+	f.mu.Unlock()
+	f.writeGate.mu.Lock()
+	f.serve()
+	f.writeGate.mu.Unlock()
+}
+
+func (f *gateFixture) take(t *testing.T, tenant string) func() {
+	t.Helper()
+	release, err := f.acquire(context.Background(), tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// wait starts an acquire that must wait; its slot's release arrives on
+// the returned channel once granted.
+func (f *gateFixture) wait(t *testing.T, ctx context.Context, tenant string) <-chan func() {
+	t.Helper()
+	f.writeGate.mu.Lock()
+	before := f.waiting(tenant)
+	f.writeGate.mu.Unlock()
+	got := make(chan func(), 1)
+	errc := make(chan error, 1)
+	go func() {
+		release, err := f.acquire(ctx, tenant)
+		if err != nil {
+			errc <- err
+			close(got)
+			return
+		}
+		got <- release
+	}()
+	for {
+		f.writeGate.mu.Lock()
+		n := f.waiting(tenant)
+		f.writeGate.mu.Unlock()
+		if n > before {
+			return got
+		}
+		select {
+		case r := <-got:
+			if r != nil {
+				r()
+			}
+			t.Fatalf("%s's acquire did not wait", tenant)
+		case err := <-errc:
+			t.Fatalf("%s's acquire: %v", tenant, err)
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func (f *gateFixture) waiting(tenant string) int {
+	if t := f.tenants[tenant]; t != nil {
+		return len(t.waiters)
+	}
+	return 0
+}
+
+func (f *gateFixture) inUseNow() int {
+	f.writeGate.mu.Lock()
+	defer f.writeGate.mu.Unlock()
+	return f.inUse
+}
+
+func TestTenantWriteGateShare(t *testing.T) {
+	t.Parallel()
+	g := newGateFixture(t, 4, 0.5) // share: 2 slots
+
+	// A tenant alone takes every slot.
+	var a []func()
+	for range 4 {
+		a = append(a, g.take(t, "a"))
+	}
+	// B waits for a slot; the first one freed is B's, although A waited
+	// first: A holds beyond its share.
+	a5 := g.wait(t, context.Background(), "a")
+	b1 := g.wait(t, context.Background(), "b")
+	a[0]()
+	rb1 := <-b1
+	stillWaits := func(tenant string) {
+		t.Helper()
+		g.writeGate.mu.Lock()
+		defer g.writeGate.mu.Unlock()
+		if g.waiting(tenant) != 1 {
+			t.Fatalf("%s's waiter was granted a slot kept for another tenant", tenant)
+		}
+	}
+	stillWaits("a")
+	// A, beyond its share, gets no freed slot while B is present.
+	a[1]()
+	stillWaits("a")
+	a[2]()
+	ra5 := <-a5 // A below its share again: A holds 2, B 1
+	// The last free slot is within B's share: A waits, B takes it.
+	a6 := g.wait(t, context.Background(), "a")
+	rb2 := g.take(t, "b")
+	if got := g.inUseNow(); got != 4 {
+		t.Fatalf("slots in use %d, want 4", got)
+	}
+	// B's slots stay free for it while it is present, held or not.
+	rb1()
+	stillWaits("a")
+	rb2()
+	stillWaits("a")
+	// B's presence ends: A alone has every slot again.
+	g.pass()
+	ra6 := <-a6
+	a[3]()
+	ra5()
+	ra6()
+	for range 4 {
+		defer g.take(t, "a")()
+	}
+}
+
+func TestTenantWriteGateTurns(t *testing.T) {
+	t.Parallel()
+	g := newGateFixture(t, 1, 0.5) // SQLite's one writer: share 1
+	hold := g.take(t, "a")
+	a1 := g.wait(t, context.Background(), "a")
+	a2 := g.wait(t, context.Background(), "a")
+	b1 := g.wait(t, context.Background(), "b")
+	// The least recently served tenant first, each one's waiters in order.
+	// A release grants the next slot before it returns: exactly one of
+	// the heads below receives it.
+	var order []string
+	next := map[string][]<-chan func(){"a": {a1, a2}, "b": {b1}}
+	head := func(name string) <-chan func() {
+		if len(next[name]) == 0 {
+			return nil
+		}
+		return next[name][0]
+	}
+	for range 3 {
+		hold()
+		var name string
+		select {
+		case hold = <-head("a"):
+			name = "a"
+		case hold = <-head("b"):
+			name = "b"
+		}
+		order = append(order, name)
+		next[name] = next[name][1:]
+	}
+	hold()
+	if got := order; len(got) != 3 || got[0] != "b" || got[1] != "a" || got[2] != "a" {
+		t.Fatalf("served %v, want [b a a]", got)
+	}
+	if got := g.inUseNow(); got != 0 {
+		t.Fatalf("slots in use %d after every release", got)
+	}
+}
+
+func TestTenantWriteGateWaitEnds(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	g, err := newWriteGate(1, 0.5, time.Minute, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := g.acquire(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(ctx, "b")
+		errc <- err
+	}()
+	for {
+		g.mu.Lock()
+		n := 0
+		if b := g.tenants["b"]; b != nil {
+			n = len(b.waiters)
+		}
+		g.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	err = <-errc
+	if !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, errWriteGate) {
+		t.Fatalf("acquire after its context ended: %v, want ErrUnavailable and context.Canceled", err)
+	}
+	if got := testutil.ToFloat64(g.waits.WithLabelValues("b", "expired")); got != 1 {
+		t.Fatalf("B's expired waits %v, want 1", got)
+	}
+	hold()
+	hold() // twice is once
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inUse != 0 || len(g.turns) != 0 {
+		t.Fatalf("in use %d, turns %d after the wait ended and the slot was freed", g.inUse, len(g.turns))
+	}
+}
+
+// TestTenantWriteGateDriver runs the gate around real databases: a
+// tenant's write transaction takes a slot and frees it on commit, on
+// rollback after an error and after a panic, and when the database
+// refuses to begin; read-only transactions and those of no tenant pass;
+// statements run through the wrapped transaction (Postgres's pipeline
+// looks through it).
+func TestTenantWriteGateDriver(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		gate, err := newWriteGate(writeCapacity(d), 0.5, time.Minute, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gd := newGatedDriver(d, gate)
+		if _, ok := d.(driver.WriterBound); ok {
+			if _, ok := gd.(driver.WriterBound); !ok {
+				t.Fatal("the gated driver hides the driver's writer bound")
+			}
+		}
+		l, err := ledger.New(gd, ledger.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inUse := func() int { gate.mu.Lock(); defer gate.mu.Unlock(); return gate.inUse }
+		ctx := withTenant(context.Background(), "t1")
+
+		// Commit.
+		tx, err := gd.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inUse() != 1 {
+			t.Fatalf("a tenant's write transaction holds %d slots, want 1", inUse())
+		}
+		if _, err := l.CreateAccount(ctx, tx, "t1", ledger.NewAccount{ID: "gate-1", Currency: "EUR"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+		if inUse() != 0 {
+			t.Fatalf("slots in use %d after commit", inUse())
+		}
+
+		// An error, then a panic, each ends in the deferred rollback.
+		for _, fail := range []string{"error", "panic"} {
+			func() {
+				defer func() { _ = recover() }()
+				tx, err := gd.Begin(ctx, driver.BeginOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+				_, err = l.CreateAccount(ctx, tx, "t1", ledger.NewAccount{ID: "gate-2"})
+				if err == nil {
+					t.Fatal("an account without a currency was created")
+				}
+				if fail == "panic" {
+					panic("work panicked")
+				}
+			}()
+			if inUse() != 0 {
+				t.Fatalf("slots in use %d after a rollback on %s", inUse(), fail)
+			}
+		}
+
+		// The database refuses to begin: the slot is freed.
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if tx, err := gd.Begin(ended, driver.BeginOptions{}); err == nil {
+			_ = tx.Rollback(ctx)
+			t.Fatal("Begin under an ended context succeeded")
+		}
+		if inUse() != 0 {
+			t.Fatalf("slots in use %d after a failed Begin", inUse())
+		}
+
+		// Read-only transactions and those of no tenant pass ungated.
+		for _, c := range []struct {
+			ctx  context.Context
+			opts driver.BeginOptions
+		}{{ctx, driver.BeginOptions{ReadOnly: true}}, {context.Background(), driver.BeginOptions{}}} {
+			tx, err := gd.Begin(c.ctx, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inUse() != 0 {
+				t.Fatalf("slots in use %d by an ungated transaction", inUse())
+			}
+			if _, err := l.GetAccount(c.ctx, tx, ledger.AccountQuery{Tenant: "t1", ID: "gate-1"}); err != nil {
+				t.Fatal(err)
+			}
+			_ = tx.Rollback(c.ctx)
+		}
+	})
+}
