@@ -32,8 +32,36 @@ func SetEndedHook[T any](b *Batcher[T], f func()) { b.testHooks.ended = f }
 // the queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
 
-// The read-first policy's window and share (read.go).
+// The bounds of the fast path's coalesced reads (read.go).
 const (
-	ReadWindow = readWindow
-	ReadWorth  = readWorth
+	ReadMaxBatch   = readMaxBatch
+	ReadWorthATrip = readWorthATrip
+	ReadMaxTrips   = readMaxTrips
+	ReadWindow     = readWindow
+	ReadWorth      = readWorth
 )
+
+// SetReadHooks makes k call queued with the key of each fast-path read
+// that waits for a batch, once it waits, and sent with the keys of each
+// round trip of reads, before it is sent. Either may be nil. Call it
+// before k is used.
+func SetReadHooks(k *Keeper, queued func(Key), sent func([]Key)) {
+	if queued != nil {
+		k.reads.testHooks.queued = func(id driver.KeyID) { queued(keyOf(id)) }
+	}
+	if sent != nil {
+		k.reads.testHooks.sent = func(ids []driver.KeyID) {
+			keys := make([]Key, len(ids))
+			for i, id := range ids {
+				keys[i] = keyOf(id)
+			}
+			sent(keys)
+		}
+	}
+}
+
+func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Operation, Key: id.Key} }
+
+// SetReadQueueBound sets how many fast-path reads may wait for a round
+// trip (readMaxQueued in production). Call it before k is used.
+func SetReadQueueBound(k *Keeper, n int) { k.reads.maxQueued = n }

@@ -207,7 +207,7 @@ type Keeper struct {
 
 	fingerprints fingerprintMemo
 	tracer       trace.Tracer
-	reads        readPolicy
+	reads        reads
 
 	testHooks testHooks
 }
@@ -245,12 +245,9 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	k := &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module)}
-	if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
-		k.reads.always = true
-	}
-	return k, nil
+	rb, _ := d.(driver.KeyReadBatcher)
+	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
+		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -302,16 +299,18 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	}
 	id := req.Key.id()
 
-	// Fast path, while duplicates are common enough to pay for it
-	// (read.go): a plain read of a committed record. It decides no race:
-	// a miss goes on to the claim, where the constraint decides.
+	// Fast path: a completed record is immutable until it expires, so a
+	// plain read answers most duplicates in one round trip, which the
+	// reads of the moment share (read.go), while duplicates are common
+	// enough to pay for it. It decides no race: a miss goes on to the
+	// claim, where the constraint decides.
 	if k.reads.first() {
-		rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: id})
+		rec, err := k.reads.get(ctx, id)
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
 			return replay(req.Key, rec, fp)
-		case err != nil && !errors.Is(err, driver.ErrNotFound):
+		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
 	}

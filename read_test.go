@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,43 +14,390 @@ import (
 	"github.com/idemhq/idem/internal/drivertest"
 )
 
-// countedReads is a driver whose fast-path reads a test counts, and whose
-// read of the broken key fails. Everything else is the real database's.
-type countedReads struct {
+// errBrokenRead is the read failure gatedReads makes for its broken key.
+var errBrokenRead = errors.New("test: this key's read fails")
+
+// gatedReads is a driver whose fast-path reads a test holds and breaks:
+// a lone read of a key in held waits until that key's channel is closed,
+// each batch of reads waits until the test takes it from batches (when
+// set), and the read of broken fails, alone or in a batch (as a pipeline
+// stops at its first failing statement). Everything else is the real
+// database's.
+type gatedReads struct {
 	driver.Driver
 	broken string
 
-	mu   sync.Mutex
-	gets []string // the keys of KeyGet's calls
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+	entered chan string     // each held read, once it holds
+	batches chan gatedBatch // when set, each batch waits here for the test
+	gets    []string        // the keys of KeyGet's calls
+	ctxErrs []error         // each batch's context's error when it read
 }
 
-var errBrokenRead = errors.New("test: this key's read fails")
+type gatedBatch struct {
+	keys []string
+	go_  chan struct{} // closed by the test to let the batch read
+}
 
-func (c *countedReads) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
-	c.mu.Lock()
-	c.gets = append(c.gets, p.ID.Key)
-	c.mu.Unlock()
-	if p.ID.Key == c.broken {
+func newGatedReads(d driver.Driver, broken string) *gatedReads {
+	return &gatedReads{Driver: d, broken: broken, held: map[string]chan struct{}{}, entered: make(chan string, 1)}
+}
+
+// hold makes the next lone read of key wait until the returned func runs.
+func (g *gatedReads) hold(key string) (release func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.held[key] = ch
+	g.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// gatedReads is a driver.KeyReadBatcher on both drivers, so that the
+// keeper's coalescing is tested on both (on SQLite, which is none, its
+// batches read key by key).
+func (g *gatedReads) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
+	g.mu.Lock()
+	ch := g.held[p.ID.Key]
+	delete(g.held, p.ID.Key)
+	g.gets = append(g.gets, p.ID.Key)
+	g.mu.Unlock()
+	if ch != nil {
+		g.entered <- p.ID.Key
+		<-ch
+	}
+	if p.ID.Key == g.broken {
 		return nil, errBrokenRead
 	}
-	return c.Driver.KeyGet(ctx, tx, p)
+	return g.Driver.KeyGet(ctx, tx, p)
 }
 
-// A read that fails answers its request with the read's error at once:
-// nothing is claimed or run, and the key stays free for the retry.
-func TestFailedReadAnswersItsRequest(t *testing.T) {
+func (g *gatedReads) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
+	keys := make([]string, len(p.IDs))
+	for i, id := range p.IDs {
+		keys[i] = id.Key
+	}
+	g.mu.Lock()
+	batches := g.batches
+	g.mu.Unlock()
+	if batches != nil {
+		b := gatedBatch{keys: keys, go_: make(chan struct{})}
+		batches <- b
+		<-b.go_
+	}
+	g.mu.Lock()
+	g.ctxErrs = append(g.ctxErrs, ctx.Err())
+	g.mu.Unlock()
+	if slices.Contains(keys, g.broken) {
+		return nil, errBrokenRead
+	}
+	if rb, ok := g.Driver.(driver.KeyReadBatcher); ok {
+		return rb.KeyGetBatch(ctx, tx, p)
+	}
+	return driver.KeyGetEach(ctx, g.Driver, tx, p)
+}
+
+// outcome is what one Do answered.
+type outcome struct {
+	res idem.Result
+	err error
+}
+
+// Concurrent fast-path reads share one round trip, and each request gets
+// its own answer from it: replays their own records, misses go on to
+// their claims, a request whose caller gave up — while it waited, or while
+// its batch was in flight — gets its context's error alone, and the
+// others' reads go on under a context the hang-up did not end. A batch
+// that fails answers each of its reads with its error at once: nobody
+// reads again key by key while the others wait.
+func TestReadsCoalesce(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
-		k := newKeeper(t, &countedReads{Driver: d, broken: "broken"}, idem.Config{})
+		g := newGatedReads(d, "broken")
+		k := newKeeper(t, g, idem.Config{})
+		queued := make(chan string, 16)
+		var sentMu sync.Mutex
+		var sent [][]string
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			names := make([]string, len(keys))
+			for i, key := range keys {
+				names[i] = key.Key
+			}
+			sentMu.Lock()
+			sent = append(sent, names)
+			sentMu.Unlock()
+		})
 		var runs atomic.Int64
-		_, err := k.Do(context.Background(), req("broken", `{}`), insertWork(&runs, 201, `{}`))
-		if !errors.Is(err, errBrokenRead) {
-			t.Fatalf("Do: %v, want the read's error", err)
+		for _, key := range []string{"r1", "r2", "r3"} {
+			if _, err := k.Do(context.Background(), req(key, `{"n":1}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if runs.Load() != 0 || countRows(t, d, "idem_keys") != 0 || countRows(t, d, "biz") != 0 {
-			t.Fatalf("after a failed read: %d runs, %d keys, %d rows; want none",
-				runs.Load(), countRows(t, d, "idem_keys"), countRows(t, d, "biz"))
+		sentMu.Lock()
+		sent = nil
+		sentMu.Unlock()
+		g.mu.Lock()
+		g.gets = nil
+		g.mu.Unlock()
+
+		// do runs key's request in a goroutine and returns where its
+		// answer will be.
+		do := func(ctx context.Context, key string) <-chan outcome {
+			ch := make(chan outcome, 1)
+			go func() {
+				res, err := k.Do(ctx, req(key, `{"n":1}`), insertWork(&runs, 201, `{"id":"`+key+`"}`))
+				ch <- outcome{res, err}
+			}()
+			return ch
 		}
+		// queue starts key's request and returns once its read waits.
+		queue := func(ctx context.Context, key string) <-chan outcome {
+			ch := do(ctx, key)
+			if got := <-queued; got != key {
+				t.Fatalf("queued %s, want %s", got, key)
+			}
+			return ch
+		}
+		wantReplay := func(key string, o outcome) {
+			t.Helper()
+			if o.err != nil || !o.res.Replayed || string(o.res.Body) != `{"id":"`+key+`"}` {
+				t.Fatalf("%s: %+v, want its own record replayed", key, o)
+			}
+		}
+		wantFirst := func(key string, o outcome) {
+			t.Helper()
+			if o.err != nil || o.res.Replayed || string(o.res.Body) != `{"id":"`+key+`"}` {
+				t.Fatalf("%s: %+v, want a first arrival", key, o)
+			}
+		}
+
+		// Round 1: one read held in flight; six queue behind it.
+		g.mu.Lock()
+		g.batches = make(chan gatedBatch)
+		g.mu.Unlock()
+		release := g.hold("hold1")
+		defer release()
+		hold := do(context.Background(), "hold1")
+		<-g.entered
+		gone, leave := context.WithCancel(context.Background())
+		defer leave()
+		inBatch, hangUp := context.WithCancel(context.Background())
+		defer hangUp()
+		r1 := queue(context.Background(), "r1")
+		m1 := queue(context.Background(), "m1")
+		c0 := queue(gone, "c0")
+		r2 := queue(context.Background(), "r2")
+		c1 := queue(inBatch, "c1")
+		m2 := queue(context.Background(), "m2")
+		leave()
+		if o := <-c0; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("c0, given up while it waited: %+v, want context.Canceled", o)
+		}
+		release()
+		b := <-g.batches
+		if want := []string{"r1", "m1", "r2", "c1", "m2"}; !slices.Equal(b.keys, want) {
+			t.Fatalf("batch %v, want %v", b.keys, want)
+		}
+		hangUp()
+		if o := <-c1; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("c1, given up while its batch was in flight: %+v, want context.Canceled", o)
+		}
+		close(b.go_)
+		wantFirst("hold1", <-hold)
+		wantReplay("r1", <-r1)
+		wantReplay("r2", <-r2)
+		wantFirst("m1", <-m1)
+		wantFirst("m2", <-m2)
+		g.mu.Lock()
+		g.batches = nil
+		g.mu.Unlock()
+
+		// Round 2: the batch fails for one of its keys.
+		release = g.hold("hold2")
+		defer release()
+		hold = do(context.Background(), "hold2")
+		<-g.entered
+		r3 := queue(context.Background(), "r3")
+		broken := queue(context.Background(), "broken")
+		m3 := queue(context.Background(), "m3")
+		release()
+		wantFirst("hold2", <-hold)
+		for key, ch := range map[string]<-chan outcome{"r3": r3, "broken": broken, "m3": m3} {
+			if o := <-ch; !errors.Is(o.err, errBrokenRead) {
+				t.Fatalf("%s: %+v, want the batch's error", key, o)
+			}
+		}
+
+		sentMu.Lock()
+		defer sentMu.Unlock()
+		want := [][]string{{"hold1"}, {"r1", "m1", "r2", "c1", "m2"}, {"hold2"}, {"r3", "broken", "m3"}}
+		if !slices.EqualFunc(sent, want, slices.Equal) {
+			t.Fatalf("round trips %v, want %v", sent, want)
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		// Round 1's batch answered its reads itself, under a live context
+		// though c1 had hung up; round 2's failed, and nothing was read again.
+		if want := []string{"hold1", "hold2"}; !slices.Equal(g.gets, want) {
+			t.Fatalf("reads alone %v, want %v", g.gets, want)
+		}
+		if len(g.ctxErrs) != 2 || g.ctxErrs[0] != nil || g.ctxErrs[1] != nil {
+			t.Fatalf("the batches' contexts when they read: %v, want 2 live", g.ctxErrs)
+		}
+		// The seeds, the holds and round 1's misses stored their outcomes;
+		// the requests that gave up and round 2's failed reads stored nothing.
+		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 7 || rows != 7 || runs.Load() != 7 {
+			t.Fatalf("%d keys, %d business rows, %d runs; want 7 each", keys, rows, runs.Load())
+		}
+	})
+}
+
+// Reads that wait go at once, as a round trip of their own, once there
+// are ReadWorthATrip of them, up to ReadMaxTrips round trips in flight;
+// past that they wait, and a round trip that ends takes up to ReadMaxBatch.
+func TestReadsRoundTripBounds(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "")
+		g.batches = make(chan gatedBatch)
+		k := newKeeper(t, g, idem.Config{})
+		queued := make(chan string, 1)
+		var sentMu sync.Mutex
+		var sizes []int
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			sentMu.Lock()
+			sizes = append(sizes, len(keys))
+			sentMu.Unlock()
+		})
+		var runs atomic.Int64
+		results := make(chan outcome, 128)
+		n := 0
+		do := func() {
+			key := fmt.Sprintf("f%d", n)
+			n++
+			go func() {
+				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{}`))
+				results <- outcome{res, err}
+			}()
+			<-queued
+		}
+		release := g.hold("hold")
+		defer release()
+		go func() {
+			res, err := k.Do(context.Background(), req("hold", `{}`), insertWork(&runs, 201, `{}`))
+			results <- outcome{res, err}
+		}()
+		<-g.entered
+		var held []gatedBatch
+		// Each ReadWorthATrip waiting reads go at once, while the lone read
+		// is held, until ReadMaxTrips round trips are in flight.
+		for range idem.ReadMaxTrips - 1 {
+			for range idem.ReadWorthATrip {
+				do()
+			}
+			held = append(held, <-g.batches)
+		}
+		// Then reads wait, more than a round trip carries.
+		for range idem.ReadMaxBatch + idem.ReadWorthATrip {
+			do()
+		}
+		release()
+		held = append(held, <-g.batches) // the lone read's turn ended
+		close(held[0].go_)
+		held = append(held, <-g.batches) // the first batch's turn ended
+		for _, b := range held[1:] {
+			close(b.go_)
+		}
+		sentMu.Lock()
+		want := []int{1}
+		for range idem.ReadMaxTrips - 1 {
+			want = append(want, idem.ReadWorthATrip)
+		}
+		want = append(want, idem.ReadMaxBatch, idem.ReadWorthATrip)
+		if !slices.Equal(sizes, want) {
+			t.Fatalf("round trips of %v reads, want %v", sizes, want)
+		}
+		sentMu.Unlock()
+		for range n + 1 {
+			if o := <-results; o.err != nil || o.res.Replayed {
+				t.Fatalf("%+v, want a first arrival", o)
+			}
+		}
+		if keys := countRows(t, d, "idem_keys"); keys != n+1 {
+			t.Fatalf("%d keys, want %d", keys, n+1)
+		}
+	})
+}
+
+// KeyGetBatch answers each key with its own record, or nil where there is
+// none, in the order asked and repeats included: on the reader, in a
+// transaction the driver began and in one the user began. On PostgreSQL a
+// statement that fails fails the batch, and the pool serves the next one.
+// SQLite is no driver.KeyReadBatcher: there the keeper's fallback,
+// driver.KeyGetEach, is checked the same way.
+func TestKeyGetBatch(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		rb, ok := d.(driver.KeyReadBatcher)
+		if !ok {
+			rb = keyGetEach{d}
+		}
+		k := newKeeper(t, d, idem.Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		for _, key := range []string{"a", "b"} {
+			if _, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := func(key string) driver.KeyID {
+			return driver.KeyID{Scope: "tenant-a", Operation: "POST /v1/things", Key: key}
+		}
+		ids := []driver.KeyID{id("b"), id("none"), id("a"), id("b")}
+		check := func(name string, recs []*driver.KeyRecord, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			want := []string{`{"id":"b"}`, "", `{"id":"a"}`, `{"id":"b"}`}
+			if len(recs) != len(want) {
+				t.Fatalf("%s: %d records, want %d", name, len(recs), len(want))
+			}
+			for i, rec := range recs {
+				switch {
+				case want[i] == "" && rec != nil:
+					t.Fatalf("%s: record %d: %+v, want none", name, i, rec)
+				case want[i] == "":
+				case rec == nil || rec.ID != ids[i] || string(rec.Body) != want[i] || rec.Status != 201 ||
+					len(rec.Fingerprint) == 0 || !rec.ExpiresAt.After(rec.CreatedAt):
+					t.Fatalf("%s: record %d: %+v, want %s's", name, i, rec, ids[i].Key)
+				}
+			}
+		}
+		recs, err := rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		check("reader", recs, err)
+		began, err := d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer began.Rollback(ctx) //nolint:errcheck // read only
+		recs, err = rb.KeyGetBatch(ctx, began, &driver.KeyGetBatchParams{IDs: ids})
+		check("the driver's transaction", recs, err)
+		user := userTx(t, d)
+		defer user.Rollback(ctx) //nolint:errcheck // read only
+		recs, err = rb.KeyGetBatch(ctx, user, &driver.KeyGetBatchParams{IDs: ids})
+		check("the user's transaction", recs, err)
+
+		if d.Dialect() != "postgres" {
+			return
+		}
+		// Not UTF-8: PostgreSQL refuses the statement's parameter.
+		bad := slices.Insert(slices.Clone(ids), 2, driver.KeyID{Scope: "\xff", Operation: "POST /v1/things", Key: "a"})
+		if recs, err := rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: bad}); err == nil {
+			t.Fatalf("a batch with a failing statement: %v, want an error", recs)
+		}
+		recs, err = rb.KeyGetBatch(ctx, d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+		check("reader after a failed batch", recs, err)
 	})
 }
 
@@ -58,11 +406,13 @@ func TestFailedReadAnswersItsRequest(t *testing.T) {
 // without reading; replays in it are still answered by their claims, with
 // their stored outcomes and no second run of their work; a window in which
 // one request in ReadWorth found a record brings the reads back, and one
-// with fewer stops them again. countedReads counts the reads.
+// with fewer stops them again. Each request is sequential, so each read is
+// a lone KeyGet, which gatedReads counts (and it batches reads on both
+// drivers, as PostgreSQL does).
 func TestReadsOnlyWhileTheyFind(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
-		g := &countedReads{Driver: d}
+		g := newGatedReads(d, "")
 		k := newKeeper(t, g, idem.Config{})
 		ctx := context.Background()
 		var runs atomic.Int64
@@ -120,34 +470,59 @@ func TestReadsOnlyWhileTheyFind(t *testing.T) {
 	})
 }
 
-// writerBound is countedReads on a driver that says its writers are
-// bounded, as SQLite's is (one).
-type writerBound struct{ *countedReads }
-
-func (writerBound) Writers() int { return 1 }
-
-// Where claims queue for a bounded set of writers, requests always read
-// first: two windows of first arrivals, then replays, all read.
-func TestReadsAlwaysWhereWritersAreBounded(t *testing.T) {
+// The reads waiting for a round trip are bounded: past the bound a request
+// does not read, and its claim answers it (a replay here), without waiting
+// for the round trips in flight.
+func TestReadsQueueBound(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
-		c := &countedReads{Driver: d}
-		k := newKeeper(t, writerBound{c}, idem.Config{})
+		g := newGatedReads(d, "")
+		k := newKeeper(t, g, idem.Config{})
+		idem.SetReadQueueBound(k, 2)
+		queued := make(chan string, 16)
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, nil)
 		var runs atomic.Int64
-		n := 2*idem.ReadWindow + 10
-		for i := range n {
-			if _, err := k.Do(context.Background(), req(fmt.Sprintf("k-%d", i), `{}`), insertWork(&runs, 201, `{}`)); err != nil {
+		for _, key := range []string{"a", "b", "c"} {
+			if _, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		res, err := k.Do(context.Background(), req("k-0", `{}`), insertWork(&runs, 201, `{}`))
-		if err != nil || !res.Replayed {
-			t.Fatalf("replay: %+v, %v", res, err)
+		release := g.hold("hold")
+		defer release()
+		do := func(key string) <-chan outcome {
+			ch := make(chan outcome, 1)
+			go func() {
+				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{"id":"`+key+`"}`))
+				ch <- outcome{res, err}
+			}()
+			return ch
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if len(c.gets) != n+1 || runs.Load() != int64(n) {
-			t.Fatalf("%d reads and %d runs for %d first arrivals and a replay, want %d and %d", len(c.gets), runs.Load(), n, n+1, n)
+		hold := do("hold")
+		<-g.entered
+		wa, wb := do("a"), do("b")
+		<-queued
+		<-queued
+		c := do("c")
+		select {
+		case o := <-c:
+			if o.err != nil || !o.res.Replayed || string(o.res.Body) != `{"id":"c"}` {
+				t.Fatalf("c past the bound: %+v, want its replay from the claim", o)
+			}
+		case key := <-queued:
+			t.Fatalf("%s queued past the bound of 2", key)
+		}
+		release()
+		for key, ch := range map[string]<-chan outcome{"hold": hold, "a": wa, "b": wb} {
+			if o := <-ch; o.err != nil {
+				t.Fatalf("%s: %v", key, o.err)
+			}
 		}
 	})
+}
+
+// keyGetEach is a driver.KeyReadBatcher through the keeper's fallback.
+type keyGetEach struct{ d driver.Driver }
+
+func (e keyGetEach) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
+	return driver.KeyGetEach(ctx, e.d, tx, p)
 }

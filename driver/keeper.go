@@ -3,6 +3,7 @@ package driver
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -100,6 +101,18 @@ func compareKeyIDs(a, b KeyID) int {
 	return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Operation, b.Operation), strings.Compare(a.Key, b.Key))
 }
 
+// KeyReadBatcher is what a driver may add for the keeper's coalesced
+// fast-path reads: a driver whose statements are round trips to a server
+// (Postgres) reads many keys in one. Without it the keeper reads each key
+// alone, on as many connections as it likes, which is right where
+// statements run in process (SQLite).
+type KeyReadBatcher interface {
+	// KeyGetBatch is KeyGet for many keys in one round trip. It returns
+	// one record per ID, in order, nil where there is none; an ID may
+	// repeat. An error fails the whole batch.
+	KeyGetBatch(ctx context.Context, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error)
+}
+
 // WriterBound is what a driver may add when its database runs a bounded
 // number of write transactions usefully at once (SQLite: 1, its one
 // writer). The keeper's Batcher runs that many batches at once unless told
@@ -158,6 +171,10 @@ type KeyGetParams struct {
 	ID KeyID
 }
 
+type KeyGetBatchParams struct {
+	IDs []KeyID
+}
+
 // KeyRecord is a stored idempotency record. Records are visible only once
 // committed, and a committed record always holds its outcome.
 type KeyRecord struct {
@@ -173,4 +190,20 @@ type KeyRecord struct {
 type KeyDeleteExpiredParams struct {
 	Now   time.Time
 	Limit int
+}
+
+// KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: a batch
+// of one.
+func KeyGetEach(ctx context.Context, d KeeperDriver, tx Tx, p *KeyGetBatchParams) ([]*KeyRecord, error) {
+	out := make([]*KeyRecord, len(p.IDs))
+	for i, id := range p.IDs {
+		rec, err := d.KeyGet(ctx, tx, &KeyGetParams{ID: id})
+		switch {
+		case err == nil:
+			out[i] = rec
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	return out, nil
 }

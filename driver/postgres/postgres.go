@@ -162,8 +162,9 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver     = (*Driver)(nil)
-	_ driver.KeyBatcher = (*Driver)(nil)
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.KeyBatcher     = (*Driver)(nil)
+	_ driver.KeyReadBatcher = (*Driver)(nil)
 )
 
 // Open connects a pool, or adopts the caller's (Config.Pool, Config.DB).

@@ -179,6 +179,10 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	return rec, nil
 }
 
+// SQLite is no driver.KeyReadBatcher: in process, a statement costs no
+// round trip, and reads coalesced into one goroutine would leave the reader
+// pool's other connections idle (docs/benchmarks.md, "Reads over arrays").
+
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
 	n, err := tx.Exec(ctx, sqlKeyDeleteExpired, toMicros(p.Now), p.Limit)
 	return int(n), err
