@@ -167,7 +167,7 @@ func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 2
-		if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+		if w, ok := driver.Optional[driver.WriterBound](d); ok && w.Writers() > 0 {
 			c.Concurrency = min(c.Concurrency, w.Writers())
 		}
 	}

@@ -245,7 +245,7 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rb, _ := d.(driver.KeyReadBatcher)
+	rb, _ := driver.Optional[driver.KeyReadBatcher](d)
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
 		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
 }

@@ -135,6 +135,30 @@ type Wrapper interface {
 	Unwrap() Tx
 }
 
+// DriverWrapper is a driver that wraps another (the service's per-tenant
+// write gate). The optional interfaces a driver may add (KeyBatcher,
+// KeyReadBatcher, WriterBound) are found through it by Optional: a
+// wrapper that hid them would turn every fast path off.
+type DriverWrapper interface {
+	Unwrap() Driver
+}
+
+// Optional returns d as T, an optional interface, looking through every
+// DriverWrapper around d.
+func Optional[T any](d any) (T, bool) {
+	for {
+		if t, ok := d.(T); ok {
+			return t, true
+		}
+		w, ok := d.(DriverWrapper)
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		d = w.Unwrap()
+	}
+}
+
 // Underlying is tx with every Wrapper around it removed.
 func Underlying(tx Tx) Tx {
 	for {

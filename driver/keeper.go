@@ -55,7 +55,7 @@ type KeyBatcher interface {
 // ClaimBatch claims p's keys in tx: by d's KeyClaimBatch when d is a
 // KeyBatcher, else one KeyClaim a key, in sorted order (see KeyClaimBatch).
 func ClaimBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyClaimBatchParams) ([]KeyClaimResult, error) {
-	if b, ok := d.(KeyBatcher); ok {
+	if b, ok := Optional[KeyBatcher](d); ok {
 		return b.KeyClaimBatch(ctx, tx, p)
 	}
 	order := make([]int, len(p.Claims))
@@ -81,7 +81,7 @@ func ClaimBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyClaimBatchPara
 // RecordBatch stores p's outcomes and releases p's refused claims in tx: by
 // d's KeyRecordBatch when d is a KeyBatcher, else a statement a key.
 func RecordBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyRecordBatchParams) error {
-	if b, ok := d.(KeyBatcher); ok {
+	if b, ok := Optional[KeyBatcher](d); ok {
 		return b.KeyRecordBatch(ctx, tx, p)
 	}
 	for i := range p.Records {

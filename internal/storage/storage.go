@@ -101,6 +101,10 @@ type scratch struct {
 	dir string
 }
 
+// Unwrap is the SQLite driver, whose optional interfaces
+// (driver.Optional) are the scratch database's.
+func (s *scratch) Unwrap() driver.Driver { return s.Driver }
+
 func (s *scratch) Close() error {
 	err := s.Driver.Close()
 	return errors.Join(err, os.RemoveAll(s.dir))

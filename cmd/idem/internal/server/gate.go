@@ -258,20 +258,13 @@ type gatedDriver struct {
 	gate *writeGate
 }
 
-// gatedWriterBound is a gatedDriver on a driver.WriterBound driver, which
-// it stays, so that the keeper and the Batcher still see the bound.
-type gatedWriterBound struct {
-	gatedDriver
-	driver.WriterBound
+func newGatedDriver(d driver.Driver, g *writeGate) driver.Driver {
+	return &gatedDriver{Driver: d, gate: g}
 }
 
-func newGatedDriver(d driver.Driver, g *writeGate) driver.Driver {
-	gd := gatedDriver{Driver: d, gate: g}
-	if w, ok := d.(driver.WriterBound); ok {
-		return &gatedWriterBound{gatedDriver: gd, WriterBound: w}
-	}
-	return &gd
-}
+// Unwrap is the driver gated: its optional interfaces (driver.Optional)
+// are the gated driver's.
+func (d *gatedDriver) Unwrap() driver.Driver { return d.Driver }
 
 func (d *gatedDriver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
 	tenant, ok := idem.ScopeFrom(ctx)

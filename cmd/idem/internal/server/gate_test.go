@@ -254,10 +254,19 @@ func TestTenantWriteGateDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 		gd := newGatedDriver(d, gate)
-		if _, ok := d.(driver.WriterBound); ok {
-			if _, ok := gd.(driver.WriterBound); !ok {
-				t.Fatal("the gated driver hides the driver's writer bound")
+		// The driver's fast paths stay on behind the gate: every optional
+		// interface it has is found through the gated driver.
+		for name, has := range map[string]func(any) bool{
+			"WriterBound":    func(d any) bool { _, ok := driver.Optional[driver.WriterBound](d); return ok },
+			"KeyBatcher":     func(d any) bool { _, ok := driver.Optional[driver.KeyBatcher](d); return ok },
+			"KeyReadBatcher": func(d any) bool { _, ok := driver.Optional[driver.KeyReadBatcher](d); return ok },
+		} {
+			if has(d) != has(gd) {
+				t.Fatalf("%s: the driver has it %v, the gated driver %v", name, has(d), has(gd))
 			}
+		}
+		if _, ok := driver.Optional[driver.KeyBatcher](gd); !ok {
+			t.Fatal("the gated driver hides the driver's batch statements")
 		}
 		l, err := ledger.New(gd, ledger.Config{})
 		if err != nil {

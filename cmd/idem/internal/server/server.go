@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 // Not the pool less group commit's connections: the batches are gated
 // too, under their tenant, so a tenant's batches count in its share.
 func writeCapacity(d driver.Driver) int {
-	if w, ok := d.(driver.WriterBound); ok && w.Writers() > 0 {
+	if w, ok := driver.Optional[driver.WriterBound](d); ok && w.Writers() > 0 {
 		return w.Writers()
 	}
 	return max(1, d.PoolStats().MaxConns)
