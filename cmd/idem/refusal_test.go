@@ -97,7 +97,7 @@ func TestMultiHostDeadHost(t *testing.T) {
 	dead.Blackhole()
 	multi := *good
 	multi.Host = dead.Addr() + "," + good.Host
-	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", multi.String(), "--db-connect-timeout", "300ms")
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", multi.String(), "--db-connect-timeout", "2s")
 	u := p.URL
 	account(t, u, "a", "EUR")
 	account(t, u, "b", "EUR")
