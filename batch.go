@@ -73,6 +73,23 @@ type lane[T any] struct {
 	queue   []*pending[T] // oldest first; holds given-up requests until compacted
 	waiting int           // requests in queue still waiting to be taken
 	stale   int           // requests in queue that gave up
+	open    *gathering[T] // its newest batch while it waits to begin, which arrivals join
+}
+
+// gathering is a batch from when it is taken until its transaction has
+// begun: a request of its scope that arrives meanwhile, with nothing of
+// its scope waiting, joins it (up to MaxBatch) instead of waiting for the
+// next batch, so that a batch waiting for a connection or for the
+// database's one writer carries everyone who came while it waited. Its
+// batch is guarded by Batcher.mu, and final once the lane's open is no
+// longer it.
+type gathering[T any] struct {
+	lane   *lane[T]
+	batch  []*pending[T]
+	ctx    context.Context // the batch's: ended once every caller in it has gone
+	cancel context.CancelFunc
+	left   atomic.Int64 // callers in batch still there; at 0 ctx ends and nobody joins
+	stops  []func() bool
 }
 
 // batchHooks let tests see the batches without sleeping; set only by
@@ -81,6 +98,9 @@ type batchHooks struct {
 	// queued is called with each request's key once it waits in the
 	// queue (not when it starts a batch as it arrives).
 	queued func(Key)
+	// joined is called with a request's key once it joined a batch that
+	// had not begun.
+	joined func(Key)
 	// attempt is called with the keys of each transaction a batch
 	// begins, before it begins it.
 	attempt func([]Key)
@@ -211,7 +231,7 @@ type pending[T any] struct {
 	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
 	taken    bool               // it is in a batch, which answers it
 	gaveUp   bool               // MaxWait or the caller's ctx ended its wait first
-	next     chan []*pending[T] // the batch its goroutine is to run (it is the first in it)
+	next     chan *gathering[T] // the batch its goroutine is to run (it is the first in it)
 	done     chan struct{}
 	res      Result
 	err      error
@@ -323,7 +343,7 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 // answer.
 func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
 	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
-		next: make(chan []*pending[T], 1), done: make(chan struct{})}
+		next: make(chan *gathering[T], 1), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -336,6 +356,15 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	p.lane = l
 	switch {
+	case l.waiting == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && l.open.join(p):
+		// Its scope's newest batch has not begun yet: it rides in it.
+		l.carried++
+		b.mu.Unlock()
+		if h := b.testHooks.joined; h != nil {
+			h(c.key)
+		}
+		<-p.done
+		return p.res, p.err
 	case l.running == 0 && l.waiting == 0 && b.placeFor(l, b.below(l)):
 		// Nothing of its scope runs or waits, so this request is alone:
 		// it runs now. (With one scope: no batch runs, since nothing
@@ -343,9 +372,9 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 		b.running++
 		l.running++
 		l.carried++
-		p.taken = true
+		g := b.gather(l, []*pending[T]{p})
 		b.mu.Unlock()
-		b.lead([]*pending[T]{p})
+		b.lead(g)
 		return p.res, p.err
 	case b.waiting >= b.cfg.MaxQueued:
 		b.forget(l)
@@ -385,8 +414,8 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 				b.handOn(l)
 			}
 			b.mu.Unlock()
-		case batch := <-p.next:
-			b.lead(batch)
+		case g := <-p.next:
+			b.lead(g)
 			<-p.done
 			return p.res, p.err
 		case <-expired:
@@ -448,17 +477,17 @@ func (b *Batcher[T]) forget(l *lane[T]) {
 	}
 }
 
-// lead runs batch in the calling goroutine, then hands what waits to the
-// oldest waiting request's goroutine of the next scope in turn whose
+// lead runs g's batch in the calling goroutine, then hands what waits to
+// the oldest waiting request's goroutine of the next scope in turn whose
 // requests may start a batch (startable), or frees its place among the
 // Concurrency batches.
-func (b *Batcher[T]) lead(batch []*pending[T]) {
+func (b *Batcher[T]) lead(g *gathering[T]) {
 	defer func() {
 		b.mu.Lock()
-		l := batch[0].lane
+		l := g.lane
 		b.running--
 		l.running--
-		l.carried -= len(batch)
+		l.carried -= len(g.batch)
 		if next := b.nextInTurn(); next != nil {
 			b.handOn(next)
 		} else if b.running == 0 {
@@ -470,7 +499,55 @@ func (b *Batcher[T]) lead(batch []*pending[T]) {
 			h()
 		}
 	}()
-	b.run(batch)
+	b.run(g)
+}
+
+// gather makes batch l's newest, open to the requests that arrive until
+// its transaction begins. b.mu is held.
+func (b *Batcher[T]) gather(l *lane[T], batch []*pending[T]) *gathering[T] {
+	// The batch runs under a context of its own, ended only when every
+	// caller in it has gone: one caller's hang-up must not roll back its
+	// neighbours. It carries the batch's one scope (ScopeFrom), so that
+	// what begins its transaction can tell whose it is.
+	ctx, cancel := context.WithCancel(withScope(context.Background(), l.scope))
+	g := &gathering[T]{lane: l, ctx: ctx, cancel: cancel}
+	for _, p := range batch {
+		g.join(p)
+	}
+	l.open = g
+	return g
+}
+
+// join adds p to g's batch unless every caller in it has gone (its
+// context ended). b.mu is held.
+func (g *gathering[T]) join(p *pending[T]) bool {
+	for {
+		n := g.left.Load()
+		if n == 0 && len(g.batch) > 0 {
+			return false
+		}
+		if g.left.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	p.taken = true
+	g.batch = append(g.batch, p)
+	g.stops = append(g.stops, context.AfterFunc(p.ctx, func() {
+		if g.left.Add(-1) == 0 {
+			g.cancel()
+		}
+	}))
+	return true
+}
+
+// seal closes g to arrivals and returns its batch, final from then on.
+func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g.lane.open == g {
+		g.lane.open = nil
+	}
+	return g.batch
 }
 
 // placeFor reports whether a batch of l's scope may take a place now,
@@ -542,7 +619,7 @@ func (b *Batcher[T]) handOn(l *lane[T]) {
 	b.running++
 	l.running++
 	l.carried += len(next)
-	next[0].next <- next
+	next[0].next <- b.gather(l, next)
 }
 
 // take removes up to MaxBatch waiting requests from the head of l's queue
@@ -576,9 +653,14 @@ func (b *Batcher[T]) take(l *lane[T]) []*pending[T] {
 	return batch
 }
 
-// run runs one batch and answers each of its requests once.
-func (b *Batcher[T]) run(batch []*pending[T]) {
+// run runs g's batch and answers each of its requests once.
+func (b *Batcher[T]) run(g *gathering[T]) {
 	defer func() {
+		batch := b.seal(g)
+		for _, stop := range g.stops {
+			stop()
+		}
+		g.cancel()
 		// A panic outside the work is a bug of the batcher's. It goes on to
 		// the caller, but the batch's other requests must not wait forever.
 		if v := recover(); v != nil {
@@ -592,39 +674,26 @@ func (b *Batcher[T]) run(batch []*pending[T]) {
 			panic(v)
 		}
 	}()
-	// The batch runs under a context of its own, ended only when every
-	// caller in it has gone: one caller's hang-up must not roll back its
-	// neighbours.
-	// It carries the batch's one scope (ScopeFrom), so that what begins
-	// its transaction can tell whose it is.
-	ctx, cancel := context.WithCancel(withScope(context.Background(), batch[0].key.Scope))
-	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	for _, p := range batch {
-		stop := context.AfterFunc(p.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
+	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
+	defer func() {
+		if span.IsRecording() {
+			batch := b.seal(g)
+			span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
+			for _, p := range batch {
+				span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(p.ctx)})
 			}
-		})
-		defer stop()
-	}
-	ctx, span := b.k.tracer.Start(ctx, "idem.batch")
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
-		for _, p := range batch {
-			span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(p.ctx)})
 		}
-	}
-	defer span.End()
-	b.attempt(ctx, batch)
+		span.End()
+	}()
+	b.attempt(ctx, nil, g)
 }
 
-// attempt tries ps in one transaction. When that fails for a reason one
-// of them may have caused, it tries each half in turn, down to single
-// requests, which get the error.
-func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
-	answers, whole, err := b.try(ctx, ps)
+// attempt tries ps in one transaction (g's batch when g is set: the
+// batch's first attempt). When that fails for a reason one of them may
+// have caused, it tries each half in turn, down to single requests, which
+// get the error.
+func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering[T]) {
+	ps, answers, whole, err := b.try(ctx, ps, g)
 	switch {
 	case err == nil:
 		for i, p := range ps {
@@ -643,8 +712,8 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T]) {
 				attribute.Int("idem.batch.size", len(ps)), attribute.String("error", err.Error())))
 		}
 		half := len(ps) / 2
-		b.attempt(ctx, ps[:half])
-		b.attempt(ctx, ps[half:])
+		b.attempt(ctx, ps[:half], nil)
+		b.attempt(ctx, ps[half:], nil)
 	}
 }
 
@@ -670,11 +739,18 @@ type commitError struct{ err error }
 func (e *commitError) Error() string { return e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
 
-// try is one transaction for ps: the shared core (Keeper.transact), then
-// the commit. whole is set when the error is not any request's doing (the
-// transaction could not begin), so that splitting cannot help.
-func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answer, whole bool, err error) {
+// try is one transaction for ps, or for g's batch as it is once the
+// transaction has begun: the shared core (Keeper.transact), then the
+// commit. It returns the requests it tried. whole is set when the error
+// is not any request's doing (the transaction could not begin), so that
+// splitting cannot help.
+func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T]) (_ []*pending[T], answers []answer, whole bool, err error) {
 	k := b.k
+	if g != nil {
+		b.mu.Lock()
+		ps = g.batch[:len(g.batch):len(g.batch)] // those who joined so far
+		b.mu.Unlock()
+	}
 	if h := b.testHooks.attempt; h != nil {
 		keys := make([]Key, len(ps))
 		for i, p := range ps {
@@ -682,9 +758,13 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		}
 		h(keys)
 	}
+	// Those who join later came later: their deadlines are later.
 	tx, err := k.d.Begin(ctx, driver.BeginOptions{LockTimeout: lockWait(ps)})
+	if g != nil {
+		ps = b.seal(g)
+	}
 	if err != nil {
-		return nil, true, err
+		return ps, nil, true, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 
@@ -700,7 +780,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		return b.runWork(ctx, tx, ps, items)
 	})
 	if err != nil || !write {
-		return answers, false, err // the rollback ends it, releasing refused claims
+		return ps, answers, false, err // the rollback ends it, releasing refused claims
 	}
 	failpoint.Hit("keeper.before_commit")
 	commit := tx.Commit
@@ -715,11 +795,11 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T]) (answers []answe
 		// must wait for: that replay would acknowledge what a failover
 		// may lose, so every request of the batch gets the error.
 		if errors.Is(err, ErrUnreplicated) {
-			return nil, true, err
+			return ps, nil, true, err
 		}
-		return nil, false, &commitError{err}
+		return ps, nil, false, &commitError{err}
 	}
-	return answers, false, nil
+	return ps, answers, false, nil
 }
 
 // lockWait bounds the waits of ps's transaction for row locks. Each

@@ -205,10 +205,12 @@ func TestBatcherScopeNotHeldByAnothersLocks(t *testing.T) {
 // A scope holding its share of the places (here one of two) does not take
 // a place that frees while a scope below its share waits, though its
 // request came first: tenant B's batch ends, and B's next request runs
-// before A's. A's runs once nothing below its share waits.
+// before A's. A's runs once nothing below its share waits. (Batches of
+// one: a request would otherwise join its scope's batch held before it
+// begins.)
 func TestBatcherScopeShare(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxWait: time.Minute})
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxBatch: 1, MaxWait: time.Minute})
 		g := r.gate("a1", "b1")
 		a1 := r.runsAtOnce(g, "tenant-a", "a1")
 		b1 := r.runsAtOnce(g, "tenant-b", "b1")
@@ -237,12 +239,16 @@ func TestBatcherScopeShare(t *testing.T) {
 // ends, A's next batch takes MaxBatch of its requests, then B's and D's
 // requests run before A's others, though A's came first. Tenant C, with
 // nothing running, ran at once beside A's batch in a place of its own.
+// A's second request, sent while A's first batch had not begun, rode in
+// it; the others, once it was full, waited.
 func TestBatcherScopesTakeTurns(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 2, MaxWait: time.Minute})
 		g := r.gate("a0", "c0")
 		a0 := r.runsAtOnce(g, "tenant-a", "a0")
 		c0 := r.runsAtOnce(g, "tenant-c", "c0")
+		a0b := r.send("tenant-a", thing{key: "a0b", body: `{"a0b":1}`})
+		r.waitJoined(1)
 		var waits []func() (idem.Result, error)
 		keys := []string{"a1", "a2", "a3", "a4", "b1", "d1"}
 		for _, key := range keys {
@@ -250,6 +256,7 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 		}
 		g.open("a0")
 		wantAnswer(t, "a0", a0)
+		wantAnswer(t, "a0b", a0b)
 		for i, want := range [][]string{{"a1", "a2"}, {"b1"}, {"d1"}, {"a3", "a4"}} {
 			if got := g.next(); !slices.Equal(got, want) {
 				t.Fatalf("batch %d after A's: %q, want %q", i, got, want)
@@ -260,7 +267,7 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 		}
 		g.open("c0")
 		wantAnswer(t, "c0", c0)
-		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "a2", "a3", "a4", "b1", "c0", "d1"}) {
+		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a0b", "a1", "a2", "a3", "a4", "b1", "c0", "d1"}) {
 			t.Fatalf("biz rows %q", got)
 		}
 	})
@@ -272,7 +279,7 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 // tenant A's waiting request, though A holds its share.
 func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxWait: time.Minute})
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxBatch: 1, MaxWait: time.Minute})
 		g := r.gate("a1", "b1")
 		a1 := r.runsAtOnce(g, "tenant-a", "a1")
 		b1 := r.runsAtOnce(g, "tenant-b", "b1")
@@ -298,6 +305,62 @@ func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
 		wantAnswer(t, "a1", a1)
 		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1"}) || r.runsOf("b2") != 0 {
 			t.Fatalf("biz rows %q, b2 ran %d times", got, r.runsOf("b2"))
+		}
+	})
+}
+
+// Requests that arrive while their scope's batch waits to begin (for a
+// connection, the write gate, SQLite's one writer: here the test's hold)
+// ride in it, however long it waits: none waits for the next batch, none
+// gets ErrBusy after MaxWait, and one transaction carries them all. Once
+// every caller of a waiting batch has gone, nobody joins it: a request
+// then is never answered with the others' cancellation.
+func TestBatcherJoinsBatchWaitingToBegin(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		const maxWait = 20 * time.Millisecond
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxWait: maxWait})
+		g := r.gate("a0")
+		a0 := r.runsAtOnce(g, "tenant-a", "a0")
+		keys := []string{"a1", "a2", "a3"}
+		var waits []func() (idem.Result, error)
+		for _, key := range keys {
+			waits = append(waits, r.send("tenant-a", thing{key: key, body: `{"` + key + `":1}`}))
+		}
+		r.waitJoined(len(keys))
+		time.Sleep(5 * maxWait) // past every joiner's MaxWait
+		g.open("a0")
+		wantAnswer(t, "a0", a0)
+		for i, key := range keys {
+			wantAnswer(t, key, waits[i])
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"a0"})
+		if n := len(r.queued); n != 0 {
+			t.Fatalf("%d requests waited in the queue", n)
+		}
+
+		g = r.gate("b0")
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(ctx, reqIn("tenant-a", "b0", `{"k":"b0"}`), thing{key: "b0", body: `{"b0":1}`})
+			gone <- err
+		}()
+		if got := g.next(); !slices.Equal(got, []string{"b0"}) {
+			t.Fatalf("batch %q, want [b0]", got)
+		}
+		cancel()
+		// Its batch's context ends once its one caller has gone (at once,
+		// on another goroutine); b1 comes after, and either finds it
+		// closed or keeps it alive by joining: either way b1 is done.
+		time.Sleep(10 * time.Millisecond)
+		b1 := r.send("tenant-a", thing{key: "b1", body: `{"b1":1}`})
+		g.open("b0")
+		if err := <-gone; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("b0, its caller gone: %v", err)
+		}
+		wantAnswer(t, "b1", b1)
+		if got := r.bizRows(); !slices.Contains(got, "b1") || len(got) < 5 {
+			t.Fatalf("biz rows %q", got)
 		}
 	})
 }

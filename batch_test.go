@@ -52,16 +52,22 @@ type rig struct {
 	runs     map[string]int // the work's runs per key, rolled back or not
 
 	queued chan idem.Key
+	joined chan idem.Key
 	holds  map[string]holding // keys whose work waits (hold)
 }
 
-type holding struct{ entered, release chan struct{} }
+// holding is a key whose work waits: entered receives the batch's
+// context once it waits, until release is closed.
+type holding struct {
+	entered chan context.Context
+	release chan struct{}
+}
 
 func newRig(t *testing.T, d driver.Driver, kcfg idem.Config, bcfg idem.BatchConfig) *rig {
 	t.Helper()
 	setup(t, d)
 	r := &rig{t: t, d: d, k: newKeeper(t, d, kcfg), runs: map[string]int{},
-		queued: make(chan idem.Key, 10000), holds: map[string]holding{}}
+		queued: make(chan idem.Key, 10000), joined: make(chan idem.Key, 10000), holds: map[string]holding{}}
 	r.b = r.newBatcher(r.k, bcfg)
 	return r
 }
@@ -82,6 +88,7 @@ func (r *rig) newBatcher(k *idem.Keeper, cfg idem.BatchConfig) *idem.Batcher[thi
 		r.mu.Unlock()
 	})
 	idem.SetQueuedHook(b, func(k idem.Key) { r.queued <- k })
+	idem.SetBatchJoinedHook(b, func(k idem.Key) { r.joined <- k })
 	r.t.Cleanup(func() { _ = b.Close(context.Background()) })
 	return b
 }
@@ -95,7 +102,7 @@ func (r *rig) work(ctx context.Context, tx driver.Tx, items []thing) ([]idem.Ite
 		h, held := r.holds[it.key]
 		r.mu.Unlock()
 		if held {
-			h.entered <- struct{}{}
+			h.entered <- ctx
 			<-h.release
 		}
 		if it.refuse {
@@ -142,9 +149,9 @@ func (r *rig) hold(key string) (release func()) {
 }
 
 // holdWork makes the work wait when it reaches key, until the returned
-// holding's release is closed; entered receives once it waits.
+// holding's release is closed; entered receives its context once it waits.
 func (r *rig) holdWork(key string) holding {
-	h := holding{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	h := holding{entered: make(chan context.Context, 1), release: make(chan struct{})}
 	r.mu.Lock()
 	r.holds[key] = h
 	r.mu.Unlock()
@@ -171,6 +178,20 @@ func (r *rig) waitQueued(n int) {
 		case <-r.queued:
 		case <-deadline:
 			r.t.Fatalf("%d of %d requests waited in the queue within a minute", i, n)
+		}
+	}
+}
+
+// waitJoined returns once n more requests joined a batch that had not
+// begun, and fails the test when they do not within a minute.
+func (r *rig) waitJoined(n int) {
+	r.t.Helper()
+	deadline := time.After(time.Minute)
+	for i := range n {
+		select {
+		case <-r.joined:
+		case <-deadline:
+			r.t.Fatalf("%d of %d requests joined a batch within a minute", i, n)
 		}
 	}
 }

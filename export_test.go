@@ -32,6 +32,10 @@ func SetEndedHook[T any](b *Batcher[T], f func()) { b.testHooks.ended = f }
 // the queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
 
+// SetBatchJoinedHook makes b call f with each request's key once it joined a
+// batch that had not begun. Call it before b is used.
+func SetBatchJoinedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.joined = f }
+
 // The bounds of the fast path's coalesced reads (read.go).
 const (
 	ReadMaxBatch   = readMaxBatch

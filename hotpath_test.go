@@ -37,7 +37,7 @@ func TestBatcherChecksClaimCount(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
 		k := newKeeper(t, shortClaims{d}, idem.Config{})
-		r := &rig{t: t, d: d, k: k, runs: map[string]int{}, queued: make(chan idem.Key, 100), holds: map[string]holding{}}
+		r := &rig{t: t, d: d, k: k, runs: map[string]int{}, queued: make(chan idem.Key, 100), joined: make(chan idem.Key, 100), holds: map[string]holding{}}
 		r.b = r.newBatcher(k, idem.BatchConfig{Concurrency: 1})
 		res, err := r.b.Do(context.Background(), req("a", `{}`), thing{key: "a", body: `{"a":1}`})
 		if err == nil || !strings.Contains(err.Error(), "claims of") {
@@ -171,8 +171,9 @@ func TestBatcherEveryCallerCancelled(t *testing.T) {
 			r.waitQueued(1)
 		}
 		release()
-		<-h.entered
+		bctx := <-h.entered
 		cancel()
+		<-bctx.Done() // the callers' leaving reaches the batch on goroutines of its own
 		close(h.release)
 		wg.Wait()
 		for i, err := range errs {
