@@ -77,9 +77,9 @@ type lane[T any] struct {
 }
 
 // gathering is a batch from when it is taken until its transaction has
-// begun: a request of its scope that arrives meanwhile, with nothing of
-// its scope waiting, joins it (up to MaxBatch) instead of waiting for the
-// next batch, so that a batch waiting for a connection or for the
+// begun: a request of its scope that arrives meanwhile, with no place
+// free for a batch of its own and nothing of its scope waiting, joins it
+// (up to MaxBatch) instead of waiting for the next batch, so that a batch waiting for a connection or for the
 // database's one writer carries everyone who came while it waited. Its
 // batch is guarded by Batcher.mu, and final once the lane's open is no
 // longer it.
@@ -356,8 +356,9 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	p.lane = l
 	switch {
-	case l.waiting == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && l.open.join(p):
-		// Its scope's newest batch has not begun yet: it rides in it.
+	case l.waiting == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && !b.placeFor(l, b.below(l)) && l.open.join(p):
+		// No place for a batch of its own, and its scope's newest batch
+		// has not begun yet: it rides in it.
 		l.carried++
 		b.mu.Unlock()
 		if h := b.testHooks.joined; h != nil {
