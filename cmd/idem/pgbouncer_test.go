@@ -64,8 +64,15 @@ func TestLoadChaosPgBouncer(t *testing.T) {
 func TestPoolerSessionModeTooSmall(t *testing.T) {
 	t.Parallel()
 	pgb := testpgbouncer.New(t, testpg.URL(t), testpgbouncer.Options{Session: true, PoolSize: 3})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the pooler's log:\n%s", pgb.Log())
+		}
+	})
 	db := pgb.URL + "&search_path=" + testpg.Schema(t) + "&idem_pooler=transaction&pool_max_conns=8"
-	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--db-timeout", "3s", "--db-connect-timeout", "2s")
+	// Without group commit each transfer takes a connection of its own.
+	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--db-timeout", "3s", "--db-connect-timeout", "2s",
+		"--group-commit=false")
 	u := p.URL
 	// The relay and the janitor hold connections too: an account's
 	// creation may meet the shortage already, and is retried.

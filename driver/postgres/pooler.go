@@ -138,7 +138,19 @@ func (p *pooler) with(over map[string]string) []any {
 // connections than idem's pool has clients, the rest wait, unseen, in its
 // queue: each such connection fails here, saying so, instead of hanging
 // every statement sent on it until its deadline.
+//
+// The probe's bound is the socket's deadline, not ctx: a context that ends
+// mid-statement makes pgx send the pooler a cancel request, and PgBouncer
+// before 1.21 (Debian 12's is 1.18) exits ("FATAL … bad client state")
+// when a client it forwards a cancel request for disconnects first, as a
+// probe given up would.
 func (p *pooler) probe(ctx context.Context, c *pgconn.PgConn, validate pgconn.ValidateConnectFunc) error {
+	if deadline, ok := ctx.Deadline(); ok {
+		if err := c.Conn().SetDeadline(deadline); err != nil {
+			return err
+		}
+		ctx = context.WithoutCancel(ctx)
+	}
 	var err error
 	if validate != nil {
 		err = validate(ctx, c)
@@ -147,7 +159,7 @@ func (p *pooler) probe(ctx context.Context, c *pgconn.PgConn, validate pgconn.Va
 	}
 	if err == nil {
 		p.probeErr.Store(nil)
-		return nil
+		return c.Conn().SetDeadline(time.Time{})
 	}
 	if ctx.Err() == nil && !pgconn.Timeout(err) {
 		return err
