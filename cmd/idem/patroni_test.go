@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,10 +22,12 @@ import (
 // NATS server whose stream the verifier checks, the primary's node lost by
 // --chaos-failover (scripts/patroni kill-primary) about a second after
 // the previous failover is done and its lost node back as the standby; the
-// load ends after the third failover (--chaos-failovers 3). It returns
+// load ends after the third failover (--chaos-failovers 3), or after
+// IDEM_TEST_FAILOVERS of them: the longer run (docs/load.md). It returns
 // the report, the journal's path and the command's error.
 func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (r loadrun.Report, journal string, err error) {
 	t.Helper()
+	failovers := testFailovers(t)
 	natsURL, _ := startNATS(t)
 	// Short deadlines so a request to the lost primary is answered 503
 	// within seconds, and a short lease so the relay's shards move on.
@@ -37,7 +40,7 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (r loadr
 	args := append([]string{"--chaos", "--db", c.URL, "--serve-bin", binary(t), "--serve-config", serveCfg,
 		"--kill-every", "1h", "--chaos-failover", c.KillPrimaryCommand(), "--chaos-failover-every", "1s",
 		"--chaos-db-timeout", "3m", "--nats", natsURL, "--journal", journal,
-		"--chaos-failovers", "3", "--duration", "5m", "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
+		"--chaos-failovers", strconv.Itoa(failovers), "--duration", (time.Duration(failovers)*time.Minute + 2*time.Minute).String(), "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
 	r, err = loadRun(t, args...)
 	for _, f := range r.Faults {
 		t.Logf("%s at %.1fs: command %.0f ms, first failed request %.0f ms, first success after it %.0f ms (recovered %v), %d requests failed",
@@ -49,6 +52,19 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (r loadr
 		t.Logf("cluster logs:\n%s", c.Logs())
 	}
 	return r, journal, err
+}
+
+// testFailovers is the failovers a run makes: 3, or IDEM_TEST_FAILOVERS.
+func testFailovers(t *testing.T) int {
+	v := os.Getenv("IDEM_TEST_FAILOVERS")
+	if v == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		t.Fatalf("IDEM_TEST_FAILOVERS=%q: want 1..1000", v)
+	}
+	return n
 }
 
 // asOfWatch asks, about every second while a run goes on, for the
@@ -150,7 +166,7 @@ func TestPatroniSyncFailover(t *testing.T) {
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Failovers < 3 || r.Lost != 0 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
+	if r.Failovers < testFailovers(t) || r.Lost != 0 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
 		t.Fatalf("report: %+v", r)
 	}
 	w.check(t)
@@ -168,7 +184,7 @@ func TestPatroniAsyncFailover(t *testing.T) {
 	if err != nil || r.Violations != 0 {
 		t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
-	if r.Failovers < 3 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
+	if r.Failovers < testFailovers(t) || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
 		t.Fatalf("report: %+v", r)
 	}
 	t.Logf("asynchronous replication: %d of %d acknowledged operations lost in %d failovers", r.Lost, r.Acknowledged, r.Failovers)
