@@ -79,10 +79,10 @@ type lane[T any] struct {
 // gathering is a batch from when it is taken until its transaction has
 // begun: a request of its scope that arrives meanwhile, with no place
 // free for a batch of its own and nothing of its scope waiting, joins it
-// (up to MaxBatch) instead of waiting for the next batch, so that a batch waiting for a connection or for the
-// database's one writer carries everyone who came while it waited. Its
-// batch is guarded by Batcher.mu, and final once the lane's open is no
-// longer it.
+// (up to MaxBatch) instead of waiting for the next batch, so that a batch
+// waiting for a connection or for the database's one writer carries
+// everyone who came while it waited. Its batch is guarded by Batcher.mu,
+// and final once the lane's open is no longer it.
 type gathering[T any] struct {
 	lane   *lane[T]
 	batch  []*pending[T]
@@ -102,7 +102,8 @@ type batchHooks struct {
 	// had not begun.
 	joined func(Key)
 	// attempt is called with the keys of each transaction a batch
-	// begins, before it begins it.
+	// begins, before it begins it: for a batch's first, those in it so
+	// far (more may join while it begins).
 	attempt func([]Key)
 	// commit, when set, commits tx in place of tx.Commit: a test makes a
 	// commit fail after it happened.

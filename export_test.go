@@ -12,8 +12,9 @@ import (
 func SetJoinedHook(k *Keeper, f func(Key)) { k.testHooks.joined = f }
 
 // SetBatchHook makes b call f with the keys of each transaction a batch
-// begins, before it begins it: a test counts transactions and sees which
-// requests shared one. Call it before b is used.
+// begins, before it begins it (for a batch's first transaction, those in
+// it so far: more may join while it begins): a test counts transactions
+// and sees which requests shared one. Call it before b is used.
 func SetBatchHook[T any](b *Batcher[T], f func([]Key)) { b.testHooks.attempt = f }
 
 // SetCommitHook makes b commit each batch's transaction with f instead of
