@@ -40,7 +40,8 @@ func failoverRun(t *testing.T, c *testpatroni.Cluster, extra ...string) (r loadr
 	args := append([]string{"--chaos", "--db", c.URL, "--serve-bin", binary(t), "--serve-config", serveCfg,
 		"--kill-every", "1h", "--chaos-failover", c.KillPrimaryCommand(), "--chaos-failover-every", "1s",
 		"--chaos-db-timeout", "3m", "--nats", natsURL, "--journal", journal,
-		"--chaos-failovers", strconv.Itoa(failovers), "--duration", (time.Duration(failovers)*time.Minute + 2*time.Minute).String(), "--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
+		"--chaos-failovers", strconv.Itoa(failovers), "--duration", (time.Duration(failovers+2) * time.Minute).String(),
+		"--operations", "1000000", "--concurrency", "8", "--seed", "17"}, extra...)
 	r, err = loadRun(t, args...)
 	for _, f := range r.Faults {
 		t.Logf("%s at %.1fs: command %.0f ms, first failed request %.0f ms, first success after it %.0f ms (recovered %v), %d requests failed",
