@@ -657,12 +657,20 @@ func (b *Batcher[T]) take(l *lane[T]) []*pending[T] {
 
 // run runs g's batch and answers each of its requests once.
 func (b *Batcher[T]) run(g *gathering[T]) {
+	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
 	defer func() {
 		batch := b.seal(g)
 		for _, stop := range g.stops {
 			stop()
 		}
 		g.cancel()
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
+			for _, p := range batch {
+				span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(p.ctx)})
+			}
+		}
+		span.End()
 		// A panic outside the work is a bug of the batcher's. It goes on to
 		// the caller, but the batch's other requests must not wait forever.
 		if v := recover(); v != nil {
@@ -675,17 +683,6 @@ func (b *Batcher[T]) run(g *gathering[T]) {
 			}
 			panic(v)
 		}
-	}()
-	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
-	defer func() {
-		if span.IsRecording() {
-			batch := b.seal(g)
-			span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
-			for _, p := range batch {
-				span.AddLink(trace.Link{SpanContext: trace.SpanContextFromContext(p.ctx)})
-			}
-		}
-		span.End()
 	}()
 	b.attempt(ctx, nil, g)
 }

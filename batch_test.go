@@ -172,26 +172,26 @@ func (r *rig) holdWork(key string) holding {
 // instead, say).
 func (r *rig) waitQueued(n int) {
 	r.t.Helper()
-	deadline := time.After(time.Minute)
-	for i := range n {
-		select {
-		case <-r.queued:
-		case <-deadline:
-			r.t.Fatalf("%d of %d requests waited in the queue within a minute", i, n)
-		}
-	}
+	r.waitFor(r.queued, n, "waited in the queue")
 }
 
 // waitJoined returns once n more requests joined a batch that had not
 // begun, and fails the test when they do not within a minute.
 func (r *rig) waitJoined(n int) {
 	r.t.Helper()
+	r.waitFor(r.joined, n, "joined a batch")
+}
+
+// waitFor receives n keys from hook, a test hook's channel, and fails the
+// test when they do not come within a minute.
+func (r *rig) waitFor(hook <-chan idem.Key, n int, what string) {
+	r.t.Helper()
 	deadline := time.After(time.Minute)
 	for i := range n {
 		select {
-		case <-r.joined:
+		case <-hook:
 		case <-deadline:
-			r.t.Fatalf("%d of %d requests joined a batch within a minute", i, n)
+			r.t.Fatalf("%d of %d requests %s within a minute", i, n, what)
 		}
 	}
 }
