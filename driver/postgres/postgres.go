@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -155,8 +156,9 @@ type Driver struct {
 	migrations    []driver.Migration
 	migrateBudget time.Duration // migrationLockBudget; shorter in tests
 	replication   *replicationWatch
-	// pooler is set behind a transaction pooler; connConfig is then the
-	// pool's, for the migration lock's connection of its own.
+	// pooler is set behind a transaction pooler. connConfig is the
+	// pool's when the driver built it, for the connections of its own a
+	// migration takes (its lock behind a pooler, its statements else).
 	pooler     *pooler
 	connConfig *pgx.ConnConfig
 }
@@ -401,6 +403,18 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			return err
 		}
 		defer unlock()
+	} else if d.connConfig != nil {
+		// A pool of the driver's own: the migration runs on a connection
+		// that starts unbounded, so that no statement of it, not even the
+		// one lifting the bounds, runs under StatementTimeout.
+		cc := d.connConfig.Copy()
+		maps.Copy(cc.RuntimeParams, migrationSettings)
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			return mapErr(err)
+		}
+		defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // the migration's error matters
+		return d.migrateOn(ctx, conn)
 	}
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
