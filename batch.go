@@ -19,34 +19,19 @@ import (
 )
 
 // Batcher coalesces concurrent first arrivals into one transaction ("group
-// commit"): where Keeper.Do spends a transaction on each request, a Batcher
-// spends one on all the requests that arrived while its batches ran, up to
-// BatchConfig.MaxBatch. Each request is still all-or-nothing and answered
-// only once its batch committed; Batcher.Do keeps everything Keeper.Do does
-// but the transaction of its own. A batch that fails for a reason one of
-// its requests may cause is rolled back and tried again in halves, down to
-// single requests, so that one request's fault is answered to it alone.
+// commit"), up to BatchConfig.MaxBatch requests a transaction. Each request
+// is still all-or-nothing and answered only once its batch committed:
+// Batcher.Do keeps everything Keeper.Do does but the transaction of its
+// own. A batch that fails for a reason one of its requests may cause is
+// tried again in halves, down to single requests.
 //
-// It has no goroutine and no timer of its own: a request that finds no
-// batch running runs one at once, so a lone request costs what Do costs;
-// otherwise it waits, and what waits starts a batch when one ends, or
-// beside the running ones (up to Concurrency) once as many requests wait
-// as a running batch carries on average (startable), or once it has waited
-// a quarter of MaxWait. docs/architecture.md, "Group commit", says what the
-// knobs trade.
-//
-// Scopes (Key.Scope: the service's tenants) do not share batches: a batch
-// carries one scope's requests, so that a request waiting on a row lock
-// its own scope holds holds back only its own scope. Everything above is
-// per scope: a request runs at once when nothing of its scope runs or
-// waits, and waits for company among its own scope's. The places go to
-// the waiting scopes in turn, and a scope holding its share of them
-// (BatchConfig.Share) takes another only while no scope below its share
-// waits. A scope with no batch running takes a place beside the
-// Concurrency ones when those are full (up to as many again), so that a
-// scope whose batches all sit on its own locks cannot keep another's
-// requests waiting for them. With one scope it runs as it would with
-// none.
+// It has no goroutine and no timer of its own: a request that finds
+// nothing of its scope (Key.Scope: the tenant) running or waiting runs a
+// batch at once, in its own goroutine; otherwise it waits, and a batch of
+// what waits is run by the oldest waiting request's goroutine. A batch
+// carries one scope's requests. docs/architecture.md, "Group commit", says
+// when batches start, how scopes share the places, and what the knobs
+// trade.
 type Batcher[T any] struct {
 	k     *Keeper
 	work  BatchWork[T]
@@ -55,7 +40,7 @@ type Batcher[T any] struct {
 
 	mu      sync.Mutex
 	idle    sync.Cond           // running fell to 0: for Close
-	running int                 // batches running, of every scope; while 0, nothing waits
+	running int                 // batches running, of every scope
 	waiting int                 // requests waiting to be taken, of every scope (MaxQueued)
 	lanes   map[string]*lane[T] // the scopes with a batch running or a request waiting
 	turns   []*lane[T]          // the scopes with requests waiting, in the order they take places
@@ -64,52 +49,80 @@ type Batcher[T any] struct {
 	testHooks batchHooks
 }
 
-// lane is one scope's part of a Batcher. Its fields are guarded by
-// Batcher.mu.
+// lane is one scope's part of a Batcher, guarded by Batcher.mu.
 type lane[T any] struct {
 	scope   string
 	running int           // its batches running
 	carried int           // requests in its running batches
-	queue   []*pending[T] // oldest first; holds given-up requests until compacted
-	waiting int           // requests in queue still waiting to be taken
-	stale   int           // requests in queue that gave up
+	queue   []*pending[T] // its requests waiting to be taken, oldest first
 	open    *gathering[T] // its newest batch while it waits to begin, which arrivals join
 }
 
 // gathering is a batch from when it is taken until its transaction has
-// begun: a request of its scope that arrives meanwhile, with no place
-// free for a batch of its own and nothing of its scope waiting, joins it
-// (up to MaxBatch) instead of waiting for the next batch, so that a batch
-// waiting for a connection or for the database's one writer carries
-// everyone who came while it waited. Its batch is guarded by Batcher.mu,
-// and final once the lane's open is no longer it.
+// begun, open meanwhile to arrivals of its scope (see submit). Its batch is
+// guarded by Batcher.mu, and final once the lane's open is no longer it.
 type gathering[T any] struct {
-	lane   *lane[T]
-	batch  []*pending[T]
-	ctx    context.Context // the batch's: ended once every caller in it has gone
+	lane  *lane[T]
+	batch []*pending[T]
+	*callers
+}
+
+// callers is a context of its own for work shared by several callers,
+// ended once every caller that joined it has gone: one caller's hang-up
+// must not fail its neighbours' work.
+type callers struct {
+	ctx    context.Context
 	cancel context.CancelFunc
-	left   atomic.Int64 // callers in batch still there; at 0 ctx ends and nobody joins
+	left   atomic.Int64 // callers still there; at 0 ctx ends and nobody joins
 	stops  []func() bool
+}
+
+func newCallers(parent context.Context) *callers {
+	ctx, cancel := context.WithCancel(parent)
+	return &callers{ctx: ctx, cancel: cancel}
+}
+
+// join adds the callers of ctxs unless every caller that joined before
+// has gone. They are counted before any can leave, so that one already
+// gone does not end c's context while the others are there. It is not
+// safe for concurrent use.
+func (c *callers) join(ctxs ...context.Context) bool {
+	for {
+		n := c.left.Load()
+		if n == 0 && len(c.stops) > 0 {
+			return false
+		}
+		if c.left.CompareAndSwap(n, n+int64(len(ctxs))) {
+			break
+		}
+	}
+	for _, ctx := range ctxs {
+		c.stops = append(c.stops, context.AfterFunc(ctx, func() {
+			if c.left.Add(-1) == 0 {
+				c.cancel()
+			}
+		}))
+	}
+	return true
+}
+
+// end lets the callers' contexts go and ends c's.
+func (c *callers) end() {
+	for _, stop := range c.stops {
+		stop()
+	}
+	c.cancel()
 }
 
 // batchHooks let tests see the batches without sleeping; set only by
 // export_test.go, before the batcher is used, and nil in production.
 type batchHooks struct {
-	// queued is called with each request's key once it waits in the
-	// queue (not when it starts a batch as it arrives).
-	queued func(Key)
-	// joined is called with a request's key once it joined a batch that
-	// had not begun.
-	joined func(Key)
-	// attempt is called with the keys of each transaction a batch
-	// begins, before it begins it: for a batch's first, those in it so
-	// far (more may join while it begins).
-	attempt func([]Key)
-	// commit, when set, commits tx in place of tx.Commit: a test makes a
-	// commit fail after it happened.
+	queued  func(Key)   // a request waits in the queue
+	joined  func(Key)   // a request joined a batch that had not begun
+	attempt func([]Key) // a transaction is to begin, with the keys in it so far
+	// commit, when set, commits tx in place of tx.Commit.
 	commit func(ctx context.Context, tx driver.TxCloser) error
-	// ended is called once a batch has freed its place or handed it on.
-	ended func()
+	ended  func() // a batch freed its place or handed it on
 }
 
 // BatchWork is the work of a batch of first arrivals, run inside the one
@@ -118,18 +131,15 @@ type batchHooks struct {
 // roll back tx. A result for each item is required: anything else is a bug,
 // reported as an error.
 //
-// Returning an error, or panicking, rolls the whole batch back; the keeper
-// then tries the items again in smaller batches, down to one item, so the
-// work must be safe to run again for an item after a rollback, as Work is
-// for a retry. The error (a panic: a *PanicError) reaches only the request
-// whose work fails alone.
+// Returning an error, or panicking, rolls the whole batch back; the items
+// are then tried again in smaller batches, down to one, so the work must be
+// safe to run again for an item after a rollback. The error (a panic: a
+// *PanicError) reaches only the request whose work fails alone.
 //
 // ctx is the batch's: it carries none of the callers' values, and is done
 // only when every caller in the batch gave up. Put what the work needs to
-// know of a request in its item.
-//
-// The work's own statements run as written, under the session's planner
-// settings: idem's settings apply to idem's statements only.
+// know of a request in its item. The work's statements run under the
+// session's own planner settings.
 type BatchWork[T any] func(ctx context.Context, tx driver.Tx, items []T) ([]ItemResult, error)
 
 // ItemResult is the answer of a batch's work for one item.
@@ -151,16 +161,10 @@ type BatchConfig struct {
 	// to retry when one request fails. Default 128; bound 1..1000.
 	MaxBatch int
 	// Concurrency is how many batches run at once, each on a connection of
-	// its own. More batches answer sooner when clients are few; fewer make
-	// larger batches, and spend fewer transactions, when they are many.
-	// Default 2: one batch can run its statements while the other waits
-	// for its commit. A batch starts beside running ones only once as many
-	// requests wait as they carry on average (see Batcher), since a
-	// batch's statements cost about as much for one request as for ten
-	// (docs/benchmarks.md, "Group commit"). 1 on SQLite: with one writer a
-	// second batch only queues for it, holding requests that would have
-	// joined the next batch. Scopes that meet may run up to as many
-	// again beside them (see Share). Bound 1..64.
+	// its own: more answer sooner when clients are few, fewer make larger
+	// batches when they are many. Default 2, and 1 where the driver has
+	// one writer (SQLite). Scopes that meet may run up to as many again
+	// beside them (see Share). Bound 1..64.
 	Concurrency int
 	// MaxQueued bounds the requests waiting to be taken into a batch; the
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
@@ -171,14 +175,11 @@ type BatchConfig struct {
 	// database is not keeping up, and the client is better told to retry.
 	// Default 1s; bound 1ms..60s.
 	MaxWait time.Duration
-	// Share bounds the places one scope's batches (Key.Scope: a tenant)
-	// hold while another scope waits for one: ceil(Share × Concurrency),
-	// at least one. A scope alone uses every place; beyond its share it
-	// takes a free place only while no scope below its share waits. A
-	// scope with no batch running is never kept waiting by the others'
-	// batches: it takes a place beside them, so that batches may hold up
-	// to 2 × Concurrency connections while scopes meet. Default 0.5 (with
-	// Concurrency 2, one place each for two tenants); bound 0 < Share ≤ 1.
+	// Share bounds the places one scope (Key.Scope: a tenant) holds while
+	// another waits for one: ceil(Share × Concurrency), at least one. A
+	// scope with no batch running takes a place beside the others', so
+	// batches may hold up to 2 × Concurrency connections while scopes
+	// meet. Default 0.5; bound 0 < Share ≤ 1.
 	Share float64
 }
 
@@ -221,7 +222,7 @@ func (c BatchConfig) validate() error {
 }
 
 // pending is one request from the moment it is submitted until its batch
-// answers it. taken and gaveUp are guarded by Batcher.mu; res and err are
+// answers it. taken is guarded by Batcher.mu; res and err are
 // written before done is closed and read only after.
 type pending[T any] struct {
 	ctx      context.Context // the caller's; its span is linked from the batch's
@@ -231,7 +232,6 @@ type pending[T any] struct {
 	deadline time.Time          // its waits for row locks, over all its attempts, end by then
 	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
 	taken    bool               // it is in a batch, which answers it
-	gaveUp   bool               // MaxWait or the caller's ctx ended its wait first
 	next     chan *gathering[T] // the batch its goroutine is to run (it is the first in it)
 	done     chan struct{}
 	res      Result
@@ -339,9 +339,10 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 	return makeItem(ctx)
 }
 
-// submit runs a request in a batch of its own when nothing of its scope
-// runs or waits and a place is free for it, or queues it, and returns its
-// answer.
+// submit runs a request at once when nothing of its scope runs or waits
+// and a place is free; puts it in its scope's batch that has not begun
+// when no place is free and nothing of its scope waits; or queues it. It
+// returns the request's answer.
 func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
 	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
 		next: make(chan *gathering[T], 1), done: make(chan struct{})}
@@ -357,9 +358,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	p.lane = l
 	switch {
-	case l.waiting == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && !b.placeFor(l, b.below(l)) && l.open.join(p):
-		// No place for a batch of its own, and its scope's newest batch
-		// has not begun yet: it rides in it.
+	case len(l.queue) == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && !b.placeFor(l) && l.open.join(p):
 		l.carried++
 		b.mu.Unlock()
 		if h := b.testHooks.joined; h != nil {
@@ -367,10 +366,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 		}
 		<-p.done
 		return p.res, p.err
-	case l.running == 0 && l.waiting == 0 && b.placeFor(l, b.below(l)):
-		// Nothing of its scope runs or waits, so this request is alone:
-		// it runs now. (With one scope: no batch runs, since nothing
-		// waits while none runs.)
+	case l.running == 0 && len(l.queue) == 0 && b.placeFor(l):
 		b.running++
 		l.running++
 		l.carried++
@@ -385,11 +381,11 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
 	l.queue = append(l.queue, p)
-	if l.waiting++; l.waiting == 1 {
+	if len(l.queue) == 1 {
 		b.turns = append(b.turns, l)
 	}
 	b.waiting++
-	if b.startable(l, b.below(l)) {
+	if b.startable(l) {
 		b.handOn(l)
 	}
 	waits := !p.taken
@@ -412,7 +408,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 		case <-impatient:
 			impatient = nil
 			b.mu.Lock()
-			if !p.taken && b.placeFor(l, b.below(l)) {
+			if !p.taken && b.placeFor(l) {
 				b.handOn(l)
 			}
 			b.mu.Unlock()
@@ -442,31 +438,13 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 		return false
 	}
 	l := p.lane
-	p.gaveUp = true
 	p.queued.End()
 	b.waiting--
-	if l.waiting--; l.waiting == 0 {
-		// Nothing of its scope waits: it leaves the turns, and the
-		// given-up requests with it.
+	i := slices.Index(l.queue, p)
+	l.queue = slices.Delete(l.queue, i, i+1)
+	if len(l.queue) == 0 {
 		b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
-		clear(l.queue)
-		l.queue, l.stale = l.queue[:0], 0
 		b.forget(l)
-		return true
-	}
-	// Given-up requests stay in the queue until a batch passes them; when
-	// they are most of it, drop them now, so that the queue stays bounded
-	// however long the batches take.
-	if l.stale++; l.stale > len(l.queue)/2 {
-		n := 0
-		for _, q := range l.queue {
-			if !q.gaveUp {
-				l.queue[n] = q
-				n++
-			}
-		}
-		clear(l.queue[n:])
-		l.queue, l.stale = l.queue[:n], 0
 	}
 	return true
 }
@@ -474,15 +452,13 @@ func (b *Batcher[T]) giveUp(p *pending[T]) bool {
 // forget drops l once nothing of its scope runs or waits, so that the
 // lanes are only the scopes of the moment. b.mu is held.
 func (b *Batcher[T]) forget(l *lane[T]) {
-	if l.running == 0 && l.waiting == 0 {
+	if l.running == 0 && len(l.queue) == 0 {
 		delete(b.lanes, l.scope)
 	}
 }
 
-// lead runs g's batch in the calling goroutine, then hands what waits to
-// the oldest waiting request's goroutine of the next scope in turn whose
-// requests may start a batch (startable), or frees its place among the
-// Concurrency batches.
+// lead runs g's batch in the calling goroutine, then hands its place to
+// the first scope in turn whose requests are startable, or frees it.
 func (b *Batcher[T]) lead(g *gathering[T]) {
 	defer func() {
 		b.mu.Lock()
@@ -490,8 +466,8 @@ func (b *Batcher[T]) lead(g *gathering[T]) {
 		b.running--
 		l.running--
 		l.carried -= len(g.batch)
-		if next := b.nextInTurn(); next != nil {
-			b.handOn(next)
+		if i := slices.IndexFunc(b.turns, b.startable); i >= 0 {
+			b.handOn(b.turns[i])
 		} else if b.running == 0 {
 			b.idle.Broadcast()
 		}
@@ -507,38 +483,27 @@ func (b *Batcher[T]) lead(g *gathering[T]) {
 // gather makes batch l's newest, open to the requests that arrive until
 // its transaction begins. b.mu is held.
 func (b *Batcher[T]) gather(l *lane[T], batch []*pending[T]) *gathering[T] {
-	// The batch runs under a context of its own, ended only when every
-	// caller in it has gone: one caller's hang-up must not roll back its
-	// neighbours. It carries the batch's one scope (ScopeFrom), so that
-	// what begins its transaction can tell whose it is.
-	ctx, cancel := context.WithCancel(withScope(context.Background(), l.scope))
-	g := &gathering[T]{lane: l, ctx: ctx, cancel: cancel}
-	for _, p := range batch {
-		g.join(p)
-	}
+	// The batch's context carries its scope (ScopeFrom).
+	g := &gathering[T]{lane: l, callers: newCallers(withScope(context.Background(), l.scope))}
+	g.join(batch...)
 	l.open = g
 	return g
 }
 
-// join adds p to g's batch unless every caller in it has gone (its
-// context ended). b.mu is held.
-func (g *gathering[T]) join(p *pending[T]) bool {
-	for {
-		n := g.left.Load()
-		if n == 0 && len(g.batch) > 0 {
-			return false
-		}
-		if g.left.CompareAndSwap(n, n+1) {
-			break
-		}
+// join adds ps to g's batch unless every caller in it has gone. b.mu is
+// held.
+func (g *gathering[T]) join(ps ...*pending[T]) bool {
+	ctxs := make([]context.Context, len(ps))
+	for i, p := range ps {
+		ctxs[i] = p.ctx
 	}
-	p.taken = true
-	g.batch = append(g.batch, p)
-	g.stops = append(g.stops, context.AfterFunc(p.ctx, func() {
-		if g.left.Add(-1) == 0 {
-			g.cancel()
-		}
-	}))
+	if !g.callers.join(ctxs...) {
+		return false
+	}
+	for _, p := range ps {
+		p.taken = true
+	}
+	g.batch = append(g.batch, ps...)
 	return true
 }
 
@@ -552,70 +517,33 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 	return g.batch
 }
 
-// placeFor reports whether a batch of l's scope may take a place now,
-// below being b.below(l): one of the Concurrency places while one is
-// free, unless l's scope holds its share of them and a scope below its
-// share waits; or, for a scope with no batch running, a place beside
-// them, up to as many again. b.mu is held.
-func (b *Batcher[T]) placeFor(l *lane[T], below int) bool {
+// placeFor reports whether a batch of l's scope may take a place now: one
+// of the Concurrency places while one is free, unless l's scope holds its
+// share of them and another scope below its share waits; or, for a scope
+// with no batch running, a place beside them, up to as many again. b.mu is
+// held.
+func (b *Batcher[T]) placeFor(l *lane[T]) bool {
 	switch {
 	case b.running < b.cfg.Concurrency:
-		return l.running < b.share || below == 0
+		return l.running < b.share || !slices.ContainsFunc(b.turns, func(o *lane[T]) bool {
+			return o != l && o.running < b.share
+		})
 	case l.running == 0:
 		return b.running < 2*b.cfg.Concurrency
 	}
 	return false
 }
 
-// below counts the scopes other than l's below their share whose requests
-// wait. b.mu is held.
-func (b *Batcher[T]) below(l *lane[T]) int {
-	n := 0
-	for _, o := range b.turns {
-		if o != l && o.running < b.share {
-			n++
-		}
-	}
-	return n
-}
-
 // startable reports whether what waits of l's scope should start a batch
-// now, below being b.below(l). It does whenever a place is free for it
-// and none of its scope's batches runs; beside its scope's running
-// batches only once as many of its requests wait as one of them carries
-// on average, so that the database spends its per-transaction cost on
-// batches of about one size rather than on a stream of small ones. b.mu
-// is held.
-func (b *Batcher[T]) startable(l *lane[T], below int) bool {
-	if l.waiting == 0 || !b.placeFor(l, below) {
-		return false
-	}
-	return l.running == 0 || l.waiting*l.running >= l.carried
-}
-
-// nextInTurn returns the first scope in turn whose requests are startable,
-// or nil. b.mu is held.
-func (b *Batcher[T]) nextInTurn() *lane[T] {
-	needy := 0 // scopes below their share whose requests wait
-	for _, l := range b.turns {
-		if l.running < b.share {
-			needy++
-		}
-	}
-	for _, l := range b.turns {
-		below := needy
-		if l.running < b.share {
-			below--
-		}
-		if b.startable(l, below) {
-			return l
-		}
-	}
-	return nil
+// now: when a place is free for it and, beside its scope's running
+// batches, once as many of its requests wait as one of them carries on
+// average. b.mu is held.
+func (b *Batcher[T]) startable(l *lane[T]) bool {
+	return len(l.queue) > 0 && b.placeFor(l) && (l.running == 0 || len(l.queue)*l.running >= l.carried)
 }
 
 // handOn starts a batch of what waits of l's scope, run by its oldest
-// waiting request's goroutine. b.mu is held and l.waiting is above 0.
+// waiting request's goroutine. b.mu is held and l.queue is not empty.
 func (b *Batcher[T]) handOn(l *lane[T]) {
 	next := b.take(l)
 	b.running++
@@ -624,33 +552,21 @@ func (b *Batcher[T]) handOn(l *lane[T]) {
 	next[0].next <- b.gather(l, next)
 }
 
-// take removes up to MaxBatch waiting requests from the head of l's queue
-// and sends l's scope to the back of the turns, or out of them when
-// nothing of it waits any more. b.mu is held and l.waiting is above 0.
+// take removes up to MaxBatch requests from the head of l's queue and
+// sends l's scope to the back of the turns, or out of them when nothing of
+// it waits any more. b.mu is held and l.queue is not empty.
 func (b *Batcher[T]) take(l *lane[T]) []*pending[T] {
-	batch := make([]*pending[T], 0, min(l.waiting, b.cfg.MaxBatch))
-	i := 0
-	for ; i < len(l.queue) && len(batch) < b.cfg.MaxBatch; i++ {
-		p := l.queue[i]
-		if p.gaveUp {
-			l.stale--
-			continue
-		}
+	n := min(len(l.queue), b.cfg.MaxBatch)
+	batch := slices.Clone(l.queue[:n])
+	l.queue = slices.Delete(l.queue, 0, n)
+	for _, p := range batch {
 		p.taken = true
 		p.queued.End()
-		batch = append(batch, p)
 	}
-	n := copy(l.queue, l.queue[i:])
-	clear(l.queue[n:])
-	l.queue = l.queue[:n]
-	l.waiting -= len(batch)
-	b.waiting -= len(batch)
+	b.waiting -= n
 	b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
-	if l.waiting > 0 {
+	if len(l.queue) > 0 {
 		b.turns = append(b.turns, l)
-	} else {
-		clear(l.queue) // given-up requests only
-		l.queue, l.stale = l.queue[:0], 0
 	}
 	return batch
 }
@@ -660,10 +576,7 @@ func (b *Batcher[T]) run(g *gathering[T]) {
 	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
 	defer func() {
 		batch := b.seal(g)
-		for _, stop := range g.stops {
-			stop()
-		}
-		g.cancel()
+		g.end()
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("idem.batch.size", len(batch)))
 			for _, p := range batch {
@@ -717,10 +630,9 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering
 }
 
 // itemMayCause reports whether err may be one request's doing, so that
-// trying the requests apart can help: not a context that ended, nor a
-// database that is unavailable (a lost connection, a closed pool), which
-// fail every part alike. A failed commit is the exception (try marks it):
-// it may have happened, and the parts' claims then find their records.
+// trying the requests apart can help: a failed commit (it may have
+// happened, and the halves' claims then find their records), but not an
+// ended context nor an unavailable database, which fail every half alike.
 func itemMayCause(err error) bool {
 	var c *commitError
 	switch {
@@ -787,12 +699,10 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T])
 		commit = func(ctx context.Context) error { return h(ctx, tx) }
 	}
 	if err := commit(ctx); err != nil {
-		// The commit may have happened all the same (the connection was
-		// lost on the way back): the retry that splitting makes then finds
-		// the records and answers them as replays of their own outcomes.
-		// Not when the database said it committed without the standbys it
-		// must wait for: that replay would acknowledge what a failover
-		// may lose, so every request of the batch gets the error.
+		// A commit lost on the way back may have happened: the halves'
+		// claims then find the records and replay them. Not one that
+		// happened without its standbys: a replay would acknowledge what
+		// a failover may lose.
 		if errors.Is(err, ErrUnreplicated) {
 			return ps, nil, true, err
 		}

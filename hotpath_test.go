@@ -188,6 +188,53 @@ func TestBatcherEveryCallerCancelled(t *testing.T) {
 	})
 }
 
+// A batch whose oldest request's caller has gone, before its goroutine
+// could withdraw it from the queue, still carries the others: the batch's
+// context ends only once every caller in it has gone, and each request is
+// answered.
+func TestBatcherTakesGoneCallerWithOthers(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1})
+		aQueued, stall := make(chan struct{}), make(chan struct{})
+		idem.SetQueuedHook(r.b, func(k idem.Key) {
+			if k.Key == "a" { // a's goroutine stops here, its request in the queue
+				close(aQueued)
+				<-stall
+			}
+			r.queued <- k
+		})
+		release := r.hold("hold")
+		ctx, cancel := context.WithCancel(context.Background())
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(ctx, req("a", `{}`), thing{key: "a", body: `{"a":1}`})
+			aDone <- err
+		}()
+		<-aQueued
+		bDone := make(chan error, 1)
+		go func() {
+			_, err := r.b.Do(context.Background(), req("b", `{}`), thing{key: "b", body: `{"b":1}`})
+			bDone <- err
+		}()
+		r.waitQueued(1)
+		cancel()
+		release() // the next batch takes a, whose caller has gone, and b
+		close(stall)
+		select {
+		case err := <-bDone:
+			if err != nil || r.stored("b") != `{"b":1}` {
+				t.Fatalf("b beside a gone caller: %v, stored %q", err, r.stored("b"))
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("b was never answered: taken from the queue, but left out of its batch")
+		}
+		if err := <-aDone; err != nil || r.stored("a") != `{"a":1}` {
+			t.Fatalf("a, taken into a batch that committed: %v, stored %q", err, r.stored("a"))
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"hold"}, []string{"a", "b"})
+	})
+}
+
 // The janitor skips an expired record another transaction holds (a claim
 // replacing it, as a batch's claims do in key order) instead of waiting on
 // it: it deletes the rest and never deadlocks against the claims.

@@ -4,28 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/idemhq/idem/driver"
 )
 
-// The fast path's reads, coalesced. Do and Batcher.Do begin with a read of
-// their key's record (while such reads find records often enough, below).
-// Where a read is a round trip (driver.KeyReadBatcher), the reads of the
-// moment share one, with no timer:
-//
-//   - a read that finds none in flight goes at once, alone, on KeyGet's
-//     own statement: at low load nothing waits;
-//   - otherwise it waits in the queue (at most readMaxQueued), and a round
-//     trip that ends hands up to readMaxBatch waiting reads to the oldest
-//     one's goroutine, which sends them as the next;
-//   - a read that brings the queue to readWorthATrip sends it at once,
-//     beside the round trips in flight, up to readMaxTrips of them.
-//
-// Each read is answered once, by the round trip that carried it. The
-// constants' figures are in docs/benchmarks.md, "The hot path's
-// mechanisms".
+// The fast path's reads, coalesced where a read is a round trip
+// (driver.KeyReadBatcher): a read that finds none in flight goes at once,
+// alone; the others wait, and the oldest waiting read's goroutine sends up
+// to readMaxBatch of them when a round trip ends, or at once when
+// readWorthATrip wait and fewer than readMaxTrips are in flight. Each read
+// is answered once, by the round trip that carried it.
+// docs/architecture.md, "Coalesced reads"; the constants' figures:
+// docs/benchmarks.md, "The hot path's mechanisms".
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32
@@ -45,11 +38,9 @@ const (
 // request learns nothing and goes on to its claim.
 var errReadSkipped = errors.New("idem: read queue full")
 
-// Whether to read at all. A first arrival pays for its read and still
-// claims; a request that does not read is still answered right, by its
-// claim, which finds the committed record. So where reads are round trips,
-// requests read first only while at least one in readWorth of the last
-// readWindow found a committed record, by its read or by its claim.
+// Where reads are round trips, requests read first only while at least one
+// in readWorth of the last readWindow found a committed record, by its read
+// or by its claim: a request that does not read is answered by its claim.
 const (
 	readWindow = 256
 	readWorth  = 4
@@ -87,8 +78,7 @@ type reads struct {
 
 	mu      sync.Mutex
 	running int     // round trips in flight; while 0, nothing waits
-	queue   []*read // oldest first; holds given-up reads until a batch passes them
-	waiting int     // reads in queue still waiting to be taken
+	queue   []*read // reads waiting to be taken, oldest first
 
 	policy readPolicy
 
@@ -109,22 +99,19 @@ func (s *reads) note(found bool) {
 // readHooks let tests see the queue without sleeping; set only by
 // export_test.go, before the keeper is used, and nil in production.
 type readHooks struct {
-	// queued is called with each read's key once it waits in the queue.
-	queued func(driver.KeyID)
-	// sent is called with the keys of each round trip, before it is sent.
-	sent func([]driver.KeyID)
+	queued func(driver.KeyID)   // a read waits in the queue
+	sent   func([]driver.KeyID) // a round trip is to be sent
 }
 
 // read is one caller's read while it waits for a batch and until the
-// batch answers it. taken, leads and gaveUp are guarded by reads.mu; rec,
-// err and answered are written by the batch's goroutine before it wakes
-// the read's, which reads them only after.
+// batch answers it. taken and leads are guarded by reads.mu; rec, err and
+// answered are written by the batch's goroutine before it wakes the
+// read's, which reads them only after.
 type read struct {
-	ctx    context.Context
-	id     driver.KeyID
-	taken  bool // in a batch, which answers it
-	leads  bool // its goroutine sends the batch (it is the first in it)
-	gaveUp bool // its caller's ctx ended before it was taken
+	ctx   context.Context
+	id    driver.KeyID
+	taken bool // in a batch, which answers it
+	leads bool // its goroutine sends the batch (it is the first in it)
 	// wake carries the batch the read's goroutine is to send, or nil once
 	// the read is answered: one of the two, once, so it never blocks.
 	wake     chan []*read
@@ -153,15 +140,14 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 		defer s.handOn()
 		return s.alone(ctx, id)
 	}
-	if s.waiting >= s.maxQueued {
+	if len(s.queue) >= s.maxQueued {
 		s.mu.Unlock()
 		return nil, errReadSkipped
 	}
 	r := &read{ctx: ctx, id: id, wake: make(chan []*read, 1)}
 	s.queue = append(s.queue, r)
-	s.waiting++
 	var full []*read
-	if s.waiting >= readWorthATrip && s.running < readMaxTrips {
+	if len(s.queue) >= readWorthATrip && s.running < readMaxTrips {
 		// Enough for a round trip: it goes now, beside those in flight.
 		s.running++
 		full = s.take()
@@ -186,8 +172,8 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 	s.mu.Lock()
 	switch {
 	case !r.taken:
-		r.gaveUp = true
-		s.waiting--
+		i := slices.Index(s.queue, r)
+		s.queue = slices.Delete(s.queue, i, i+1)
 		s.mu.Unlock()
 		return nil, ctx.Err()
 	case !r.leads:
@@ -234,26 +220,18 @@ func (s *reads) handOn() {
 	next[0].wake <- next
 }
 
-// take removes up to readMaxBatch waiting reads from the head of the
-// queue, and the given-up ones it passes. s.mu is held.
+// take removes up to readMaxBatch reads from the head of the queue. s.mu
+// is held.
 func (s *reads) take() []*read {
-	if s.waiting == 0 {
-		clear(s.queue)
-		s.queue = s.queue[:0]
+	n := min(len(s.queue), readMaxBatch)
+	if n == 0 {
 		return nil
 	}
-	batch := make([]*read, 0, min(s.waiting, readMaxBatch))
-	i := 0
-	for ; i < len(s.queue) && len(batch) < readMaxBatch; i++ {
-		if r := s.queue[i]; !r.gaveUp {
-			r.taken = true
-			batch = append(batch, r)
-		}
+	batch := slices.Clone(s.queue[:n])
+	s.queue = slices.Delete(s.queue, 0, n)
+	for _, r := range batch {
+		r.taken = true
 	}
-	n := copy(s.queue, s.queue[i:])
-	clear(s.queue[n:])
-	s.queue = s.queue[:n]
-	s.waiting -= len(batch)
 	return batch
 }
 
@@ -275,35 +253,17 @@ func (s *reads) send(batch []*read) {
 		r.answer(s.alone(r.ctx, r.id))
 		return
 	}
-	ids := make([]driver.KeyID, len(batch))
+	ids, ctxs := make([]driver.KeyID, len(batch)), make([]context.Context, len(batch))
 	for i, r := range batch {
-		ids[i] = r.id
+		ids[i], ctxs[i] = r.id, r.ctx
 	}
 	if h := s.testHooks.sent; h != nil {
 		h(ids)
 	}
-	// The batch reads under a context of its own, ended only when every
-	// caller in it has gone: one caller's hang-up must not fail the others'
-	// reads.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
-	gone := func() {
-		if left.Add(-1) == 0 {
-			cancel()
-		}
-	}
-	stops := make([]func() bool, len(batch))
-	for i, r := range batch {
-		stops[i] = context.AfterFunc(r.ctx, gone)
-	}
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}()
-	recs, err := s.batch.KeyGetBatch(ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
+	c := newCallers(context.Background())
+	defer c.end()
+	c.join(ctxs...)
+	recs, err := s.batch.KeyGetBatch(c.ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
 	if err == nil && len(recs) != len(batch) {
 		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(batch), len(recs))
 	}
