@@ -1,39 +1,3 @@
-// Package idem makes retried work happen once.
-//
-// The dangerous request is not the first one: it is the same request
-// arriving again — a provider redelivering a webhook, a queue redelivering a
-// message, a client that never heard the answer. The Keeper runs an
-// operation's work in one database transaction together with the claim of
-// its idempotency key and the storage of its outcome:
-//
-//   - the claim is an INSERT under a unique constraint, so the database, not
-//     a check in Go, decides which of two concurrent copies does the work;
-//   - the work, its outgoing messages (package outbox) and the stored outcome
-//     commit together, or not at all;
-//   - a copy that arrives later gets the stored outcome back, marked as a
-//     replay, so its sender can stop; a copy whose request differs gets
-//     ErrKeyReused; a copy that arrives while the first still runs waits,
-//     bounded, then replays or gets ErrInFlight;
-//   - business failures are outcomes and are stored; an error returned by
-//     the work is transient: everything rolls back, nothing is stored, and a
-//     retry does the work;
-//   - a panic in the work is a bug, not an outcome: it rolls back like an
-//     error, is logged and returned as a *PanicError, and leaves the key
-//     free for the retry.
-//
-// A Batcher does the same for many requests at once ("group commit"): the
-// first arrivals of the moment share one transaction, with one statement
-// claiming all their keys and one storing all their answers, and each is
-// still all-or-nothing and answered alone. It pays when requests arrive
-// faster than the database commits them one by one.
-//
-// Storage is pluggable through package driver: driver/postgres for
-// production, driver/sqlite for the embedded default.
-//
-// Package idemhttp puts the Keeper in front of net/http handlers, and
-// package idemtest checks a handler built on it in one line per test
-// (SendTwice, SendConcurrently, DoTwice, KillRelay). docs/architecture.md
-// draws the transaction boundary; docs/keys.md says how to choose the key.
 package idem
 
 import (
@@ -215,9 +179,7 @@ type Keeper struct {
 // testHooks let tests see inside the keeper without sleeping; set only by
 // export_test.go, before the keeper is used, and nil in production.
 type testHooks struct {
-	// joined is called when a copy joins an in-process twin's flight, just
-	// before it waits for it.
-	joined func(Key)
+	joined func(Key) // a copy is to wait for an in-process twin's flight
 }
 
 // flight is one in-process attempt at a key that later copies join instead
@@ -299,10 +261,8 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	}
 	id := req.Key.id()
 
-	// Fast path: a completed record is immutable until it expires, so a
-	// plain read answers most duplicates in one round trip, which the
-	// reads of the moment share (read.go), while duplicates are common
-	// enough to pay for it. It decides no race: a miss goes on to the
+	// A completed record is immutable until it expires: a plain read
+	// answers a duplicate. It decides no race: a miss goes on to the
 	// claim, where the constraint decides.
 	if k.reads.first() {
 		rec, err := k.reads.get(ctx, id)
@@ -352,9 +312,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			wait.End()
 			return Result{}, ctx.Err()
 		}
-		if f.err != nil {
-			// The first copy stored nothing: this copy is now a retry and
-			// tries for itself, with what is left of its wait.
+		if f.err != nil { // the twin stored nothing: this copy tries, within its wait
 			lockWait = max(time.Millisecond, time.Until(waitUntil))
 			continue
 		}
@@ -632,33 +590,4 @@ func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
 		out.Header = h
 	}
 	return out, nil
-}
-
-// Record is a key's stored record as Lookup reads it: the fingerprint of
-// the request that made it, the outcome replayed to its copies (Header
-// decoded as Do replays it) and when it was made and expires.
-type Record struct {
-	Key         Key
-	Fingerprint []byte
-	Outcome     Outcome
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
-}
-
-// Lookup returns key's live record, or ErrNotFound when there is none or it
-// expired.
-func (k *Keeper) Lookup(ctx context.Context, key Key) (Record, error) {
-	rec, err := k.d.KeyGet(ctx, k.d.Reader(), &driver.KeyGetParams{ID: key.id()})
-	if err != nil {
-		return Record{}, err
-	}
-	if !rec.ExpiresAt.After(k.cfg.Clock()) {
-		return Record{}, fmt.Errorf("%w: key expired at %s", ErrNotFound, rec.ExpiresAt)
-	}
-	out, err := storedOutcome(key, rec)
-	if err != nil {
-		return Record{}, err
-	}
-	return Record{Key: key, Fingerprint: rec.Fingerprint, Outcome: out,
-		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt}, nil
 }

@@ -2,10 +2,7 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,38 +26,6 @@ type querier interface {
 // ledger, the outbox and the inbox can write in it. The caller still owns the
 // transaction: those packages never commit or roll it back.
 func TxFromPgx(tx pgx.Tx) driver.Tx { return &pgTx{q: tx} }
-
-// PgxFromTx returns tx as a pgx.Tx, for code written against pgx (sqlc's
-// generated queries, CopyFrom, SendBatch) to run in the transaction idem
-// handed out: the one idemhttp.Tx returns to a guarded handler, the one the
-// keeper's Do passes to its work. Statements sent through it are part of that
-// transaction, so they commit with the key and its outcome or roll back with
-// them. ok is false when tx is not a Postgres transaction of this package
-// (nil, SQLite's, or the pool reader Driver.Reader, which is no transaction).
-//
-// The returned pgx.Tx is valid only while tx is: inside the handler or the
-// work. Its owner is tx's owner, never the caller: Commit and Rollback on it
-// return an error and do nothing (return an error from the work, or a 5xx
-// from the handler, to roll back). Begin is not supported either (a
-// savepoint is a statement away: SAVEPOINT, ROLLBACK TO SAVEPOINT), nor is
-// LargeObjects. For a tx adapted by TxFromPgx, the caller's own pgx.Tx is
-// returned as it is.
-//
-// Errors are pgx's own (pgx.ErrNoRows, *pgconn.PgError), not mapped to the
-// driver's sentinels: the code using the pgx.Tx was written against pgx.
-func PgxFromTx(tx driver.Tx) (pgx.Tx, bool) {
-	switch t := driver.Underlying(tx).(type) {
-	case *pgTx:
-		ptx, ok := t.q.(pgx.Tx)
-		return ptx, ok
-	case *ownedTx:
-		if t.done {
-			return nil, false
-		}
-		return &borrowedTx{t: t}, true
-	}
-	return nil, false
-}
 
 // pgTx adapts a querier to driver.Tx and maps errors to driver sentinels.
 type pgTx struct{ q querier }
@@ -122,6 +87,9 @@ func (t *ownedTx) Dialect() string { return dialect }
 // send sends the opening statements, if still unsent, and then b's in one
 // round trip, and returns the batch at b's first result.
 func (t *ownedTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	if t.done {
+		return nil, mapErr(pgx.ErrTxClosed)
+	}
 	opening := t.opening
 	if len(opening) == 0 {
 		return t.conn.SendBatch(ctx, b), nil
@@ -155,8 +123,7 @@ func (t *ownedTx) open(ctx context.Context) error {
 	return mapErr(br.Close())
 }
 
-// sendOne sends sql with the opening statements and returns the batch at
-// its result.
+// sendOne sends sql as send does and returns the batch at its result.
 func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -164,16 +131,6 @@ func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.Batc
 }
 
 func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	if t.done {
-		return 0, mapErr(pgx.ErrTxClosed)
-	}
-	if len(t.opening) == 0 {
-		tag, err := t.conn.Exec(ctx, sql, args...)
-		if err != nil {
-			return 0, mapErr(err)
-		}
-		return tag.RowsAffected(), nil
-	}
 	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return 0, err
@@ -182,23 +139,10 @@ func (t *ownedTx) Exec(ctx context.Context, sql string, args ...any) (int64, err
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	return tag.RowsAffected(), nil
+	return tag.RowsAffected(), mapErr(err)
 }
 
 func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
-	if t.done {
-		return nil, mapErr(pgx.ErrTxClosed)
-	}
-	if len(t.opening) == 0 {
-		rows, err := t.conn.Query(ctx, sql, args...)
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		return pgRows{rows}, nil
-	}
 	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -212,12 +156,6 @@ func (t *ownedTx) Query(ctx context.Context, sql string, args ...any) (driver.Ro
 }
 
 func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
-	if t.done {
-		return errRow{mapErr(pgx.ErrTxClosed)}
-	}
-	if len(t.opening) == 0 {
-		return pgRow{t.conn.QueryRow(ctx, sql, args...)}
-	}
 	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return errRow{err}
@@ -282,9 +220,6 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 	var br pgx.BatchResults
 	switch t := driver.Underlying(tx).(type) {
 	case *ownedTx:
-		if t.done {
-			return mapErr(pgx.ErrTxClosed)
-		}
 		var err error
 		if br, err = t.send(ctx, b); err != nil {
 			return err
@@ -368,100 +303,6 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 	return mapErr(err)
 }
 
-// errNotOwner is what Commit and Rollback of a borrowed transaction return.
-var errNotOwner = errors.New("postgres: this transaction is idem's: it commits or rolls back when the work returns")
-
-// borrowedTx is an ownedTx seen as a pgx.Tx (PgxFromTx). Each statement
-// first sends the transaction's opening if still unsent, so none runs
-// outside the transaction, and then goes to the connection as pgx sends it.
-type borrowedTx struct{ t *ownedTx }
-
-// conn returns the transaction's connection once its opening was sent.
-func (b *borrowedTx) conn(ctx context.Context) (*pgx.Conn, error) {
-	if b.t.done {
-		return nil, pgx.ErrTxClosed
-	}
-	if err := b.t.open(ctx); err != nil {
-		return nil, err
-	}
-	return b.t.conn.Conn(), nil
-}
-
-func (b *borrowedTx) Begin(context.Context) (pgx.Tx, error) {
-	return nil, errors.New("postgres: Begin on a transaction from PgxFromTx is not supported: use SAVEPOINT")
-}
-
-func (b *borrowedTx) Commit(context.Context) error   { return errNotOwner }
-func (b *borrowedTx) Rollback(context.Context) error { return errNotOwner }
-
-func (b *borrowedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return c.CopyFrom(ctx, table, columns, src)
-}
-
-func (b *borrowedTx) SendBatch(ctx context.Context, batch *pgx.Batch) pgx.BatchResults {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return errBatch{err}
-	}
-	return c.SendBatch(ctx, batch)
-}
-
-// LargeObjects is not supported: pgx builds them only over its own
-// transactions. The zero value it returns fails on first use.
-func (b *borrowedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
-
-func (b *borrowedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Prepare(ctx, name, sql)
-}
-
-func (b *borrowedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return c.Exec(ctx, sql, args...)
-}
-
-func (b *borrowedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Query(ctx, sql, args...)
-}
-
-func (b *borrowedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	c, err := b.conn(ctx)
-	if err != nil {
-		return errRow{err}
-	}
-	return c.QueryRow(ctx, sql, args...)
-}
-
-// Conn is the transaction's connection. Statements sent on it directly,
-// before any through the pgx.Tx, run ahead of the transaction's BEGIN when
-// that is still pending: send them through the pgx.Tx.
-func (b *borrowedTx) Conn() *pgx.Conn { return b.t.conn.Conn() }
-
-var _ pgx.Tx = (*borrowedTx)(nil)
-
-// errBatch is the pgx.BatchResults of a batch never sent.
-type errBatch struct{ err error }
-
-func (e errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
-func (e errBatch) Query() (pgx.Rows, error)         { return nil, e.err }
-func (e errBatch) QueryRow() pgx.Row                { return errRow(e) }
-func (e errBatch) Close() error                     { return e.err }
-func (e errBatch) Tx() pgx.Tx                       { return nil }
-
 // batchRows closes the batch its rows came from with them.
 type batchRows struct {
 	pgRows
@@ -496,71 +337,3 @@ var _ driver.TxCloser = (*ownedTx)(nil)
 // poolTx runs each statement on its own, outside a transaction.
 func poolTx(p *pgxpool.Pool) driver.Tx { return &pgTx{q: p} }
 
-// SQLSTATE codes this driver maps. See the PostgreSQL manual, appendix A.
-const (
-	codeUniqueViolation      = "23505"
-	codeLockNotAvailable     = "55P03"
-	codeSerializationFailure = "40001"
-	codeDeadlockDetected     = "40P01"
-	codeAdminShutdown        = "57P01"
-	codeCrashShutdown        = "57P02"
-	codeCannotConnectNow     = "57P03"
-	codeTooManyConnections   = "53300"
-	codeReadOnlyTransaction  = "25006"
-	// A statement canceled by statement_timeout or a context's deadline,
-	// and sessions the server ended for idling (in a transaction or not).
-	codeQueryCanceled      = "57014"
-	codeIdleInTransaction  = "25P03"
-	codeIdleSessionTimeout = "57P05"
-	// codeImmutable is raised by idem's triggers on append-only tables.
-	codeImmutable = "IDM01"
-)
-
-// mapErr wraps err with the driver sentinel it corresponds to. The original
-// error stays reachable with errors.As.
-func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && err == error(ce) {
-		err = refusedByPooler(causeFirst(ce))
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case codeUniqueViolation:
-			return fmt.Errorf("%w: %w", driver.ErrUniqueViolation, err)
-		case codeLockNotAvailable:
-			return fmt.Errorf("%w: %w", driver.ErrLockTimeout, err)
-		case codeSerializationFailure, codeDeadlockDetected:
-			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
-		case codeTooManyConnections:
-			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
-			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
-			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
-		case codeImmutable:
-			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
-		}
-		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
-			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
-		}
-		return err
-	}
-	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
-		return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrReadOnlyServer, err)
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr net.Error
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
-	}
-	return err
-}

@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// SQLSTATE codes this driver maps. See the PostgreSQL manual, appendix A.
+const (
+	codeUniqueViolation      = "23505"
+	codeLockNotAvailable     = "55P03"
+	codeSerializationFailure = "40001"
+	codeDeadlockDetected     = "40P01"
+	codeAdminShutdown        = "57P01"
+	codeCrashShutdown        = "57P02"
+	codeCannotConnectNow     = "57P03"
+	codeTooManyConnections   = "53300"
+	codeReadOnlyTransaction  = "25006"
+	// A statement canceled by statement_timeout or a context's deadline,
+	// and sessions the server ended for idling (in a transaction or not).
+	codeQueryCanceled      = "57014"
+	codeIdleInTransaction  = "25P03"
+	codeIdleSessionTimeout = "57P05"
+	// codeImmutable is raised by idem's triggers on append-only tables.
+	codeImmutable = "IDM01"
+)
+
+// mapErr wraps err with the driver sentinel it corresponds to. The original
+// error stays reachable with errors.As.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && err == error(ce) {
+		err = refusedByPooler(causeFirst(ce))
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeUniqueViolation:
+			return fmt.Errorf("%w: %w", driver.ErrUniqueViolation, err)
+		case codeLockNotAvailable:
+			return fmt.Errorf("%w: %w", driver.ErrLockTimeout, err)
+		case codeSerializationFailure, codeDeadlockDetected:
+			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
+		case codeTooManyConnections:
+			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
+			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
+			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+		case codeImmutable:
+			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
+		}
+		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
+			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrReadOnlyServer, err)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	}
+	return err
+}
