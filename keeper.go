@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -20,19 +18,6 @@ import (
 	"github.com/idemhq/idem/internal/failpoint"
 	"github.com/idemhq/idem/internal/tracing"
 )
-
-// Key names one idempotent operation: the tenant it belongs to (Scope), what
-// it does (Operation, e.g. "POST /v1/transfers"), and the client's key. Keys
-// of different scopes or operations never meet.
-type Key struct {
-	Scope     string
-	Operation string
-	Key       string
-}
-
-func (k Key) id() driver.KeyID {
-	return driver.KeyID{Scope: k.Scope, Operation: k.Operation, Key: k.Key}
-}
 
 // Request is one arrival of an operation.
 type Request struct {
@@ -74,92 +59,6 @@ type Result struct {
 // nothing is stored, and the key stays free for the next request. A panic
 // is recovered and becomes a *PanicError (see Do).
 type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
-
-// Config configures a Keeper. The zero value is usable.
-type Config struct {
-	// Retention is how long an outcome is kept; after it the key behaves as
-	// new. Default 24h; bound 1s..400 days.
-	Retention time.Duration
-	// Wait bounds how long a copy waits for a twin that is still running,
-	// in this process or another, before ErrInFlight. Default 5s; bound
-	// 1ms..60s.
-	Wait time.Duration
-	// MaxWaiters bounds the copies of one key waiting in this process; the
-	// rest get ErrInFlight at once, so one key's storm cannot fill the
-	// connection pool. Default 1000; bound 1..100000.
-	MaxWaiters int
-	// IgnoreFields are top-level JSON fields left out of fingerprints (for
-	// example a client-side "sent_at"). Default none.
-	IgnoreFields []string
-	// JanitorInterval is how often RunJanitor deletes expired records.
-	// Default 1m; bound 1s..24h.
-	JanitorInterval time.Duration
-	// JanitorBatch bounds the rows one janitor statement deletes, so it never
-	// holds many locks at once. Default 1000; bound 1..100000.
-	JanitorBatch int
-	// JanitorTimeout bounds each of RunJanitor's batches, its commit
-	// included. Default 10s; bound 1ms..10m.
-	JanitorTimeout time.Duration
-	// Clock returns the current time. Default time.Now.
-	Clock func() time.Time
-	// Logger receives the janitor's errors and the panics of work (with
-	// the key and the stack). Default slog.Default().
-	Logger *slog.Logger
-	// TracerProvider receives the keeper's spans: idem.Do around each
-	// call, idem.claim around the key's claim, idem.wait while a copy
-	// waits for an in-process twin. Default otel.GetTracerProvider(), the
-	// API's no-op until the program sets one.
-	TracerProvider trace.TracerProvider
-}
-
-func (c Config) withDefaults() Config {
-	if c.Retention == 0 {
-		c.Retention = 24 * time.Hour
-	}
-	if c.Wait == 0 {
-		c.Wait = 5 * time.Second
-	}
-	if c.MaxWaiters == 0 {
-		c.MaxWaiters = 1000
-	}
-	if c.JanitorInterval == 0 {
-		c.JanitorInterval = time.Minute
-	}
-	if c.JanitorBatch == 0 {
-		c.JanitorBatch = 1000
-	}
-	if c.JanitorTimeout == 0 {
-		c.JanitorTimeout = 10 * time.Second
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	return c
-}
-
-func (c Config) validate() error {
-	switch {
-	case c.Retention < time.Second || c.Retention > 400*24*time.Hour:
-		return fmt.Errorf("idem: Retention %s is outside 1s..400 days", c.Retention)
-	case c.Wait < time.Millisecond || c.Wait > time.Minute:
-		return fmt.Errorf("idem: Wait %s is outside 1ms..60s", c.Wait)
-	case c.MaxWaiters < 1 || c.MaxWaiters > 100000:
-		return fmt.Errorf("idem: MaxWaiters %d is outside 1..100000", c.MaxWaiters)
-	case c.JanitorInterval < time.Second || c.JanitorInterval > 24*time.Hour:
-		return fmt.Errorf("idem: JanitorInterval %s is outside 1s..24h", c.JanitorInterval)
-	case c.JanitorBatch < 1 || c.JanitorBatch > 100000:
-		return fmt.Errorf("idem: JanitorBatch %d is outside 1..100000", c.JanitorBatch)
-	case c.JanitorTimeout < time.Millisecond || c.JanitorTimeout > 10*time.Minute:
-		return fmt.Errorf("idem: JanitorTimeout %s is outside 1ms..10m", c.JanitorTimeout)
-	}
-	return nil
-}
 
 // Keeper claims keys, runs work once, and stores and replays outcomes.
 type Keeper struct {

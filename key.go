@@ -3,7 +3,22 @@ package idem
 import (
 	"fmt"
 	"strings"
+
+	"github.com/idemhq/idem/driver"
 )
+
+// Key names one idempotent operation: the tenant it belongs to (Scope), what
+// it does (Operation, e.g. "POST /v1/transfers"), and the client's key. Keys
+// of different scopes or operations never meet.
+type Key struct {
+	Scope     string
+	Operation string
+	Key       string
+}
+
+func (k Key) id() driver.KeyID {
+	return driver.KeyID{Scope: k.Scope, Operation: k.Operation, Key: k.Key}
+}
 
 // MaxKeyLength bounds a client key, in bytes after unquoting.
 const MaxKeyLength = 255

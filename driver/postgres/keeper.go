@@ -258,37 +258,11 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	return rec, nil
 }
 
-// keyGetArraysFrom is the number of keys from which KeyGetBatch reads them
-// in one statement over arrays instead of a statement a key (its figure:
-// docs/benchmarks.md, "The hot path's mechanisms").
-const keyGetArraysFrom = 6
-
-// KeyGetBatch reads keys in one round trip: from keyGetArraysFrom keys on
-// as one statement over arrays (sqlKeyGetBatch) under a generic plan, below
-// it as one KeyGet statement per key, each on its cached plan.
+// KeyGetBatch reads keys in one statement over arrays (sqlKeyGetBatch),
+// under a generic plan.
 func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGetBatchParams) ([]*driver.KeyRecord, error) {
 	out := make([]*driver.KeyRecord, len(p.IDs))
-	if len(p.IDs) >= keyGetArraysFrom {
-		if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	steps := make([]step, len(p.IDs))
-	for i, id := range p.IDs {
-		steps[i] = step{sql: sqlKeyGet, args: []any{id.Scope, id.Operation, id.Key}, read: func(rows driver.Rows) error {
-			if !rows.Next() {
-				return nil // no record: out[i] stays nil
-			}
-			rec := &driver.KeyRecord{ID: id}
-			if err := rows.Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
-				return err
-			}
-			out[i] = rec
-			return nil
-		}}
-	}
-	if err := pipeline(ctx, tx, steps...); err != nil {
+	if err := pipeline(ctx, tx, generic(keyGetArrays(p.IDs, out))...); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -135,4 +135,3 @@ func (e errBatch) Query() (pgx.Rows, error)         { return nil, e.err }
 func (e errBatch) QueryRow() pgx.Row                { return errRow(e) }
 func (e errBatch) Close() error                     { return e.err }
 func (e errBatch) Tx() pgx.Tx                       { return nil }
-

@@ -336,4 +336,3 @@ var _ driver.TxCloser = (*ownedTx)(nil)
 
 // poolTx runs each statement on its own, outside a transaction.
 func poolTx(p *pgxpool.Pool) driver.Tx { return &pgTx{q: p} }
-

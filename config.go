@@ -1,0 +1,165 @@
+package idem
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// Config configures a Keeper. The zero value is usable.
+type Config struct {
+	// Retention is how long an outcome is kept; after it the key behaves as
+	// new. Default 24h; bound 1s..400 days.
+	Retention time.Duration
+	// Wait bounds how long a copy waits for a twin that is still running,
+	// in this process or another, before ErrInFlight. Default 5s; bound
+	// 1ms..60s.
+	Wait time.Duration
+	// MaxWaiters bounds the copies of one key waiting in this process; the
+	// rest get ErrInFlight at once, so one key's storm cannot fill the
+	// connection pool. Default 1000; bound 1..100000.
+	MaxWaiters int
+	// IgnoreFields are top-level JSON fields left out of fingerprints (for
+	// example a client-side "sent_at"). Default none.
+	IgnoreFields []string
+	// JanitorInterval is how often RunJanitor deletes expired records.
+	// Default 1m; bound 1s..24h.
+	JanitorInterval time.Duration
+	// JanitorBatch bounds the rows one janitor statement deletes, so it never
+	// holds many locks at once. Default 1000; bound 1..100000.
+	JanitorBatch int
+	// JanitorTimeout bounds each of RunJanitor's batches, its commit
+	// included. Default 10s; bound 1ms..10m.
+	JanitorTimeout time.Duration
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// Logger receives the janitor's errors and the panics of work (with
+	// the key and the stack). Default slog.Default().
+	Logger *slog.Logger
+	// TracerProvider receives the keeper's spans: idem.Do around each
+	// call, idem.claim around the key's claim, idem.wait while a copy
+	// waits for an in-process twin. Default otel.GetTracerProvider(), the
+	// API's no-op until the program sets one.
+	TracerProvider trace.TracerProvider
+}
+
+func (c Config) withDefaults() Config {
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Wait == 0 {
+		c.Wait = 5 * time.Second
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = 1000
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = time.Minute
+	}
+	if c.JanitorBatch == 0 {
+		c.JanitorBatch = 1000
+	}
+	if c.JanitorTimeout == 0 {
+		c.JanitorTimeout = 10 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Retention < time.Second || c.Retention > 400*24*time.Hour:
+		return fmt.Errorf("idem: Retention %s is outside 1s..400 days", c.Retention)
+	case c.Wait < time.Millisecond || c.Wait > time.Minute:
+		return fmt.Errorf("idem: Wait %s is outside 1ms..60s", c.Wait)
+	case c.MaxWaiters < 1 || c.MaxWaiters > 100000:
+		return fmt.Errorf("idem: MaxWaiters %d is outside 1..100000", c.MaxWaiters)
+	case c.JanitorInterval < time.Second || c.JanitorInterval > 24*time.Hour:
+		return fmt.Errorf("idem: JanitorInterval %s is outside 1s..24h", c.JanitorInterval)
+	case c.JanitorBatch < 1 || c.JanitorBatch > 100000:
+		return fmt.Errorf("idem: JanitorBatch %d is outside 1..100000", c.JanitorBatch)
+	case c.JanitorTimeout < time.Millisecond || c.JanitorTimeout > 10*time.Minute:
+		return fmt.Errorf("idem: JanitorTimeout %s is outside 1ms..10m", c.JanitorTimeout)
+	}
+	return nil
+}
+
+// BatchConfig configures a Batcher. The zero value is usable.
+type BatchConfig struct {
+	// MaxBatch bounds the requests one transaction carries: a larger batch
+	// spends fewer commits but holds its rows' locks longer and costs more
+	// to retry when one request fails. Default 128; bound 1..1000.
+	MaxBatch int
+	// Concurrency is how many batches run at once, each on a connection of
+	// its own: more answer sooner when clients are few, fewer make larger
+	// batches when they are many. Default 2, and 1 where the driver has
+	// one writer (SQLite). Scopes that meet may run up to as many again
+	// beside them (see Share). Bound 1..64.
+	Concurrency int
+	// MaxQueued bounds the requests waiting to be taken into a batch; the
+	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
+	// 1..100000.
+	MaxQueued int
+	// MaxWait bounds how long a request waits to be taken into a batch
+	// before it gets ErrBusy, nothing stored: a queue that long means the
+	// database is not keeping up, and the client is better told to retry.
+	// Default 1s; bound 1ms..60s.
+	MaxWait time.Duration
+	// Share bounds the places one scope (Key.Scope: a tenant) holds while
+	// another waits for one: ceil(Share × Concurrency), at least one. A
+	// scope with no batch running takes a place beside the others', so
+	// batches may hold up to 2 × Concurrency connections while scopes
+	// meet. Default 0.5; bound 0 < Share ≤ 1.
+	Share float64
+}
+
+func (c BatchConfig) withDefaults(d driver.Driver) BatchConfig {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 128
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 2
+		if w, ok := driver.Optional[driver.WriterBound](d); ok && w.Writers() > 0 {
+			c.Concurrency = min(c.Concurrency, w.Writers())
+		}
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = 1000
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = time.Second
+	}
+	if c.Share == 0 {
+		c.Share = 0.5
+	}
+	return c
+}
+
+func (c BatchConfig) validate() error {
+	switch {
+	case c.MaxBatch < 1 || c.MaxBatch > 1000:
+		return fmt.Errorf("idem: MaxBatch %d is outside 1..1000", c.MaxBatch)
+	case c.Concurrency < 1 || c.Concurrency > 64:
+		return fmt.Errorf("idem: Concurrency %d is outside 1..64", c.Concurrency)
+	case c.MaxQueued < 1 || c.MaxQueued > 100000:
+		return fmt.Errorf("idem: MaxQueued %d is outside 1..100000", c.MaxQueued)
+	case c.MaxWait < time.Millisecond || c.MaxWait > time.Minute:
+		return fmt.Errorf("idem: MaxWait %s is outside 1ms..60s", c.MaxWait)
+	case !(c.Share > 0 && c.Share <= 1):
+		return fmt.Errorf("idem: Share %v is outside 0 < Share ≤ 1", c.Share)
+	}
+	return nil
+}
