@@ -260,15 +260,10 @@ func (b *Batcher[T]) DoFunc(ctx context.Context, req Request, makeItem func(cont
 	})
 }
 
-// makeItem calls makeItem and turns its panic into a *PanicError, logged
-// as a panic of the work is: nothing was stored, and the caller (a server
-// carrying other requests) answers it as any failure.
+// makeItem calls makeItem, its panic a *PanicError as the work's is:
+// nothing was stored.
 func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(context.Context) (T, error)) (item T, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = b.k.panicked(ctx, key, v)
-		}
-	}()
+	defer b.k.catch(ctx, &err, key)
 	return makeItem(ctx)
 }
 
@@ -662,22 +657,15 @@ func lockWait[T any](ps []*pending[T]) time.Duration {
 	return max(left, time.Millisecond)
 }
 
-// runWork runs the batch's work. A panic is recovered: for a single
-// request it becomes that request's *PanicError, logged as Do logs it; for
-// several it is an error that splits the batch, not logged, since it is
-// not yet known whose it is.
+// runWork runs the batch's work, its panic a *PanicError for a single
+// request, and for several an error that splits the batch, not logged,
+// since it is not yet known whose it is.
 func (b *Batcher[T]) runWork(ctx context.Context, tx driver.Tx, ps []*pending[T], items []T) (results []ItemResult, err error) {
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		if len(ps) == 1 {
-			err = b.k.panicked(ctx, ps[0].key, v)
-			return
-		}
-		err = fmt.Errorf("idem: batch work panicked: %v", v)
-	}()
+	if len(ps) == 1 {
+		defer b.k.catch(ctx, &err, ps[0].key)
+	} else {
+		defer b.k.catch(ctx, &err)
+	}
 	return b.work(ctx, tx, items)
 }
 

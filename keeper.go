@@ -415,31 +415,33 @@ func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 	return driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
 }
 
-// runWork runs work and turns its panic into a *PanicError, logged with
-// the key and the stack, so that the caller's rollback runs and the error
-// reaches whoever answers the request. A panic with http.ErrAbortHandler is
-// not logged: like net/http, the keeper takes it as a deliberate abort.
+// runWork runs work, its panic a *PanicError (see catch), so that the
+// caller's rollback runs and the error reaches whoever answers the request.
 func (k *Keeper) runWork(ctx context.Context, tx driver.Tx, key Key, work Work) (out Outcome, err error) {
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		err = k.panicked(ctx, key, v)
-	}()
+	defer k.catch(ctx, &err, key)
 	return work(ctx, tx)
 }
 
-// panicked makes the *PanicError of a panic recovered from key's work,
-// with the panicking goroutine's stack, and logs it.
-func (k *Keeper) panicked(ctx context.Context, key Key, v any) *PanicError {
-	pe := &PanicError{Key: key, Value: v, Stack: debug.Stack()}
+// catch, deferred, turns a panic of the function that deferred it into
+// *err: a *PanicError of key with the panicking goroutine's stack, logged
+// unless it is http.ErrAbortHandler (a deliberate abort, as in net/http);
+// with no key, an error that says the work panicked.
+func (k *Keeper) catch(ctx context.Context, err *error, key ...Key) {
+	v := recover()
+	switch {
+	case v == nil:
+		return
+	case len(key) != 1:
+		*err = fmt.Errorf("idem: batch work panicked: %v", v)
+		return
+	}
+	pe := &PanicError{Key: key[0], Value: v, Stack: debug.Stack()}
 	if v != http.ErrAbortHandler {
 		k.cfg.Logger.ErrorContext(ctx, "idem: work panicked; rolled back, nothing stored",
-			"scope", key.Scope, "operation", key.Operation, "key", key.Key,
+			"scope", pe.Key.Scope, "operation", pe.Key.Operation, "key", pe.Key.Key,
 			"panic", fmt.Sprint(v), "stack", string(pe.Stack))
 	}
-	return pe
+	*err = pe
 }
 
 // start begins the span of one keeper call. Attributes are set only on a
