@@ -23,6 +23,11 @@ import (
 func TestLoadChaosPgBouncer(t *testing.T) {
 	t.Parallel()
 	pgb := testpgbouncer.New(t, testpg.URL(t), testpgbouncer.Options{PoolSize: 10})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the pooler's log:\n%s", pgb.Log())
+		}
+	})
 	db := pgb.URL + "&search_path=" + testpg.Schema(t) + "&idem_pooler=transaction"
 	serveCfg := filepath.Join(t.TempDir(), "idem.yaml")
 	if err := os.WriteFile(serveCfg, []byte("relay_lease: 5s\n"), 0o600); err != nil {
@@ -33,7 +38,7 @@ func TestLoadChaosPgBouncer(t *testing.T) {
 		"--chaos-nats", "--chaos-nats-every", "5s", "--chaos-nats-down", "2s",
 		"--duration", "14s", "--operations", "1000000", "--concurrency", "8", "--seed", "13")
 	if err != nil || r.Violations != 0 {
-		t.Fatalf("chaos through PgBouncer: %v; %d violations: %v\npooler log:\n%s", err, r.Violations, r.Details, pgb.Log())
+		t.Fatalf("chaos through PgBouncer: %v; %d violations: %v", err, r.Violations, r.Details)
 	}
 	if r.Restarts == 0 || r.DBRestarts == 0 || r.NATSKills == 0 || r.Applied == 0 || r.EventsChecked == 0 || r.Unresolved != 0 {
 		t.Fatalf("chaos report: %+v", r)
