@@ -394,7 +394,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			if !ok {
 				return fmt.Errorf("postgres: Migrate on a DB needs pgx's stdlib under it, not %T: run `idem migrate` or open a driver on the URL to migrate", dc)
 			}
-			return d.migrateOn(ctx, pc.Conn())
+			return d.migrateLifted(ctx, pc.Conn())
 		})
 	}
 	if d.pooler != nil {
@@ -421,21 +421,30 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		return mapErr(err)
 	}
 	defer conn.Release()
-	return d.migrateOn(ctx, conn.Conn())
+	if d.pooler != nil {
+		return d.migrateOn(ctx, conn.Conn())
+	}
+	return d.migrateLifted(ctx, conn.Conn())
 }
 
-// migrateOn is Migrate on one connection, with the serving deadlines
-// lifted for its duration. Behind a pooler the lock is held already
-// (lockMigrations) and each statement carries its settings.
+// migrateLifted is migrateOn on a connection of the caller's pool or DB,
+// with its serving deadlines lifted for the migration's duration.
+func (d *Driver) migrateLifted(ctx context.Context, conn *pgx.Conn) error {
+	if err := unbounded(ctx, conn); err != nil {
+		return err
+	}
+	defer restoreBounds(ctx, conn)
+	return d.migrateOn(ctx, conn)
+}
+
+// migrateOn is Migrate on one connection whose serving deadlines are
+// lifted. Behind a pooler the lock is held already (lockMigrations) and
+// each statement carries its settings.
 func (d *Driver) migrateOn(ctx context.Context, conn *pgx.Conn) error {
 	var q querier = conn
 	if d.pooler != nil {
 		q = settingQuerier{q: conn, sql: d.pooler.opening, args: d.pooler.with(migrationSettings)}
 	} else {
-		if err := unbounded(ctx, conn); err != nil {
-			return err
-		}
-		defer restoreBounds(ctx, conn)
 		if _, err := conn.Exec(ctx, sqlMigrateLock); err != nil {
 			return fmt.Errorf("postgres: migration lock: %w", mapErr(err))
 		}
