@@ -19,10 +19,18 @@ import (
 // connections their write transactions may hold at once (capacity). A
 // tenant takes a free slot at once unless it holds its share of them
 // (ceil(share × capacity), at least 1) while another tenant is present;
-// then it waits. Waiting tenants are served in turn (the least recently
-// served first), each tenant's waiters first come, first served, and a slot nobody below its share waits for
-// goes to the next tenant in turn anyway: no slot stays idle while a
-// tenant waits for one, except the slots kept free for a present tenant.
+// then it waits. Waiting tenants are served in turn, the one whose
+// transactions held slots for the least time first (its write time, a
+// fair share of the capacity's time rather than of its grants: one long
+// transaction of one tenant's weighs as many short ones of another's),
+// each tenant's waiters first come, first served, and a slot nobody
+// below its share waits for goes to the next tenant in turn anyway: no
+// slot stays idle while a tenant waits for one, except the slots kept
+// free for a present tenant.
+//
+// A tenant's write time counts from when it became active (held or
+// waited for a slot) at the least write time of the tenants active then,
+// so that the time it spent idle is no credit against them.
 //
 // A tenant is present while it holds or waits for a slot, and for
 // presenceWindow after its last transaction ended: a tenant with steady
@@ -45,12 +53,13 @@ type writeGate struct {
 	maxWait  time.Duration
 	presence time.Duration
 	now      func() time.Time
+	epoch    time.Time // the instants of the write times are since it
 
 	mu      sync.Mutex
 	inUse   int
 	tenants map[string]*gateTenant
 	turns   []*gateTenant // the tenants with waiters
-	grants  uint64        // slots granted so far: the turns' clock
+	grants  uint64        // slots granted so far: the turns' order among equal write times
 	timer   *time.Timer   // re-serves the waiters when a presence ends
 
 	waits *prometheus.CounterVec
@@ -62,11 +71,14 @@ type gateTenant struct {
 	waiters  []*gateWaiter // first come, first served
 	lastSeen time.Time     // when its last transaction ended
 	served   uint64        // g.grants when it last took a slot
+	used     time.Duration // write time of its ended transactions (see used)
+	started  time.Duration // the sum of its held slots' grant instants, since g.epoch
 }
 
 type gateWaiter struct {
 	ready   chan struct{} // closed when granted
 	granted bool
+	start   time.Duration // its grant's instant, since g.epoch
 }
 
 // presenceWindow is how long a tenant counts as present after its last
@@ -88,6 +100,7 @@ func newWriteGate(capacity int, share float64, maxWait time.Duration, reg promet
 		maxWait:  maxWait,
 		presence: presenceWindow,
 		now:      time.Now,
+		epoch:    time.Now(),
 		tenants:  map[string]*gateTenant{},
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_tenant_write_waits_total",
@@ -110,10 +123,13 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 		t = &gateTenant{name: tenant}
 		g.tenants[tenant] = t
 	}
+	if t.held == 0 && len(t.waiters) == 0 {
+		g.activate(t)
+	}
 	if len(t.waiters) == 0 && g.mayTake(t) {
-		g.take(t)
+		start := g.take(t)
 		g.mu.Unlock()
-		return g.releaser(t), nil
+		return g.releaser(t, start), nil
 	}
 	w := &gateWaiter{ready: make(chan struct{})}
 	t.waiters = append(t.waiters, w)
@@ -131,7 +147,7 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 	select {
 	case <-w.ready:
 		g.waits.WithLabelValues(tenant, "granted").Inc()
-		return g.releaser(t), nil
+		return g.releaser(t, w.start), nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired:
@@ -140,7 +156,7 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 	g.mu.Lock()
 	if w.granted { // granted as the wait ended: give it back
 		g.mu.Unlock()
-		g.releaser(t)()
+		g.releaser(t, w.start)()
 	} else {
 		t.waiters = slices.DeleteFunc(t.waiters, func(x *gateWaiter) bool { return x == w })
 		if len(t.waiters) == 0 {
@@ -153,7 +169,7 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 	return nil, fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errWriteGate, err)
 }
 
-func (g *writeGate) releaser(t *gateTenant) func() {
+func (g *writeGate) releaser(t *gateTenant, start time.Duration) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -162,27 +178,58 @@ func (g *writeGate) releaser(t *gateTenant) func() {
 			g.inUse--
 			t.held--
 			t.lastSeen = g.now()
+			t.used += t.lastSeen.Sub(g.epoch) - start
+			t.started -= start
 			g.serve()
 		})
 	}
 }
 
-func (g *writeGate) take(t *gateTenant) {
+// take gives t a slot and returns the instant it did, since g.epoch.
+func (g *writeGate) take(t *gateTenant) time.Duration {
+	start := g.now().Sub(g.epoch)
 	g.inUse++
 	t.held++
+	t.started += start
 	g.grants++
 	t.served = g.grants
+	return start
 }
 
-// nextInTurn returns the index in g.turns of the tenant served least
-// recently among those ok accepts, or -1: a tenant that has just taken a
-// slot comes after every other waiting one, and one that arrives after a
-// pause comes first. g.mu is held.
+// used is t's write time: that of its ended transactions and of those it
+// holds so far. g.mu is held.
+func (g *writeGate) used(t *gateTenant, now time.Duration) time.Duration {
+	return t.used + time.Duration(t.held)*now - t.started
+}
+
+// activate starts t's write time, as t becomes active, at the least of
+// the other active tenants' when that is more. g.mu is held.
+func (g *writeGate) activate(t *gateTenant) {
+	now := g.now().Sub(g.epoch)
+	least := time.Duration(-1)
+	for _, o := range g.tenants {
+		if o != t && (o.held > 0 || len(o.waiters) > 0) {
+			if u := g.used(o, now); least < 0 || u < least {
+				least = u
+			}
+		}
+	}
+	t.used = max(t.used, least)
+}
+
+// nextInTurn returns the index in g.turns of the tenant with the least
+// write time among those ok accepts, the least recently served of equals,
+// or -1. g.mu is held.
 func (g *writeGate) nextInTurn(ok func(*gateTenant) bool) int {
-	best := -1
+	now := g.now().Sub(g.epoch)
+	best, bestUsed := -1, time.Duration(0)
 	for i, t := range g.turns {
-		if ok(t) && (best < 0 || t.served < g.turns[best].served) {
-			best = i
+		if !ok(t) {
+			continue
+		}
+		u := g.used(t, now)
+		if best < 0 || u < bestUsed || u == bestUsed && t.served < g.turns[best].served {
+			best, bestUsed = i, u
 		}
 	}
 	return best
@@ -228,7 +275,7 @@ func (g *writeGate) serve() {
 		if len(t.waiters) == 0 {
 			g.turns = slices.Delete(g.turns, i, i+1)
 		}
-		g.take(t)
+		w.start = g.take(t)
 		w.granted = true
 		close(w.ready)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +190,71 @@ func TestTenantWriteGateTurns(t *testing.T) {
 	hold()
 	if got := order; len(got) != 3 || got[0] != "b" || got[1] != "a" || got[2] != "a" {
 		t.Fatalf("served %v, want [b a a]", got)
+	}
+	if got := g.inUseNow(); got != 0 {
+		t.Fatalf("slots in use %d after every release", got)
+	}
+}
+
+// TestTenantWriteGateWriteTime: on one writer, waiting tenants are served
+// by the write time they used, not by turns of one transaction each:
+// after one of A's long transactions B's short ones go first until B has
+// used as much, and a tenant that was away starts at the others' time.
+func TestTenantWriteGateWriteTime(t *testing.T) {
+	t.Parallel()
+	g := newGateFixture(t, 1, 0.5)
+	advance := func(d time.Duration) { g.mu.Lock(); g.now = g.now.Add(d); g.mu.Unlock() }
+	hold := g.take(t, "a")
+	b1 := g.wait(t, context.Background(), "b")
+	a1 := g.wait(t, context.Background(), "a")
+	b2 := g.wait(t, context.Background(), "b")
+	b3 := g.wait(t, context.Background(), "b")
+	advance(4 * time.Second) // A's long transaction: B starts at A's 0
+	hold()
+	for i, b := range []<-chan func(){b1, b2, b3} {
+		var release func()
+		select {
+		case release = <-b:
+		case <-a1:
+			t.Fatalf("A was served before B's transaction %d: B has used %v of A's 4s", i+1, time.Duration(i)*time.Second)
+		}
+		advance(time.Second)
+		release()
+	}
+	// B has used 3s, A 4s: A's turn comes only once B waits no more.
+	release := <-a1
+	// C, new, and B, idle, start at the least active write time: A's 4s.
+	c1 := g.wait(t, context.Background(), "c")
+	b4 := g.wait(t, context.Background(), "b")
+	advance(time.Second)
+	release() // A 5s, B 4s, C 4s: C, the least recently served of equals
+	select {
+	case release = <-c1:
+	case <-b4:
+		t.Fatal("B was served before C, served less recently at the same write time")
+	}
+	a2 := g.wait(t, context.Background(), "a")
+	c2 := g.wait(t, context.Background(), "c")
+	advance(3 * time.Second)
+	release() // A 5s, B 4s, C 7s: B, A, C (C from 0 would come before A)
+	var order []string
+	heads := map[string]<-chan func(){"a": a2, "b": b4, "c": c2}
+	for range 3 {
+		var name string
+		select {
+		case release = <-heads["a"]:
+			name = "a"
+		case release = <-heads["b"]:
+			name = "b"
+		case release = <-heads["c"]:
+			name = "c"
+		}
+		order = append(order, name)
+		delete(heads, name)
+		release()
+	}
+	if got := strings.Join(order, " "); got != "b a c" {
+		t.Fatalf("served %s, want b a c", got)
 	}
 	if got := g.inUseNow(); got != 0 {
 		t.Fatalf("slots in use %d after every release", got)
