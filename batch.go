@@ -64,6 +64,7 @@ type lane[T any] struct {
 type gathering[T any] struct {
 	lane  *lane[T]
 	batch []*pending[T]
+	begun chan struct{} // closed when it is sealed
 	*callers
 }
 
@@ -329,6 +330,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	restless := time.NewTimer(b.cfg.MaxWait / 4)
 	defer restless.Stop()
 	expired, gone, impatient := timer.C, ctx.Done(), restless.C
+	var begun <-chan struct{}
 	for {
 		select {
 		case <-p.done:
@@ -345,10 +347,18 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 			<-p.done
 			return p.res, p.err
 		case <-expired:
+			if g := b.heldUp(p); g != nil {
+				expired, begun = nil, g.begun
+				continue
+			}
 			if b.giveUp(p) {
 				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
 			}
 			expired = nil // taken meanwhile: its batch answers it
+		case <-begun:
+			begun = nil
+			timer.Reset(b.cfg.MaxWait)
+			expired = timer.C
 		case <-gone:
 			if b.giveUp(p) {
 				return Result{}, ctx.Err()
@@ -356,6 +366,17 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 			gone = nil
 		}
 	}
+}
+
+// heldUp returns the batch of p's scope that waits to begin while p
+// waits to be taken, or nil: p's MaxWait starts again once it has begun.
+func (b *Batcher[T]) heldUp(p *pending[T]) *gathering[T] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.taken {
+		return nil
+	}
+	return p.lane.open
 }
 
 // giveUp withdraws p from the queue unless it was taken into a batch.
@@ -412,7 +433,7 @@ func (b *Batcher[T]) lead(g *gathering[T]) {
 // its transaction begins. b.mu is held.
 func (b *Batcher[T]) gather(l *lane[T], batch []*pending[T]) *gathering[T] {
 	// The batch's context carries its scope (ScopeFrom).
-	g := &gathering[T]{lane: l, callers: newCallers(withScope(context.Background(), l.scope))}
+	g := &gathering[T]{lane: l, begun: make(chan struct{}), callers: newCallers(withScope(context.Background(), l.scope))}
 	g.join(batch...)
 	l.open = g
 	return g
@@ -441,6 +462,11 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 	defer b.mu.Unlock()
 	if g.lane.open == g {
 		g.lane.open = nil
+	}
+	select {
+	case <-g.begun:
+	default:
+		close(g.begun)
 	}
 	return g.batch
 }

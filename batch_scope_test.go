@@ -309,6 +309,30 @@ func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
 	})
 }
 
+// A request that finds its scope's batch full while it waits to begin
+// queues for the next, and its MaxWait does not run until that batch has
+// begun: it waits for the database, not for a place. Then it is taken.
+func TestBatcherQueueWaitsForItsBatchToBegin(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		const maxWait = time.Second
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 2, MaxWait: maxWait})
+		g := r.gate("a0")
+		a0 := r.runsAtOnce(g, "tenant-a", "a0")
+		a1 := r.send("tenant-a", thing{key: "a1", body: `{"a1":1}`})
+		r.waitJoined(1)
+		a2 := r.queues("tenant-a", "a2")
+		time.Sleep(maxWait * 3 / 2) // past a2's MaxWait
+		g.open("a0")
+		for key, wait := range map[string]func() (idem.Result, error){"a0": a0, "a1": a1, "a2": a2} {
+			wantAnswer(t, key, wait)
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"a0"}, []string{"a2"})
+		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "a2"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
 // Requests that arrive while their scope's batch waits to begin (for a
 // connection, the write gate, SQLite's one writer: here the test's hold)
 // ride in it, however long it waits: none waits for the next batch, none

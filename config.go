@@ -116,7 +116,9 @@ type BatchConfig struct {
 	// MaxWait bounds how long a request waits to be taken into a batch
 	// before it gets ErrBusy, nothing stored: a queue that long means the
 	// database is not keeping up, and the client is better told to retry.
-	// Default 1s; bound 1ms..60s.
+	// While a batch of its scope waits to begin (for a connection, a write
+	// gate, SQLite's one writer) the bound does not run: it starts again
+	// once that batch has begun. Default 1s; bound 1ms..60s.
 	MaxWait time.Duration
 	// Share bounds the places one scope (Key.Scope: a tenant) holds while
 	// another waits for one: ceil(Share × Concurrency), at least one. A
