@@ -71,7 +71,7 @@ type gateTenant struct {
 	waiters  []*gateWaiter // first come, first served
 	lastSeen time.Time     // when its last transaction ended
 	served   uint64        // g.grants when it last took a slot
-	used     time.Duration // write time of its ended transactions (see used)
+	used     time.Duration // write time of its ended transactions (writeGate.used adds those it holds)
 	started  time.Duration // the sum of its held slots' grant instants, since g.epoch
 }
 
