@@ -71,17 +71,19 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 
 // The batch's outcomes, and the claims its refused requests release. The
 // claims are the transaction's own rows, so neither meets another writer,
-// and each must find every one of its keys (checked on the command tag).
+// and each must find every one of its keys (counted on the rows returned).
 const sqlKeyRecordBatch = `
 UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
        AS r(scope, operation, key, status, header, body)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+RETURNING true`
 
 const sqlKeyReleaseBatch = `
 DELETE FROM idem_keys AS k
  USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)`
+ WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+RETURNING true`
 
 const sqlKeyRelease = `
 DELETE FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
@@ -225,14 +227,14 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 			scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
 			statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
 		}
-		steps = append(steps, write(&recorded, sqlKeyRecordBatch, scopes, ops, keys, statuses, headers, bodies))
+		steps = append(steps, step{sql: sqlKeyRecordBatch, args: []any{scopes, ops, keys, statuses, headers, bodies}, read: countRows(&recorded)})
 	}
 	if m > 0 {
 		scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
 		for i, id := range p.Release {
 			scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
 		}
-		steps = append(steps, write(&released, sqlKeyReleaseBatch, scopes, ops, keys))
+		steps = append(steps, step{sql: sqlKeyReleaseBatch, args: []any{scopes, ops, keys}, read: countRows(&released)})
 	}
 	if len(steps) == 0 {
 		return nil
@@ -246,6 +248,16 @@ func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.Key
 		return err
 	}
 	return affected("release claims", released, int64(m), nil)
+}
+
+// countRows counts in *n the rows a statement returned, one a row written.
+func countRows(n *int64) func(driver.Rows) error {
+	return func(rows driver.Rows) error {
+		for rows.Next() {
+			*n++
+		}
+		return nil
+	}
 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {

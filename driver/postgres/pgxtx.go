@@ -6,9 +6,60 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
 )
+
+// querier is what pgx.Tx, *pgxpool.Pool and *pgx.Conn have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxFromPgx adapts a pgx transaction the caller began, so the keeper, the
+// ledger, the outbox and the inbox can write in it. The caller still owns the
+// transaction: those packages never commit or roll it back.
+func TxFromPgx(tx pgx.Tx) driver.Tx { return &pgTx{q: tx} }
+
+// pgTx adapts a querier to driver.Tx and maps errors to driver sentinels.
+type pgTx struct{ q querier }
+
+func (t *pgTx) Dialect() string { return dialect }
+
+func (t *pgTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := t.q.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *pgTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
+	rows, err := t.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return pgRows{rows}, nil
+}
+
+func (t *pgTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
+	return pgRow{t.q.QueryRow(ctx, sql, args...)}
+}
+
+type pgRows struct{ pgx.Rows }
+
+func (r pgRows) Scan(dest ...any) error { return mapErr(r.Rows.Scan(dest...)) }
+func (r pgRows) Err() error             { return mapErr(r.Rows.Err()) }
+
+type pgRow struct{ row pgx.Row }
+
+func (r pgRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
+
+// poolTx runs each statement on its own, outside a transaction.
+func poolTx(p *pgxpool.Pool) driver.Tx { return &pgTx{q: p} }
 
 // PgxFromTx returns tx as a pgx.Tx, for code written against pgx (sqlc's
 // generated queries, CopyFrom, SendBatch) to run in the transaction idem

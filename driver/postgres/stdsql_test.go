@@ -449,3 +449,42 @@ func mustBegin(t *testing.T, db *sql.DB) *sql.Tx {
 	t.Cleanup(func() { _ = tx.Rollback() })
 	return tx
 }
+
+// A batch's claims, outcomes and releases run in a user's *sql.Tx as in the
+// driver's own: the records find their claims, counted on the rows the
+// statements return, and commit with the user's transaction.
+func TestStdSQLKeyBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testpg.Schema(t)
+	s := newStack(t, postgres.Config{URL: testpg.URL(t), SearchPath: schema})
+	userTx := mustBegin(t, stdDB(t, schema))
+	tx := postgres.TxFromStdSQL(userTx)
+	ids := []driver.KeyID{{Scope: "shop", Operation: "POST", Key: "a"}, {Scope: "shop", Operation: "POST", Key: "b"}, {Scope: "shop", Operation: "POST", Key: "c"}}
+	claims := make([]driver.KeyClaimItem, len(ids))
+	for i, id := range ids {
+		claims[i] = driver.KeyClaimItem{ID: id, Fingerprint: []byte("fp")}
+	}
+	now := time.Now()
+	res, err := s.d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: now.Add(time.Hour)})
+	if err != nil || len(res) != 3 || !res[0].Claimed || !res[1].Claimed || !res[2].Claimed {
+		t.Fatalf("claims: %+v, %v", res, err)
+	}
+	err = s.d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{
+		Records: []driver.KeyRecordParams{{ID: ids[0], Status: 201, Body: []byte("a")}, {ID: ids[1], Status: 409, Body: []byte("b")}},
+		Release: ids[2:]})
+	if err != nil {
+		t.Fatalf("record and release: %v", err)
+	}
+	if err := userTx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{201, 409} {
+		if rec, err := s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: ids[i]}); err != nil || rec.Status != want {
+			t.Errorf("key %s: %+v, %v; want status %d", ids[i].Key, rec, err, want)
+		}
+	}
+	if _, err := s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: ids[2]}); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("released key c: %v, want ErrNotFound", err)
+	}
+}

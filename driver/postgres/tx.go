@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -13,53 +12,6 @@ import (
 
 // dialect is the name Tx.Dialect reports for Postgres transactions.
 const dialect = "postgres"
-
-// querier is what pgx.Tx, *pgxpool.Pool and *pgx.Conn have in common.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// TxFromPgx adapts a pgx transaction the caller began, so the keeper, the
-// ledger, the outbox and the inbox can write in it. The caller still owns the
-// transaction: those packages never commit or roll it back.
-func TxFromPgx(tx pgx.Tx) driver.Tx { return &pgTx{q: tx} }
-
-// pgTx adapts a querier to driver.Tx and maps errors to driver sentinels.
-type pgTx struct{ q querier }
-
-func (t *pgTx) Dialect() string { return dialect }
-
-func (t *pgTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := t.q.Exec(ctx, sql, args...)
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	return tag.RowsAffected(), nil
-}
-
-func (t *pgTx) Query(ctx context.Context, sql string, args ...any) (driver.Rows, error) {
-	rows, err := t.q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	return pgRows{rows}, nil
-}
-
-func (t *pgTx) QueryRow(ctx context.Context, sql string, args ...any) driver.Row {
-	return pgRow{t.q.QueryRow(ctx, sql, args...)}
-}
-
-type pgRows struct{ pgx.Rows }
-
-func (r pgRows) Scan(dest ...any) error { return mapErr(r.Rows.Scan(dest...)) }
-func (r pgRows) Err() error             { return mapErr(r.Rows.Err()) }
-
-type pgRow struct{ row pgx.Row }
-
-func (r pgRow) Scan(dest ...any) error { return mapErr(r.row.Scan(dest...)) }
 
 // ownedTx is a transaction the driver began; it also commits and rolls back.
 //
@@ -165,23 +117,15 @@ func (t *ownedTx) QueryRow(ctx context.Context, sql string, args ...any) driver.
 
 // step is one statement of a pipeline and what reads its rows.
 type step struct {
-	sql      string
-	args     []any
-	read     func(driver.Rows) error
-	affected *int64 // when set, receives the rows the statement affected
-	plan     bool   // a plan setting (generic): sent only in a pipeline
+	sql  string
+	args []any
+	read func(driver.Rows) error
+	plan bool // a plan setting (generic): sent only in a pipeline
 }
 
 // unread is a step whose rows nobody reads: a lock taken, a setting made.
 func unread(sql string, args ...any) step {
 	return step{sql: sql, args: args, read: func(driver.Rows) error { return nil }}
-}
-
-// write is a step that writes and reports how many rows it affected in n.
-func write(n *int64, sql string, args ...any) step {
-	s := unread(sql, args...)
-	s.affected = n
-	return s
 }
 
 // idem's statements over arrays (one element per request of a batch) run
@@ -204,9 +148,6 @@ const (
        set_config('plan_cache_mode', 'force_generic_plan', true)`
 	sqlGenericOff = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true)`
 )
-
-// tagged is the rows of a statement whose command tag can be read.
-type tagged interface{ CommandTag() pgconn.CommandTag }
 
 // pipeline runs steps in order in tx and gives each its rows: in one round
 // trip when tx is this driver's (with an ownedTx's opening, if unsent),
@@ -238,9 +179,6 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 			if err := readAll(rows, s.read); err != nil {
 				return err
 			}
-			if t, ok := rows.(tagged); ok && s.affected != nil {
-				*s.affected = t.CommandTag().RowsAffected()
-			}
 		}
 		return nil
 	}
@@ -252,9 +190,6 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 		if err != nil {
 			_ = br.Close()
 			return mapErr(err)
-		}
-		if s.affected != nil {
-			*s.affected = rows.CommandTag().RowsAffected()
 		}
 	}
 	return mapErr(br.Close())
@@ -333,6 +268,3 @@ type errRow struct{ err error }
 func (r errRow) Scan(...any) error { return r.err }
 
 var _ driver.TxCloser = (*ownedTx)(nil)
-
-// poolTx runs each statement on its own, outside a transaction.
-func poolTx(p *pgxpool.Pool) driver.Tx { return &pgTx{q: p} }
