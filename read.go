@@ -32,42 +32,17 @@ const (
 	// it is not made: its request goes on to its claim, which answers a
 	// replay as well, in its transaction.
 	readMaxQueued = 1000
+	// Where reads are round trips, requests read first only while at least
+	// one in readWorth of the last readWindow found a committed record, by
+	// its read or by its claim: one that does not read is answered by its
+	// claim.
+	readWindow = 256
+	readWorth  = 4
 )
 
 // errReadSkipped is a read not made because the queue was full: its
 // request learns nothing and goes on to its claim.
 var errReadSkipped = errors.New("idem: read queue full")
-
-// Where reads are round trips, requests read first only while at least one
-// in readWorth of the last readWindow found a committed record, by its read
-// or by its claim: a request that does not read is answered by its claim.
-const (
-	readWindow = 256
-	readWorth  = 4
-)
-
-// readPolicy decides whether requests read their key before the claim.
-type readPolicy struct {
-	skip  atomic.Bool // the last window's requests found too few records
-	mu    sync.Mutex
-	seen  int // requests noted in this window
-	found int // of them, those whose key held a committed record
-}
-
-// note records whether a request's key held a committed record, and at the
-// end of each window decides for the next.
-func (p *readPolicy) note(found bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.seen++
-	if found {
-		p.found++
-	}
-	if p.seen == readWindow {
-		p.skip.Store(p.found*readWorth < readWindow)
-		p.seen, p.found = 0, 0
-	}
-}
 
 // reads coalesces the fast path's reads of one keeper; at most maxQueued
 // wait (readMaxQueued, lower in tests).
@@ -80,19 +55,34 @@ type reads struct {
 	running int     // round trips in flight; while 0, nothing waits
 	queue   []*read // reads waiting to be taken, oldest first
 
-	policy readPolicy
+	// The read-first policy: skip is set when the last readWindow requests
+	// found too few records; seen and found count this window's.
+	skip        atomic.Bool
+	policyMu    sync.Mutex
+	seen, found int
 
 	testHooks readHooks
 }
 
 // first reports whether a request is to read its key's record before its
 // claim: always where a read is no round trip, else as the policy says.
-func (s *reads) first() bool { return s.batch == nil || !s.policy.skip.Load() }
+func (s *reads) first() bool { return s.batch == nil || !s.skip.Load() }
 
-// note tells the policy whether a request's key held a committed record.
+// note tells the policy whether a request's key held a committed record,
+// and at the end of each window decides for the next.
 func (s *reads) note(found bool) {
-	if s.batch != nil {
-		s.policy.note(found)
+	if s.batch == nil {
+		return
+	}
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	s.seen++
+	if found {
+		s.found++
+	}
+	if s.seen == readWindow {
+		s.skip.Store(s.found*readWorth < readWindow)
+		s.seen, s.found = 0, 0
 	}
 }
 

@@ -1,0 +1,95 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// Request is one arrival of an operation.
+type Request struct {
+	Key Key
+	// Body is fingerprinted (canonical JSON, see Fingerprint) together with
+	// Key.Operation, unless Fingerprint is set.
+	Body []byte
+	// Fingerprint, when set, is used as is: for requests whose body is not
+	// JSON, or that hash other parts of the request too.
+	Fingerprint []byte
+	// StoreHeaders, when not nil, names the only headers of the outcome
+	// that are stored, and so replayed (KeepHeaders); nil stores the
+	// outcome's Header as given. The first answer is not filtered.
+	StoreHeaders []string
+}
+
+// Outcome is what an operation answered. It is stored with the key, for
+// successes and business failures alike, and replayed to later copies.
+type Outcome struct {
+	Status int
+	Header http.Header // stored as Request.StoreHeaders says
+	Body   []byte
+}
+
+// Result is an Outcome and whether it was replayed from storage.
+type Result struct {
+	Outcome
+	Replayed bool
+	// ExpiresAt is when the stored record expires and the key behaves as
+	// new: until then the outcome is immutable, so a cache of it (idemhttp's
+	// replay cache) stays right without asking the database again.
+	ExpiresAt time.Time
+}
+
+// Work is an operation's work, run inside the transaction that claims its
+// key. It writes through tx and returns the outcome to store; it must not
+// commit or roll back tx. Returning an error means a transient failure, or
+// a request refused by validation before any work: everything rolls back,
+// nothing is stored, and the key stays free for the next request. A panic
+// is recovered and becomes a *PanicError (see Do).
+type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
+
+// record is out as the driver stores it on c's claim, with the headers
+// c keeps.
+func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
+	h := out.Header
+	if c.keep != nil {
+		h = KeepHeaders(h, c.keep)
+	}
+	var header []byte
+	if len(h) > 0 {
+		var err error
+		if header, err = json.Marshal(h); err != nil {
+			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
+		}
+	}
+	return driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
+}
+
+// replay turns a stored record into a replayed result, or a *ReusedError
+// when the request differs from the one stored.
+func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
+	out, err := storedOutcome(key, rec)
+	if err != nil {
+		return Result{}, err
+	}
+	if string(rec.Fingerprint) != string(fp) {
+		return Result{}, &ReusedError{Key: key, Stored: out}
+	}
+	return Result{Outcome: out, Replayed: true, ExpiresAt: rec.ExpiresAt}, nil
+}
+
+// storedOutcome is a record's outcome with its header decoded.
+func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
+	out := Outcome{Status: rec.Status, Body: rec.Body}
+	if len(rec.Header) > 0 {
+		h, err := decodeHeader(rec.Header)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
+		}
+		out.Header = h
+	}
+	return out, nil
+}
