@@ -32,7 +32,7 @@ import (
 // relay). A single writer because each statement locks its two accounts as
 // it runs: two writers' transactions take them in no common order and
 // deadlock.
-func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
+func bound(addr, dsn, script string, batchMax, bodyBytes, trips int) error {
 	src, err := os.ReadFile(script)
 	if err != nil {
 		return err
@@ -56,6 +56,13 @@ func bound(addr, dsn, script string, batchMax, bodyBytes int) error {
 		batch.Queue("BEGIN")
 		for _, t := range taken {
 			batch.Queue("transfer", t.k, t.a, t.b)
+		}
+		for range trips - 1 {
+			if err := conn.SendBatch(ctx, &batch).Close(); err != nil {
+				return err
+			}
+			batch = pgx.Batch{}
+			batch.Queue("SELECT 1")
 		}
 		batch.Queue("COMMIT")
 		return conn.SendBatch(ctx, &batch).Close()
