@@ -82,38 +82,45 @@ as_owner() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-# launch starts the pooler in DIR as a daemon and waits until it listens.
-# A start that does not listen (its port still held by the pooler just
-# killed) is tried again.
+# launch starts the pooler in DIR as a daemon and waits until it listens,
+# for up to 10 s: a loaded machine may be slow to start it. A start that
+# died (its port still held by the pooler just killed) is tried again.
 launch() {
-  local dir=$1 port attempt
+  local dir=$1 port attempt pid
   port=$(cat "$dir/port")
   for attempt in 1 2 3 4 5; do
     rm -f "$dir/pgbouncer.pid"
     as_owner "$(cat "$dir/bin")" -d -q "$dir/pgbouncer.ini" || { sleep 0.2; continue; }
-    for _ in $(seq 1 40); do
+    for _ in $(seq 1 200); do
       if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+      pid=$(cat "$dir/pgbouncer.pid" 2>/dev/null || true)
+      if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then break; fi
       sleep 0.05
     done
     kill_pooler "$dir" KILL
+    sleep 0.2
   done
   echo "scripts/pgbouncer: the pooler in $dir does not listen on port $port" >&2
   tail -20 "$dir/pgbouncer.log" >&2 2>/dev/null || true
   exit 1
 }
 
-# kill_pooler ends the pooler with sig and waits for it to be gone.
+# kill_pooler ends DIR's pooler with sig and waits for it to be gone: the
+# process its pid file names and any other started on DIR's configuration
+# (a start whose pid file was not written yet).
 kill_pooler() {
-  local dir=$1 sig=$2 pid
-  [ -f "$dir/pgbouncer.pid" ] || return 0
-  pid=$(cat "$dir/pgbouncer.pid")
-  kill "-$sig" "$pid" 2>/dev/null || return 0
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    # A daemon killed is a zombie until its parent (init) reaps it: gone
-    # for our purpose, its port free.
-    [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ] && return 0
-    sleep 0.05
+  local dir=$1 sig=$2 pid pids
+  pids=$(pgrep -f -- "$dir/pgbouncer.ini" || true)
+  [ -f "$dir/pgbouncer.pid" ] && pids="$pids $(cat "$dir/pgbouncer.pid")"
+  for pid in $pids; do kill "-$sig" "$pid" 2>/dev/null || true; done
+  for pid in $pids; do
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      # A daemon killed is a zombie until its parent (init) reaps it: gone
+      # for our purpose, its port free.
+      [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+      sleep 0.05
+    done
   done
 }
 
