@@ -63,7 +63,6 @@ type lane[T any] struct {
 type gathering[T any] struct {
 	lane  *lane[T]
 	batch []*pending[T]
-	begun chan struct{} // closed when it is sealed
 	*callers
 }
 
@@ -282,7 +281,6 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	restless := time.NewTimer(b.cfg.MaxWait / 4)
 	defer restless.Stop()
 	expired, gone, impatient := timer.C, ctx.Done(), restless.C
-	var begun <-chan struct{}
 	for {
 		select {
 		case <-p.done:
@@ -299,18 +297,14 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 			<-p.done
 			return p.res, p.err
 		case <-expired:
-			if g := b.heldUp(p); g != nil {
-				expired, begun = nil, g.begun
+			if b.behindItsScope(p) {
+				timer.Reset(b.cfg.MaxWait)
 				continue
 			}
 			if b.giveUp(p) {
 				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
 			}
 			expired = nil // taken meanwhile: its batch answers it
-		case <-begun:
-			begun = nil
-			timer.Reset(b.cfg.MaxWait)
-			expired = timer.C
 		case <-gone:
 			if b.giveUp(p) {
 				return Result{}, ctx.Err()
@@ -320,15 +314,13 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 }
 
-// heldUp returns the batch of p's scope that waits to begin while p
-// waits to be taken, or nil: p's MaxWait starts again once it has begun.
-func (b *Batcher[T]) heldUp(p *pending[T]) *gathering[T] {
+// behindItsScope reports whether p, not taken yet, waits behind a batch
+// of its own scope that waits to begin or runs: for the database, whose
+// deadlines end that batch, not for a place. Its MaxWait starts again.
+func (b *Batcher[T]) behindItsScope(p *pending[T]) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p.taken {
-		return nil
-	}
-	return p.lane.open
+	return !p.taken && p.lane.running > 0
 }
 
 // giveUp withdraws p from the queue unless it was taken into a batch.
@@ -385,7 +377,7 @@ func (b *Batcher[T]) lead(g *gathering[T]) {
 // its transaction begins. b.mu is held.
 func (b *Batcher[T]) gather(l *lane[T], batch []*pending[T]) *gathering[T] {
 	// The batch's context carries its scope (ScopeFrom).
-	g := &gathering[T]{lane: l, begun: make(chan struct{}), callers: newCallers(withScope(context.Background(), l.scope))}
+	g := &gathering[T]{lane: l, callers: newCallers(withScope(context.Background(), l.scope))}
 	g.join(batch...)
 	l.open = g
 	return g
@@ -414,11 +406,6 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 	defer b.mu.Unlock()
 	if g.lane.open == g {
 		g.lane.open = nil
-	}
-	select {
-	case <-g.begun:
-	default:
-		close(g.begun)
 	}
 	return g.batch
 }

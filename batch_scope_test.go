@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -329,6 +330,49 @@ func TestBatcherQueueWaitsForItsBatchToBegin(t *testing.T) {
 		wantAttempts(t, r.attemptsSoFar(), []string{"a0"}, []string{"a2"})
 		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "a2"}) {
 			t.Fatalf("biz rows %q", got)
+		}
+	})
+}
+
+// MaxWait is a wait for a place. Tenants A and B hold both places a
+// batcher of Concurrency 1 gives (B's beside A's): A's batch runs, held in
+// its work, B's is held before it begins. A's next request waits behind
+// A's own running batch, for the database: well past MaxWait it still
+// waits, and is answered once that batch ends. C's request, whose scope has nothing under way, waits
+// for a place the others hold: it gets ErrBusy at MaxWait, nothing run or
+// stored.
+func TestBatcherMaxWaitIsForAPlace(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		const maxWait = 50 * time.Millisecond
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 1, MaxWait: maxWait})
+		h := r.holdWork("a0")
+		a0 := r.send("tenant-a", thing{key: "a0", body: `{"a0":1}`})
+		<-h.entered
+		g := r.gate("b0")
+		b0 := r.runsAtOnce(g, "tenant-b", "b0")
+		a1 := r.queues("tenant-a", "a1")
+		start := time.Now()
+		_, err := r.b.Do(context.Background(), reqIn("tenant-c", "c1", `{"k":"c1"}`), thing{key: "c1", body: `{"c1":1}`})
+		if !errors.Is(err, idem.ErrBusy) || !strings.Contains(err.Error(), "MaxWait") {
+			t.Fatalf("C's request with every place held: %v, want ErrBusy (MaxWait)", err)
+		}
+		if took := time.Since(start); took < maxWait {
+			t.Fatalf("C's request answered ErrBusy after %v, before MaxWait %v", took, maxWait)
+		}
+		time.Sleep(3 * maxWait) // a1 waited past its MaxWait
+		close(h.release)
+		g.open("b0")
+		for key, wait := range map[string]func() (idem.Result, error){"a0": a0, "b0": b0, "a1": a1} {
+			wantAnswer(t, key, wait)
+		}
+		if r.runsOf("c1") != 0 {
+			t.Fatalf("C's refused request ran %d times", r.runsOf("c1"))
+		}
+		if got := r.bizRows(); !slices.Equal(got, []string{"a0", "a1", "b0"}) {
+			t.Fatalf("biz rows %q", got)
+		}
+		if got := countRows(t, d, "idem_keys"); got != 3 {
+			t.Fatalf("idem_keys rows %d, want 3 (none for c1)", got)
 		}
 	})
 }

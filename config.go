@@ -113,12 +113,13 @@ type BatchConfig struct {
 	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
 	// 1..100000.
 	MaxQueued int
-	// MaxWait bounds how long a request waits to be taken into a batch
-	// before it gets ErrBusy, nothing stored: a queue that long means the
-	// database is not keeping up, and the client is better told to retry.
-	// While a batch of its scope waits to begin (for a connection, a write
-	// gate, SQLite's one writer) the bound does not run: it starts again
-	// once that batch has begun. Default 1s; bound 1ms..60s.
+	// MaxWait bounds how long a request waits for a place while other
+	// scopes' batches hold them all: past it, it gets ErrBusy, nothing
+	// stored, and the client is better told to retry. A request behind a
+	// batch of its own scope (waiting to begin for a connection, a write
+	// gate or SQLite's one writer, or running) waits for the database
+	// instead, bounded by that batch's deadlines and its own context: at
+	// MaxWait it looks again. Default 1s; bound 1ms..60s.
 	MaxWait time.Duration
 	// Share bounds the places one scope (Key.Scope: a tenant) holds while
 	// another waits for one: ceil(Share × Concurrency), at least one. A

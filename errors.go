@@ -27,7 +27,8 @@ var (
 	ErrPanicked = errors.New("idem: work panicked")
 	// ErrBusy: a Batcher could not take the request: more requests wait
 	// for a batch than BatchConfig.MaxQueued, this one waited longer than
-	// MaxWait, or the batcher is closed. Nothing was done; retry later.
+	// MaxWait for a place other scopes held, or the batcher is closed.
+	// Nothing was done; retry later.
 	ErrBusy = errors.New("idem: too busy to take the request")
 	// ErrUnavailable: the database is unreachable. Nothing was stored; retry
 	// later. It is driver.ErrUnavailable. (A broker that cannot be reached

@@ -304,12 +304,12 @@ func TestBatchedRefusals(t *testing.T) {
 	})
 }
 
-// A batcher that cannot take a request in time answers 503 with
-// Retry-After, and stores nothing.
+// A batcher that cannot take a request (here: past MaxQueued) answers 503
+// with Retry-After, and stores nothing.
 func TestBatchedBusy(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		e := newBatchedEnv(t, d, idem.Config{}, idemhttp.Config{}, idem.BatchConfig{Concurrency: 1, MaxWait: time.Millisecond})
+		e := newBatchedEnv(t, d, idem.Config{}, idemhttp.Config{}, idem.BatchConfig{Concurrency: 1, MaxQueued: 1})
 		e.o.entered, e.o.release = make(chan struct{}, 1), make(chan struct{})
 		// Released however the test ends: a held request would keep its
 		// transaction, and the shared database's, open for good.
@@ -318,17 +318,25 @@ func TestBatchedBusy(t *testing.T) {
 		held := make(chan response, 1)
 		go func() { held <- post(t, e.srv, "/orders", orderBody, "held") }()
 		<-e.o.entered
-		late := post(t, e.srv, "/orders", orderBody, "late")
+		// Of two requests behind the held one, one waits in the queue and
+		// the other finds it full.
+		answers := make(chan response, 2)
+		for _, key := range []string{"queued", "late"} {
+			go func() { answers <- post(t, e.srv, "/orders", orderBody, key) }()
+		}
+		late := <-answers
 		wantProblem(t, late, http.StatusServiceUnavailable, idemhttp.CodeUnavailable)
 		if late.header.Get("Retry-After") != "1" || !strings.Contains(string(late.body), "busy") {
 			t.Fatalf("busy: %v %s", late.header, late.body)
 		}
 		release()
-		if r := <-held; r.status != http.StatusCreated {
-			t.Fatalf("held: %d %s", r.status, r.body)
+		for _, r := range []response{<-held, <-answers} {
+			if r.status != http.StatusCreated {
+				t.Fatalf("held or queued: %d %s", r.status, r.body)
+			}
 		}
-		if e.kinds.get(idemhttp.KindUnavailable) != 1 || countKeys(t, d) != 1 || countOrders(t, d) != 1 {
-			t.Fatalf("%d unavailable, %d keys, %d orders; want 1 each", e.kinds.get(idemhttp.KindUnavailable), countKeys(t, d), countOrders(t, d))
+		if e.kinds.get(idemhttp.KindUnavailable) != 1 || countKeys(t, d) != 2 || countOrders(t, d) != 2 {
+			t.Fatalf("%d unavailable, %d keys, %d orders; want 1, 2, 2", e.kinds.get(idemhttp.KindUnavailable), countKeys(t, d), countOrders(t, d))
 		}
 	})
 }
