@@ -15,12 +15,12 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// writeGate shares the database's write capacity among tenants: the
-// connections their write transactions may hold at once (capacity). A
+// tenantGate shares connections of the database among tenants: the
+// transactions they may hold at once (capacity). A
 // tenant takes a free slot at once unless it holds its share of them
 // (ceil(share × capacity), at least 1) while another tenant is present;
 // then it waits. Waiting tenants are served in turn, the one whose
-// transactions held slots for the least time first (its write time, a
+// transactions held slots for the least time first (its use time, a
 // fair share of the capacity's time rather than of its grants: one long
 // transaction of one tenant's weighs as many short ones of another's),
 // each tenant's waiters first come, first served, and a slot nobody
@@ -28,9 +28,10 @@ import (
 // slot stays idle while a tenant waits for one, except the slots kept
 // free for a present tenant.
 //
-// A tenant's write time counts from when it became active (held or
-// waited for a slot) at the least write time of the tenants active then,
-// so that the time it spent idle is no credit against them.
+// A tenant's use time counts from when it became active (held or
+// waited for a slot) at the least use time of the tenants active then,
+// so that the time it spent idle is no credit against them. (The code
+// calls it write time, as the gate's first use was the writes'.)
 //
 // A tenant is present while it holds or waits for a slot, and for
 // presenceWindow after its last transaction ended: a tenant with steady
@@ -46,8 +47,8 @@ import (
 //
 // Its tenants are those of the configured API keys (or "default") and the
 // scopes of group-commit batches, which are the same: the map and the
-// metric's tenant label are bounded by the configuration.
-type writeGate struct {
+// metrics' tenant label are bounded by the configuration.
+type tenantGate struct {
 	capacity int
 	share    int
 	maxWait  time.Duration
@@ -61,8 +62,6 @@ type writeGate struct {
 	turns   []*gateTenant // the tenants with waiters
 	grants  uint64        // slots granted so far: the turns' order among equal write times
 	timer   *time.Timer   // re-serves the waiters when a presence ends
-
-	waits *prometheus.CounterVec
 }
 
 type gateTenant struct {
@@ -71,7 +70,7 @@ type gateTenant struct {
 	waiters  []*gateWaiter // first come, first served
 	lastSeen time.Time     // when its last transaction ended
 	served   uint64        // g.grants when it last took a slot
-	used     time.Duration // write time of its ended transactions (writeGate.used adds those it holds)
+	used     time.Duration // write time of its ended transactions (tenantGate.used adds those it holds)
 	started  time.Duration // the sum of its held slots' grant instants, since g.epoch
 }
 
@@ -86,15 +85,15 @@ type gateWaiter struct {
 // transactions, short enough that a tenant left alone soon has every slot.
 const presenceWindow = time.Second
 
-// errWriteGate is the error of a write transaction that waited for its
+// errTenantGate is the error of a transaction that waited for its
 // tenant's turn until its deadline.
-var errWriteGate = errors.New("idem: the tenant's share of the database's write capacity stayed taken")
+var errTenantGate = errors.New("idem: the tenant's share of the database's connections stayed taken")
 
-func newWriteGate(capacity int, share float64, maxWait time.Duration, reg prometheus.Registerer) (*writeGate, error) {
+func newTenantGate(capacity int, share float64, maxWait time.Duration) (*tenantGate, error) {
 	if capacity < 1 {
-		return nil, fmt.Errorf("idem: write gate: capacity %d, want at least 1", capacity)
+		return nil, fmt.Errorf("idem: tenant gate: capacity %d, want at least 1", capacity)
 	}
-	g := &writeGate{
+	return &tenantGate{
 		capacity: capacity,
 		share:    min(capacity, max(1, int(math.Ceil(share*float64(capacity))))),
 		maxWait:  maxWait,
@@ -102,21 +101,14 @@ func newWriteGate(capacity int, share float64, maxWait time.Duration, reg promet
 		now:      time.Now,
 		epoch:    time.Now(),
 		tenants:  map[string]*gateTenant{},
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_tenant_write_waits_total",
-			Help: "Write transactions that waited for a slot of the database's write capacity while other tenants held theirs, by tenant and outcome (granted, expired).",
-		}, []string{"tenant", "outcome"}),
-	}
-	if err := reg.Register(g.waits); err != nil {
-		return nil, err
-	}
-	return g, nil
+	}, nil
 }
 
 // acquire takes a slot for tenant, waiting for its turn while the tenant
-// holds its share and another is present. A nil error's release must be
-// called once the transaction ends; it may be called more than once.
-func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(), err error) {
+// holds its share and another is present; a wait is counted in waits by
+// tenant and outcome. A nil error's release must be called once the
+// transaction ends; it may be called more than once.
+func (g *tenantGate) acquire(ctx context.Context, tenant string, waits *prometheus.CounterVec) (release func(), err error) {
 	g.mu.Lock()
 	t := g.tenants[tenant]
 	if t == nil {
@@ -146,7 +138,7 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 	}
 	select {
 	case <-w.ready:
-		g.waits.WithLabelValues(tenant, "granted").Inc()
+		waits.WithLabelValues(tenant, "granted").Inc()
 		return g.releaser(t, w.start), nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -165,11 +157,11 @@ func (g *writeGate) acquire(ctx context.Context, tenant string) (release func(),
 		g.serve() // its leaving may make a slot it kept for nothing grantable
 		g.mu.Unlock()
 	}
-	g.waits.WithLabelValues(tenant, "expired").Inc()
-	return nil, fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errWriteGate, err)
+	waits.WithLabelValues(tenant, "expired").Inc()
+	return nil, fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errTenantGate, err)
 }
 
-func (g *writeGate) releaser(t *gateTenant, start time.Duration) func() {
+func (g *tenantGate) releaser(t *gateTenant, start time.Duration) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -186,7 +178,7 @@ func (g *writeGate) releaser(t *gateTenant, start time.Duration) func() {
 }
 
 // take gives t a slot and returns the instant it did, since g.epoch.
-func (g *writeGate) take(t *gateTenant) time.Duration {
+func (g *tenantGate) take(t *gateTenant) time.Duration {
 	start := g.now().Sub(g.epoch)
 	g.inUse++
 	t.held++
@@ -198,13 +190,13 @@ func (g *writeGate) take(t *gateTenant) time.Duration {
 
 // used is t's write time: that of its ended transactions and of those it
 // holds so far. g.mu is held.
-func (g *writeGate) used(t *gateTenant, now time.Duration) time.Duration {
+func (g *tenantGate) used(t *gateTenant, now time.Duration) time.Duration {
 	return t.used + time.Duration(t.held)*now - t.started
 }
 
 // activate starts t's write time, as t becomes active, at the least of
 // the other active tenants' when that is more. g.mu is held.
-func (g *writeGate) activate(t *gateTenant) {
+func (g *tenantGate) activate(t *gateTenant) {
 	now := g.now().Sub(g.epoch)
 	least := time.Duration(-1)
 	for _, o := range g.tenants {
@@ -220,7 +212,7 @@ func (g *writeGate) activate(t *gateTenant) {
 // nextInTurn returns the index in g.turns of the tenant with the least
 // write time among those ok accepts, the least recently served of equals,
 // or -1. g.mu is held.
-func (g *writeGate) nextInTurn(ok func(*gateTenant) bool) int {
+func (g *tenantGate) nextInTurn(ok func(*gateTenant) bool) int {
 	now := g.now().Sub(g.epoch)
 	best, bestUsed := -1, time.Duration(0)
 	for i, t := range g.turns {
@@ -238,7 +230,7 @@ func (g *writeGate) nextInTurn(ok func(*gateTenant) bool) int {
 // mayTake reports whether t may take a free slot now: below its share,
 // or when the slots left free after it would still cover what the other
 // present tenants may take within their shares. g.mu is held.
-func (g *writeGate) mayTake(t *gateTenant) bool {
+func (g *tenantGate) mayTake(t *gateTenant) bool {
 	if g.inUse >= g.capacity {
 		return false
 	}
@@ -260,7 +252,7 @@ func (g *writeGate) mayTake(t *gateTenant) bool {
 // keeps none from a present tenant's share (mayTake). It forgets the
 // tenants gone from the presence window, and sets a timer to serve again
 // when a presence that keeps a slot from a waiter ends. g.mu is held.
-func (g *writeGate) serve() {
+func (g *tenantGate) serve() {
 	for g.inUse < g.capacity && len(g.turns) > 0 {
 		i := g.nextInTurn(func(t *gateTenant) bool { return t.held < g.share })
 		if i < 0 {
@@ -295,18 +287,47 @@ func (g *writeGate) serve() {
 	}
 }
 
-// gatedDriver is a driver whose write transactions on a tenant's behalf
-// take a slot of the tenant's writeGate first: those begun under a
-// request's context (its tenant) or a group-commit batch's (its scope).
-// Read-only transactions and those of no tenant (the relay, the janitor,
-// migrations) pass ungated.
+// gatedDriver is a driver whose transactions on a tenant's behalf take a
+// slot of a tenantGate first: those begun under a request's context (its
+// tenant) or a group-commit batch's (its scope). Where reads and writes
+// share one pool (PostgreSQL) one gate of the pool's size serves both;
+// where the writers are a pool of their own (SQLite's one writer beside
+// its readers) each pool has its gate. Those of no tenant (the relay, the
+// janitor, migrations) pass ungated, as do the keeper's one-statement
+// reads of a stored answer, which take no transaction.
 type gatedDriver struct {
 	driver.Driver
-	gate *writeGate
+	writes, reads         *tenantGate // the same gate for one shared pool
+	writeWaits, readWaits *prometheus.CounterVec
 }
 
-func newGatedDriver(d driver.Driver, g *writeGate) driver.Driver {
-	return &gatedDriver{Driver: d, gate: g}
+func newGatedDriver(d driver.Driver, share float64, maxWait time.Duration, reg prometheus.Registerer) (*gatedDriver, error) {
+	g := &gatedDriver{Driver: d,
+		writeWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_tenant_write_waits_total",
+			Help: "Write transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
+		}, []string{"tenant", "outcome"}),
+		readWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_tenant_read_waits_total",
+			Help: "Read-only transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
+		}, []string{"tenant", "outcome"}),
+	}
+	var err error
+	if g.writes, err = newTenantGate(writeCapacity(d), share, maxWait); err != nil {
+		return nil, err
+	}
+	g.reads = g.writes
+	if w, ok := driver.Optional[driver.WriterBound](d); ok && w.Writers() > 0 {
+		if g.reads, err = newTenantGate(max(1, d.PoolStats().MaxConns-w.Writers()), share, maxWait); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range []prometheus.Collector{g.writeWaits, g.readWaits} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
 }
 
 // Unwrap is the driver gated: its optional interfaces (driver.Optional)
@@ -318,10 +339,14 @@ func (d *gatedDriver) Begin(ctx context.Context, opts driver.BeginOptions) (driv
 	if !ok {
 		tenant = tenantFrom(ctx)
 	}
-	if opts.ReadOnly || tenant == "" {
+	if tenant == "" {
 		return d.Driver.Begin(ctx, opts)
 	}
-	release, err := d.gate.acquire(ctx, tenant)
+	gate, waits := d.writes, d.writeWaits
+	if opts.ReadOnly {
+		gate, waits = d.reads, d.readWaits
+	}
+	release, err := gate.acquire(ctx, tenant, waits)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -16,20 +17,26 @@ import (
 	"github.com/idemhq/idem/ledger"
 )
 
-// gateFixture is a writeGate under a clock the test moves.
+// gateFixture is a tenantGate under a clock the test moves.
 type gateFixture struct {
-	*writeGate
-	mu  sync.Mutex
-	now time.Time
+	*tenantGate
+	waits *prometheus.CounterVec
+	mu    sync.Mutex
+	now   time.Time
+}
+
+// newWaits is a gate's wait counter, registered nowhere.
+func newWaits() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "waits"}, []string{"tenant", "outcome"})
 }
 
 func newGateFixture(t *testing.T, capacity int, share float64) *gateFixture {
 	t.Helper()
-	g, err := newWriteGate(capacity, share, time.Minute, prometheus.NewRegistry())
+	g, err := newTenantGate(capacity, share, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &gateFixture{writeGate: g, now: time.Unix(1_000_000, 0)}
+	f := &gateFixture{tenantGate: g, waits: newWaits(), now: time.Unix(1_000_000, 0)}
 	g.now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 	g.presence = time.Hour // the test moves presences on by hand (pass)
 	return f
@@ -40,14 +47,14 @@ func (f *gateFixture) pass() {
 	f.mu.Lock()
 	f.now = f.now.Add(2 * time.Hour)
 	f.mu.Unlock()
-	f.writeGate.mu.Lock()
+	f.tenantGate.mu.Lock()
 	f.serve()
-	f.writeGate.mu.Unlock()
+	f.tenantGate.mu.Unlock()
 }
 
 func (f *gateFixture) take(t *testing.T, tenant string) func() {
 	t.Helper()
-	release, err := f.acquire(context.Background(), tenant)
+	release, err := f.acquire(context.Background(), tenant, f.waits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +65,13 @@ func (f *gateFixture) take(t *testing.T, tenant string) func() {
 // the returned channel once granted.
 func (f *gateFixture) wait(t *testing.T, ctx context.Context, tenant string) <-chan func() {
 	t.Helper()
-	f.writeGate.mu.Lock()
+	f.tenantGate.mu.Lock()
 	before := f.waiting(tenant)
-	f.writeGate.mu.Unlock()
+	f.tenantGate.mu.Unlock()
 	got := make(chan func(), 1)
 	errc := make(chan error, 1)
 	go func() {
-		release, err := f.acquire(ctx, tenant)
+		release, err := f.acquire(ctx, tenant, f.waits)
 		if err != nil {
 			errc <- err
 			close(got)
@@ -73,9 +80,9 @@ func (f *gateFixture) wait(t *testing.T, ctx context.Context, tenant string) <-c
 		got <- release
 	}()
 	for {
-		f.writeGate.mu.Lock()
+		f.tenantGate.mu.Lock()
 		n := f.waiting(tenant)
-		f.writeGate.mu.Unlock()
+		f.tenantGate.mu.Unlock()
 		if n > before {
 			return got
 		}
@@ -101,8 +108,8 @@ func (f *gateFixture) waiting(tenant string) int {
 }
 
 func (f *gateFixture) inUseNow() int {
-	f.writeGate.mu.Lock()
-	defer f.writeGate.mu.Unlock()
+	f.tenantGate.mu.Lock()
+	defer f.tenantGate.mu.Unlock()
 	return f.inUse
 }
 
@@ -123,8 +130,8 @@ func TestTenantWriteGateShare(t *testing.T) {
 	rb1 := <-b1
 	stillWaits := func(tenant string) {
 		t.Helper()
-		g.writeGate.mu.Lock()
-		defer g.writeGate.mu.Unlock()
+		g.tenantGate.mu.Lock()
+		defer g.tenantGate.mu.Unlock()
 		if g.waiting(tenant) != 1 {
 			t.Fatalf("%s's waiter was granted a slot kept for another tenant", tenant)
 		}
@@ -263,19 +270,19 @@ func TestTenantWriteGateWriteTime(t *testing.T) {
 
 func TestTenantWriteGateWaitEnds(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	g, err := newWriteGate(1, 0.5, time.Minute, reg)
+	g, err := newTenantGate(1, 0.5, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold, err := g.acquire(context.Background(), "a")
+	waits := newWaits()
+	hold, err := g.acquire(context.Background(), "a", waits)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := g.acquire(ctx, "b")
+		_, err := g.acquire(ctx, "b", waits)
 		errc <- err
 	}()
 	for {
@@ -292,10 +299,10 @@ func TestTenantWriteGateWaitEnds(t *testing.T) {
 	}
 	cancel()
 	err = <-errc
-	if !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, errWriteGate) {
+	if !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, errTenantGate) {
 		t.Fatalf("acquire after its context ended: %v, want ErrUnavailable and context.Canceled", err)
 	}
-	if got := testutil.ToFloat64(g.waits.WithLabelValues("b", "expired")); got != 1 {
+	if got := testutil.ToFloat64(waits.WithLabelValues("b", "expired")); got != 1 {
 		t.Fatalf("B's expired waits %v, want 1", got)
 	}
 	hold()
@@ -307,19 +314,22 @@ func TestTenantWriteGateWaitEnds(t *testing.T) {
 	}
 }
 
-// TestTenantWriteGateDriver runs the gate around real databases: a
+// TestTenantWriteGateDriver runs the gates around real databases: a
 // tenant's write transaction takes a slot and frees it on commit, on
 // rollback after an error and after a panic, and when the database
-// refuses to begin; read-only transactions and those of no tenant pass;
-// statements run through the wrapped transaction (Postgres's pipeline
-// looks through it).
+// refuses to begin; a tenant's read-only transaction takes a slot of the
+// readers' gate (on PostgreSQL the same gate: one pool), and those of no
+// tenant pass; statements run through the wrapped transaction
+// (Postgres's pipeline looks through it).
 func TestTenantWriteGateDriver(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		gate, err := newWriteGate(writeCapacity(d), 0.5, time.Minute, prometheus.NewRegistry())
+		gd, err := newGatedDriver(d, 0.5, time.Minute, prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}
-		gd := newGatedDriver(d, gate)
+		if shared := gd.reads == gd.writes; shared != (d.Dialect() == "postgres") {
+			t.Fatalf("%s: reads and writes share a gate: %v", d.Dialect(), shared)
+		}
 		// The driver's fast paths stay on behind the gate: every optional
 		// interface it has is found through the gated driver.
 		for name, has := range map[string]func(any) bool{
@@ -338,7 +348,18 @@ func TestTenantWriteGateDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inUse := func() int { gate.mu.Lock(); defer gate.mu.Unlock(); return gate.inUse }
+		inUse := func() int {
+			n := 0
+			for _, g := range []*tenantGate{gd.writes, gd.reads} {
+				g.mu.Lock()
+				n += g.inUse
+				g.mu.Unlock()
+			}
+			if gd.reads == gd.writes {
+				n /= 2
+			}
+			return n
+		}
 		ctx := withTenant(context.Background(), "t1")
 
 		// Commit.
@@ -393,17 +414,23 @@ func TestTenantWriteGateDriver(t *testing.T) {
 			t.Fatalf("slots in use %d after a failed Begin", inUse())
 		}
 
-		// Read-only transactions and those of no tenant pass ungated.
+		// A tenant's read-only transaction takes a slot; those of no
+		// tenant pass ungated.
 		for _, c := range []struct {
-			ctx  context.Context
-			opts driver.BeginOptions
-		}{{ctx, driver.BeginOptions{ReadOnly: true}}, {context.Background(), driver.BeginOptions{}}} {
+			ctx   context.Context
+			opts  driver.BeginOptions
+			slots int
+		}{
+			{ctx, driver.BeginOptions{ReadOnly: true}, 1},
+			{context.Background(), driver.BeginOptions{ReadOnly: true}, 0},
+			{context.Background(), driver.BeginOptions{}, 0},
+		} {
 			tx, err := gd.Begin(c.ctx, c.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inUse() != 0 {
-				t.Fatalf("slots in use %d by an ungated transaction", inUse())
+			if inUse() != c.slots {
+				t.Fatalf("slots in use %d by a transaction (read-only %v), want %d", inUse(), c.opts.ReadOnly, c.slots)
 			}
 			if _, err := l.GetAccount(c.ctx, tx, ledger.AccountQuery{Tenant: "t1", ID: "gate-1"}); err != nil {
 				t.Fatal(err)
@@ -411,4 +438,119 @@ func TestTenantWriteGateDriver(t *testing.T) {
 			_ = tx.Rollback(c.ctx)
 		}
 	})
+}
+
+// TestTenantReadsShareThePool: tenant A opens more read-only transactions
+// than the pool (4 connections; SQLite's 4 readers) has, while tenant B
+// holds one. A holds its share (2) and its others wait at the gate, not
+// on the pool; B's second read begins at once and reads, while A still
+// holds its two. Once A's first reads end its waiting ones are granted
+// and read too, each counted as a granted read wait.
+func TestTenantReadsShareThePool(t *testing.T) {
+	t.Parallel()
+	const conns = 4
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			d := smallPool(t, dialect, conns)
+			gd, err := newGatedDriver(d, 0.5, time.Minute, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := ledger.New(gd, ledger.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			asA, asB := withTenant(context.Background(), "a"), withTenant(context.Background(), "b")
+			currency := map[string]string{"a": "EUR", "b": "USD"} // tells whose account a read found
+			for ctx, tenant := range map[context.Context]string{asA: "a", asB: "b"} {
+				tx, err := gd.Begin(ctx, driver.BeginOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := l.CreateAccount(ctx, tx, tenant, ledger.NewAccount{ID: "acct", Currency: currency[tenant]}); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			read := func(ctx context.Context, tenant string) (driver.TxCloser, error) {
+				tx, err := gd.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+				if err != nil {
+					return nil, err
+				}
+				if a, err := l.GetAccount(ctx, tx, ledger.AccountQuery{Tenant: tenant, ID: "acct"}); err != nil || a.Currency != currency[tenant] {
+					_ = tx.Rollback(ctx)
+					return nil, fmt.Errorf("%s's read: %+v %v", tenant, a, err)
+				}
+				return tx, nil
+			}
+			b1, err := read(asB, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b1.Rollback(asB) //nolint:errcheck
+
+			// A's reads, each held open until A's release closes; closed
+			// however the test ends, since the pool's Close waits for them.
+			release := make(chan struct{})
+			releaseA := sync.OnceFunc(func() { close(release) })
+			var (
+				mu    sync.Mutex
+				begun int
+				wg    sync.WaitGroup
+			)
+			for range conns {
+				wg.Go(func() {
+					tx, err := read(asA, "a")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					begun++
+					mu.Unlock()
+					<-release
+					_ = tx.Rollback(asA)
+				})
+			}
+			defer wg.Wait()
+			defer releaseA()
+			waitingA := func() int {
+				gd.reads.mu.Lock()
+				defer gd.reads.mu.Unlock()
+				if a := gd.reads.tenants["a"]; a != nil {
+					return len(a.waiters)
+				}
+				return 0
+			}
+			begunA := func() int { mu.Lock(); defer mu.Unlock(); return begun }
+			for deadline := time.Now().Add(10 * time.Second); waitingA() < conns-2 || begunA() < 2; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of A's reads began and %d wait at the gate, want 2 and %d", begunA(), waitingA(), conns-2)
+				}
+			}
+
+			// B reads while A holds its share and waits for more.
+			ctx, cancel := context.WithTimeout(asB, 5*time.Second)
+			defer cancel()
+			b2, err := read(ctx, "b")
+			if err != nil {
+				t.Fatalf("B's read while A's reads wait: %v", err)
+			}
+			if n := begunA(); n != 2 {
+				t.Errorf("A's reads begun while B read: %d, want its share, 2", n)
+			}
+			_ = b2.Rollback(ctx)
+			releaseA()
+			wg.Wait()
+			if begun != conns {
+				t.Fatalf("A's reads begun %d, want %d", begun, conns)
+			}
+			if got := testutil.ToFloat64(gd.readWaits.WithLabelValues("a", "granted")); got != conns-2 {
+				t.Fatalf("A's granted read waits %v, want %d", got, conns-2)
+			}
+		})
+	}
 }

@@ -86,11 +86,11 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	base := d // the relay's transactions are no tenant's
-	gate, err := newWriteGate(writeCapacity(d), cmp.Or(cfg.BatchShare, 0.5), cfg.DBTimeout, reg)
+	gd, err := newGatedDriver(d, cmp.Or(cfg.BatchShare, 0.5), cfg.DBTimeout, reg)
 	if err != nil {
 		return nil, err
 	}
-	d = newGatedDriver(d, gate)
+	d = gd
 	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait,
 		JanitorTimeout: cfg.DBTimeout, Logger: log})
 	if err != nil {
@@ -168,7 +168,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 }
 
 // writeCapacity is how many write transactions the tenants share (the
-// write gate's slots): SQLite's one writer, or the whole PostgreSQL pool.
+// write gate's slots): SQLite's one writer, or the whole PostgreSQL pool,
+// whose slots the reads share.
 // Not the pool less group commit's connections: the batches are gated
 // too, under their tenant, so a tenant's batches count in its share.
 func writeCapacity(d driver.Driver) int {
