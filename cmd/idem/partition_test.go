@@ -51,6 +51,12 @@ func TestPartitionBlackhole(t *testing.T) {
 			map[string]any{"id": fmt.Sprintf("t%d", i), "debit_account_id": "a", "credit_account_id": "b", "amount": 1, "currency": "EUR"})
 	}
 	mustStatus(t, post(0), http.StatusCreated)
+	// The goroutines counted before the partition are taken once the
+	// relay has published what was written: its first publishes start
+	// the embedded NATS server's stream goroutines for good.
+	waitFor(t, func() bool {
+		return metric(t, u, "idem_outbox_published_total") > 0 && metric(t, u, "idem_outbox_backlog") == 0
+	})
 	goroutines := metric(t, u, "go_goroutines")
 	if goroutines == 0 {
 		t.Fatal("no go_goroutines in /metrics")
