@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +95,83 @@ func TestTwoTenantsGroupCommit(t *testing.T) {
 	}
 }
 
+// TestTwoTenantsAsOf is issue 35's first finding as a load test, on real
+// idem serve processes with the default settings: tenant A's 40 clients
+// loop on balances as of a moment 950 ms ahead (the wait the service
+// must not spend holding a connection), in step, while tenant B sends
+// single transfers at a steady rate, first alone and then during A's
+// load. Every one of B's transfers is created (no 5xx), B's balances
+// count exactly its acknowledged transfers, and every one of A's reads
+// is answered 200 with its account's balance as of its moment. B's p99
+// under attack against 2 × its calm p99 + 50 ms is logged, not asserted,
+// as in TestTwoTenantsGroupCommit (`bench/run tenants` measures it).
+func TestTwoTenantsAsOf(t *testing.T) {
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			const keyA, keyB = "tenant-a-secret-asof-001", "tenant-b-secret-asof-002"
+			p, _ := serveDB(t, dialect, []string{"IDEM_API_KEYS=a:" + keyA + ",b:" + keyB}, "--relay=false")
+			asA, asB := tenantClient{p.URL, keyA}, tenantClient{p.URL, keyB}
+			asA.mustCreateAccount(t, "a1")
+			asB.mustCreateAccount(t, "b1")
+			asB.mustCreateAccount(t, "b2")
+
+			const rate, clientsA = 40, 40
+			b := &steady{c: asB}
+			b.run(t, "warm", rate, time.Second)
+			calm := b.run(t, "calm", rate, 3*time.Second)
+
+			ctx, stop := context.WithCancel(context.Background())
+			var (
+				wg            sync.WaitGroup
+				answered, bad atomic.Int64
+				mu            sync.Mutex
+				firstBad      string
+			)
+			for range clientsA {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						at := time.Now().Add(950 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+						st, body, err := asA.get("/v1/accounts/a1/balance?as_of=" + url.QueryEscape(at))
+						var got struct {
+							Balance *int64 `json:"balance"`
+							AsOf    string `json:"as_of"`
+						}
+						if err == nil && st == http.StatusOK && json.Unmarshal(body, &got) == nil && got.Balance != nil && *got.Balance == 0 {
+							answered.Add(1)
+							continue
+						}
+						if bad.Add(1) == 1 {
+							mu.Lock()
+							firstBad = fmt.Sprintf("%d %s %v", st, bytes.TrimSpace(body), err)
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			defer func() { stop(); wg.Wait() }() // also when the test fails early
+			attacked := b.run(t, "attacked", rate, 5*time.Second)
+			stop()
+			wg.Wait()
+			loadClient.CloseIdleConnections()
+
+			bound := 2*calm.p99 + 50*time.Millisecond
+			t.Logf("%s: B calm p50 %v p99 %v (%d); attacked p50 %v p99 %v (%d), bound %v; A: %d reads answered, %d not",
+				dialect, calm.p50, calm.p99, calm.n, attacked.p50, attacked.p99, attacked.n, bound, answered.Load(), bad.Load())
+			if fails := b.failures(); len(fails) > 0 {
+				t.Errorf("B's transfers not created: %v", fails)
+			}
+			if bad.Load() > 0 || answered.Load() == 0 {
+				t.Errorf("A's as-of reads: %d answered right, %d not (first: %s)", answered.Load(), bad.Load(), firstBad)
+			}
+			created := b.created.Load()
+			b1, b2 := asB.account(t, "b1"), asB.account(t, "b2")
+			if b1["debits_posted"] != float64(created) || b2["credits_posted"] != float64(created) {
+				t.Errorf("B's accounts: b1 debited %v, b2 credited %v; want %d each", b1["debits_posted"], b2["credits_posted"], created)
+			}
+		})
+	}
+}
+
 // batchAlone times one of A's 1000-transfer batches with nothing else
 // running.
 func (c tenantClient) batchAlone(t *testing.T) time.Duration {
@@ -120,13 +199,31 @@ type tenantClient struct{ url, key string }
 var loadClient = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 
 func (c tenantClient) post(path, key, body string) (int, []byte, error) {
-	req, err := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
+	return c.send(http.MethodPost, path, key, body)
+}
+
+func (c tenantClient) get(path string) (int, []byte, error) {
+	return c.send(http.MethodGet, path, "", "")
+}
+
+// send is one request of the tenant's: a JSON body and an Idempotency-Key
+// when they are given.
+func (c tenantClient) send(method, path, key, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.url+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := loadClient.Do(req)
 	if err != nil {
 		return 0, nil, err
