@@ -30,8 +30,7 @@ import (
 //
 // A tenant's use time counts from when it became active (held or
 // waited for a slot) at the least use time of the tenants active then,
-// so that the time it spent idle is no credit against them. (The code
-// calls it write time, as the gate's first use was the writes'.)
+// so that the time it spent idle is no credit against them.
 //
 // A tenant is present while it holds or waits for a slot, and for
 // presenceWindow after its last transaction ended: a tenant with steady
@@ -54,13 +53,13 @@ type tenantGate struct {
 	maxWait  time.Duration
 	presence time.Duration
 	now      func() time.Time
-	epoch    time.Time // the instants of the write times are since it
+	epoch    time.Time // the instants of the use times are since it
 
 	mu      sync.Mutex
 	inUse   int
 	tenants map[string]*gateTenant
 	turns   []*gateTenant // the tenants with waiters
-	grants  uint64        // slots granted so far: the turns' order among equal write times
+	grants  uint64        // slots granted so far: the turns' order among equal use times
 	timer   *time.Timer   // re-serves the waiters when a presence ends
 }
 
@@ -70,7 +69,7 @@ type gateTenant struct {
 	waiters  []*gateWaiter // first come, first served
 	lastSeen time.Time     // when its last transaction ended
 	served   uint64        // g.grants when it last took a slot
-	used     time.Duration // write time of its ended transactions (tenantGate.used adds those it holds)
+	used     time.Duration // use time of its ended transactions (tenantGate.used adds those it holds)
 	started  time.Duration // the sum of its held slots' grant instants, since g.epoch
 }
 
@@ -188,13 +187,13 @@ func (g *tenantGate) take(t *gateTenant) time.Duration {
 	return start
 }
 
-// used is t's write time: that of its ended transactions and of those it
+// used is t's use time: that of its ended transactions and of those it
 // holds so far. g.mu is held.
 func (g *tenantGate) used(t *gateTenant, now time.Duration) time.Duration {
 	return t.used + time.Duration(t.held)*now - t.started
 }
 
-// activate starts t's write time, as t becomes active, at the least of
+// activate starts t's use time, as t becomes active, at the least of
 // the other active tenants' when that is more. g.mu is held.
 func (g *tenantGate) activate(t *gateTenant) {
 	now := g.now().Sub(g.epoch)
@@ -210,7 +209,7 @@ func (g *tenantGate) activate(t *gateTenant) {
 }
 
 // nextInTurn returns the index in g.turns of the tenant with the least
-// write time among those ok accepts, the least recently served of equals,
+// use time among those ok accepts, the least recently served of equals,
 // or -1. g.mu is held.
 func (g *tenantGate) nextInTurn(ok func(*gateTenant) bool) int {
 	now := g.now().Sub(g.epoch)
