@@ -301,16 +301,7 @@ type gatedDriver struct {
 }
 
 func newGatedDriver(d driver.Driver, share float64, maxWait time.Duration, reg prometheus.Registerer) (*gatedDriver, error) {
-	g := &gatedDriver{Driver: d,
-		writeWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_tenant_write_waits_total",
-			Help: "Write transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
-		}, []string{"tenant", "outcome"}),
-		readWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_tenant_read_waits_total",
-			Help: "Read-only transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
-		}, []string{"tenant", "outcome"}),
-	}
+	g := &gatedDriver{Driver: d, writeWaits: waitCounter("write", "Write"), readWaits: waitCounter("read", "Read-only")}
 	var err error
 	if g.writes, err = newTenantGate(writeCapacity(d), share, maxWait); err != nil {
 		return nil, err
@@ -327,6 +318,16 @@ func newGatedDriver(d driver.Driver, share float64, maxWait time.Duration, reg p
 		}
 	}
 	return g, nil
+}
+
+// waitCounter counts the transactions of a kind ("write", "read";
+// what names them in its help) that waited for a slot, by tenant and
+// outcome.
+func waitCounter(kind, what string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_tenant_" + kind + "_waits_total",
+		Help: what + " transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
+	}, []string{"tenant", "outcome"})
 }
 
 // Unwrap is the driver gated: its optional interfaces (driver.Optional)
