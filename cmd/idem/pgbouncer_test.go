@@ -45,6 +45,15 @@ func TestLoadChaosPgBouncer(t *testing.T) {
 	}
 	t.Logf("chaos through PgBouncer: %d kills, %d pooler restarts, %d NATS node kills; %d operations applied, %d events checked in the stream, %d requests, %d retries",
 		r.Restarts, r.DBRestarts, r.NATSKills, r.Applied, r.EventsChecked, r.Requests, r.Retries)
+	// PgBouncer 1.18 (Debian 12's) may exit on a cancel request that
+	// arrives as a client leaves ("FATAL … bad client state"), as the
+	// servers the run stopped send them; later PgBouncers do not
+	// (docs/operations.md). The commands below are about idem, so such a
+	// pooler is started again first, and the crash logged.
+	if strings.Contains(pgb.Log(), "bad client state") {
+		t.Log("the pooler exited on PgBouncer 1.18's cancel-request fault; started again")
+		pgb.Restart(t)
+	}
 
 	for _, c := range []struct {
 		args []string
