@@ -72,8 +72,9 @@ type batchHooks struct {
 	queued  func(Key)   // a request waits in the queue
 	joined  func(Key)   // a request joined a batch that had not begun
 	attempt func([]Key) // a transaction is to begin, with the keys in it so far
-	// commit, when set, commits tx in place of tx.Commit.
-	commit func(ctx context.Context, tx driver.TxCloser) error
+	// commit, when set, is called in place of the batch's commit (its
+	// outcomes' statement and COMMIT), which it is given.
+	commit func(ctx context.Context, commit func(context.Context) error) error
 	ended  func() // a batch freed its place or handed it on
 }
 
@@ -576,20 +577,21 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T])
 	for i, p := range ps {
 		cs[i] = p.claimant
 	}
-	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
+	answers, store, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
 		items := make([]T, len(todo))
 		for j, i := range todo {
 			items[j] = ps[i].item
 		}
 		return b.runWork(ctx, tx, ps, items)
 	})
-	if err != nil || !write {
+	if err != nil || store == nil {
 		return ps, answers, false, err // the rollback ends it, releasing refused claims
 	}
 	failpoint.Hit("keeper.before_commit")
-	commit := tx.Commit
+	commit := func(ctx context.Context) error { return driver.RecordCommit(ctx, k.d, tx, store) }
 	if h := b.testHooks.commit; h != nil {
-		commit = func(ctx context.Context) error { return h(ctx, tx) }
+		inner := commit
+		commit = func(ctx context.Context) error { return h(ctx, inner) }
 	}
 	if err := commit(ctx); err != nil {
 		// A commit lost on the way back may have happened: the halves'

@@ -693,8 +693,8 @@ func TestBatcherAmbiguousCommit(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1})
 		var commits int
-		idem.SetCommitHook(r.b, func(ctx context.Context, tx driver.TxCloser) error {
-			if err := tx.Commit(ctx); err != nil {
+		idem.SetCommitHook(r.b, func(ctx context.Context, commit func(context.Context) error) error {
+			if err := commit(ctx); err != nil {
 				return err
 			}
 			if commits++; commits == 2 {

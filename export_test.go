@@ -17,10 +17,10 @@ func SetJoinedHook(k *Keeper, f func(Key)) { k.testHooks.joined = f }
 // and sees which requests shared one. Call it before b is used.
 func SetBatchHook[T any](b *Batcher[T], f func([]Key)) { b.testHooks.attempt = f }
 
-// SetCommitHook makes b commit each batch's transaction with f instead of
-// tx.Commit: a test makes a commit fail after it happened. Call it before
-// b is used.
-func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, tx driver.TxCloser) error) {
+// SetCommitHook makes b call f in place of each batch's commit (its
+// outcomes' statement and COMMIT), which f is given: a test makes a
+// commit fail after it happened. Call it before b is used.
+func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, commit func(context.Context) error) error) {
 	b.testHooks.commit = f
 }
 

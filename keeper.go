@@ -220,7 +220,14 @@ func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work)
 	if err != nil {
 		return Result{}, err
 	}
-	return k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work)
+	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work)
+	if err != nil || store == nil {
+		return res, err
+	}
+	if err := driver.RecordBatch(ctx, k.d, tx, store); err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }
 
 func (k *Keeper) prepare(req *Request) ([]byte, error) {
@@ -244,28 +251,29 @@ func (k *Keeper) run(ctx context.Context, c claimant, work Work, lockWait time.D
 		return Result{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	res, err := k.claimAndWork(ctx, tx, c, work)
-	if err != nil || res.Replayed {
+	res, store, err := k.claimAndWork(ctx, tx, c, work)
+	if err != nil || store == nil {
 		return res, err
 	}
 	failpoint.Hit("keeper.before_commit")
-	if err := tx.Commit(ctx); err != nil {
+	if err := driver.RecordCommit(ctx, k.d, tx, store); err != nil {
 		return Result{}, err
 	}
 	return res, nil
 }
 
-// claimAndWork is one request's claim → work → record in tx: the core
-// Do and DoTx share with the Batcher (transact), for a batch of one.
-func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, work Work) (Result, error) {
-	answers, _, err := k.transact(ctx, tx, []claimant{c}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
+// claimAndWork is one request's claim → work in tx: the core Do and DoTx
+// share with the Batcher (transact), for a batch of one. store is the
+// outcome to store, nil when there is none (a replay).
+func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, work Work) (Result, *driver.KeyRecordBatchParams, error) {
+	answers, store, err := k.transact(ctx, tx, []claimant{c}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
 		out, err := k.runWork(ctx, tx, c.key, work)
 		return []ItemResult{{Outcome: out}}, err
 	})
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	return answers[0].res, answers[0].err
+	return answers[0].res, store, answers[0].err
 }
 
 // claimant is one request of a transaction: its key, its fingerprint and
@@ -282,13 +290,15 @@ type answer struct {
 	err error
 }
 
-// transact is the claim → work → record core of Do and the Batcher, in tx:
-// it claims every key in one statement, answers those a live record holds,
-// runs work for the claimed ones (todo: their places in cs, in order) and
-// stores their outcomes and releases the refused ones' claims in one
-// statement. It writes nothing more: the caller commits when write is
-// true, and otherwise rolls back, which also releases refused claims.
-func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, write bool, err error) {
+// transact is the claim → work → record core of Do, DoTx and the
+// Batcher, in tx: it claims every key in one statement, answers those a
+// live record holds, runs work for the claimed ones (todo: their places
+// in cs, in order) and returns in store their outcomes and the refused
+// ones' claims to release, for one statement. The caller stores them
+// (driver.RecordCommit with the commit, or RecordBatch in a caller's
+// transaction); when store is nil there is nothing to store and it rolls
+// back, which also releases refused claims.
+func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, store *driver.KeyRecordBatchParams, err error) {
 	now := k.cfg.Clock()
 	expires := now.Add(k.cfg.Retention)
 	claims := make([]driver.KeyClaimItem, len(cs))
@@ -310,7 +320,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 		if len(cs) == 1 && errors.Is(err, driver.ErrLockTimeout) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
-		return nil, false, err
+		return nil, nil, err
 	}
 
 	answers = make([]answer, len(cs))
@@ -323,16 +333,16 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp)
 	}
 	if len(todo) == 0 {
-		return answers, false, nil
+		return answers, nil, nil
 	}
 	results, err := work(ctx, todo)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
 	if len(results) != len(todo) {
-		return nil, false, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(todo))
+		return nil, nil, fmt.Errorf("idem: batch work returned %d results for %d items", len(results), len(todo))
 	}
-	var store driver.KeyRecordBatchParams
+	store = &driver.KeyRecordBatchParams{}
 	for j, i := range todo {
 		r := results[j]
 		if r.Err != nil {
@@ -342,18 +352,15 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 		}
 		rec, err := record(cs[i], r.Outcome)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 		store.Records = append(store.Records, rec)
 		answers[i].res = Result{Outcome: r.Outcome, ExpiresAt: expires}
 	}
 	if len(store.Records) == 0 {
-		return answers, false, nil
+		return answers, nil, nil
 	}
-	if err := driver.RecordBatch(ctx, k.d, tx, &store); err != nil {
-		return nil, false, err
-	}
-	return answers, true, nil
+	return answers, store, nil
 }
 
 // runWork runs work, its panic a *PanicError (see catch), so that the

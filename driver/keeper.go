@@ -97,6 +97,30 @@ func RecordBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyRecordBatchPa
 	return nil
 }
 
+// KeyRecordCommitter is what a driver may add to store a batch's outcomes
+// and commit in one round trip (Postgres: one pipeline).
+type KeyRecordCommitter interface {
+	// KeyRecordCommit is KeyRecordBatch, then tx's Commit. The statements
+	// each answer their own error. The check that every key holds a claim
+	// of tx's is made inside the statement, so tx commits only if it
+	// holds; when it does not, nothing commits and tx stays open for its
+	// Rollback.
+	KeyRecordCommit(ctx context.Context, tx TxCloser, p *KeyRecordBatchParams) error
+}
+
+// RecordCommit stores p's outcomes, releases p's refused claims and
+// commits tx: by d's KeyRecordCommit when d is a KeyRecordCommitter, else
+// RecordBatch, then Commit.
+func RecordCommit(ctx context.Context, d KeeperDriver, tx TxCloser, p *KeyRecordBatchParams) error {
+	if c, ok := Optional[KeyRecordCommitter](d); ok {
+		return c.KeyRecordCommit(ctx, tx, p)
+	}
+	if err := RecordBatch(ctx, d, tx, p); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 func compareKeyIDs(a, b KeyID) int {
 	return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Operation, b.Operation), strings.Compare(a.Key, b.Key))
 }

@@ -31,6 +31,9 @@ const (
 	codeIdleSessionTimeout = "57P05"
 	// codeImmutable is raised by idem's triggers on append-only tables.
 	codeImmutable = "IDM01"
+	// codeClaimMissing is raised by idem_expect: an outcome or a release
+	// found no claim of its transaction's.
+	codeClaimMissing = "IDM02"
 )
 
 // mapErr wraps err with the driver sentinel it corresponds to. The original
@@ -64,6 +67,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
+		case codeClaimMissing:
+			return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
 		}
 		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)

@@ -69,32 +69,37 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 	}}
 }
 
-// The batch's outcomes, and the claims its refused requests release. The
-// claims are the transaction's own rows, so neither meets another writer,
-// and each must find every one of its keys (counted on the rows returned).
+// The batch's outcomes, and the claims its refused requests release, in
+// one statement. The claims are the transaction's own rows, so neither
+// meets another writer; idem_expect (migration 9) fails the statement
+// (IDM02) unless every key found its claim, so that the check holds even
+// when the statement travels in COMMIT's round trip (KeyRecordCommit).
 const sqlKeyRecordBatch = `
-UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
-       AS r(scope, operation, key, status, header, body)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
-RETURNING true`
-
-const sqlKeyReleaseBatch = `
-DELETE FROM idem_keys AS k
- USING unnest($1::text[], $2::text[], $3::text[]) AS r(scope, operation, key)
- WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
-RETURNING true`
-
-const sqlKeyRelease = `
-DELETE FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
+WITH r AS (
+  UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
+         AS r(scope, operation, key, status, header, body)
+   WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+  RETURNING 1),
+d AS (
+  DELETE FROM idem_keys AS k
+   USING unnest($7::text[], $8::text[], $9::text[]) AS r(scope, operation, key)
+   WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
+  RETURNING 1)
+SELECT idem_expect((SELECT count(*) FROM r), cardinality($1::text[]), 'record outcomes')
+   AND idem_expect((SELECT count(*) FROM d), cardinality($7::text[]), 'release claims')`
 
 const sqlKeyGet = `
 SELECT fingerprint, status, header, body, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
 
+// sqlKeyRecord is sqlKeyRecordBatch for one outcome, with a cached plan.
 const sqlKeyRecord = `
-UPDATE idem_keys SET status = $4, header = $5, body = $6
- WHERE scope = $1 AND operation = $2 AND key = $3`
+WITH r AS (
+  UPDATE idem_keys SET status = $4, header = $5, body = $6
+   WHERE scope = $1 AND operation = $2 AND key = $3
+  RETURNING 1)
+SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome')`
 
 // The janitor skips the rows another transaction locks (a claim replacing
 // an expired record, in key order): it never waits on one, so it can never
@@ -122,22 +127,11 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
-	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
-	return affected("record outcome", n, 1, err)
+	return pipeline(ctx, tx, recordStep(&driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{*p}}))
 }
 
 func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) error {
-	n, err := tx.Exec(ctx, sqlKeyRelease, p.ID.Scope, p.ID.Operation, p.ID.Key)
-	return affected("release claim", n, 1, err)
-}
-
-// affected checks that a write which must find its rows (the claims made
-// earlier in its transaction) found all of them.
-func affected(what string, n, want int64, err error) error {
-	if err == nil && n != want {
-		err = fmt.Errorf("postgres: %s: %d of %d claims found: %w", what, n, want, driver.ErrNotFound)
-	}
-	return err
+	return d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Release: []driver.KeyID{p.ID}})
 }
 
 func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
@@ -213,51 +207,72 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 }
 
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
-	n, m := len(p.Records), len(p.Release)
-	if n == 1 && m == 0 {
-		return d.KeyRecord(ctx, tx, &p.Records[0]) // a cached plan, as in KeyClaimBatch
-	}
-	var recorded, released int64
-	var steps []step
-	if n > 0 {
-		scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
-		statuses := make([]int32, n)
-		headers, bodies := make([][]byte, n), make([][]byte, n)
-		for i, r := range p.Records {
-			scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
-			statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
-		}
-		steps = append(steps, step{sql: sqlKeyRecordBatch, args: []any{scopes, ops, keys, statuses, headers, bodies}, read: countRows(&recorded)})
-	}
-	if m > 0 {
-		scopes, ops, keys := make([]string, m), make([]string, m), make([]string, m)
-		for i, id := range p.Release {
-			scopes[i], ops[i], keys[i] = id.Scope, id.Operation, id.Key
-		}
-		steps = append(steps, step{sql: sqlKeyReleaseBatch, args: []any{scopes, ops, keys}, read: countRows(&released)})
-	}
-	if len(steps) == 0 {
+	if len(p.Records) == 0 && len(p.Release) == 0 {
 		return nil
 	}
-	// Both statements travel in one round trip; the first that fails is
-	// the error, and the second is then never run.
-	if err := pipeline(ctx, tx, generic(steps...)...); err != nil {
-		return err
-	}
-	if err := affected("record outcomes", recorded, int64(n), nil); err != nil {
-		return err
-	}
-	return affected("release claims", released, int64(m), nil)
+	return pipeline(ctx, tx, recordSteps(p)...)
 }
 
-// countRows counts in *n the rows a statement returned, one a row written.
-func countRows(n *int64) func(driver.Rows) error {
-	return func(rows driver.Rows) error {
-		for rows.Next() {
-			*n++
+// KeyRecordCommit sends the outcomes' statement and COMMIT in one round
+// trip when tx is this driver's own; each answers its own error, and when
+// the outcomes' fails, COMMIT does not run and tx stays open for its
+// Rollback. On another transaction it is KeyRecordBatch, then Commit.
+func (d *Driver) KeyRecordCommit(ctx context.Context, tx driver.TxCloser, p *driver.KeyRecordBatchParams) error {
+	t, ok := driver.Underlying(tx).(*ownedTx)
+	if !ok {
+		if err := d.KeyRecordBatch(ctx, tx, p); err != nil {
+			return err
 		}
-		return nil
+		return tx.Commit(ctx)
 	}
+	var steps []step
+	if len(p.Records) > 0 || len(p.Release) > 0 {
+		steps = recordSteps(p)
+	}
+	if err := t.commitAfter(ctx, steps...); err != nil {
+		return err
+	}
+	return tx.Commit(ctx) // a no-op for t, run for the wrappers around it
+}
+
+// recordSteps is the step that stores p: a batch of one outcome on its
+// own statement, whose plan is cached (a batch of one costs what Do's
+// record costs), any other under a generic plan.
+func recordSteps(p *driver.KeyRecordBatchParams) []step {
+	if len(p.Records) == 1 && len(p.Release) == 0 {
+		return []step{recordStep(p)}
+	}
+	return generic(recordStep(p))
+}
+
+// recordStep is p's outcomes and releases on sqlKeyRecordBatch, or one
+// outcome on sqlKeyRecord.
+func recordStep(p *driver.KeyRecordBatchParams) step {
+	if len(p.Records) == 1 && len(p.Release) == 0 {
+		r := &p.Records[0]
+		return step{sql: sqlKeyRecord, args: []any{r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body}, read: drain}
+	}
+	n, m := len(p.Records), len(p.Release)
+	scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
+	statuses := make([]int32, n)
+	headers, bodies := make([][]byte, n), make([][]byte, n)
+	for i, r := range p.Records {
+		scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
+		statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
+	}
+	rscopes, rops, rkeys := make([]string, m), make([]string, m), make([]string, m)
+	for i, id := range p.Release {
+		rscopes[i], rops[i], rkeys[i] = id.Scope, id.Operation, id.Key
+	}
+	return step{sql: sqlKeyRecordBatch, args: []any{scopes, ops, keys, statuses, headers, bodies, rscopes, rops, rkeys}, read: drain}
+}
+
+// drain reads a statement's rows to their end, so that an error raised
+// while it runs (idem_expect's) is its error on every kind of transaction.
+func drain(rows driver.Rows) error {
+	for rows.Next() {
+	}
+	return rows.Err()
 }
 
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {

@@ -59,11 +59,13 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 	return &Driver{pool: pool, lockTimeout: 5 * time.Second}, counter
 }
 
-// A keeper batch of transfers is six round trips whatever its size: BEGIN
+// A keeper batch of transfers is five round trips whatever its size: BEGIN
 // with the claim, the ledger's locks with its reads and clock, the ledger's
-// write, the outbox's rows, the outcomes, COMMIT; the relay's mark of its
-// rows as sent, two. Each write is a round trip of its own, so that its
-// error is its own. Its per-transaction settings (lock timeout) and
+// write, the outbox's rows, the outcomes with COMMIT; a single request with
+// one statement of work is three; the relay's mark of its rows as sent,
+// two. Each write answers its own error: the ledger's and the outbox's in
+// round trips of their own, the outcomes' in COMMIT's, where the check
+// that they found their claims is the statement's own (idem_expect). Its per-transaction settings (lock timeout) and
 // idem's generic plans add none, and, being parameters, no new statement to prepare
 // when their values change.
 func TestBatchRoundTrips(t *testing.T) {
@@ -135,15 +137,36 @@ func TestBatchRoundTrips(t *testing.T) {
 		if err := d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows}); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Records: records}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
+		if err := d.KeyRecordCommit(ctx, tx, &driver.KeyRecordBatchParams{Records: records}); err != nil {
 			t.Fatal(err)
 		}
 		trips, prepares := counter.trips.Load()-before, counter.prepares.Load()-beforePrep
-		if run > 0 && (trips != 6 || prepares != 0) {
-			t.Errorf("run %d: %d round trips and %d prepares, want 6 and 0", run, trips, prepares)
+		if run > 0 && (trips != 5 || prepares != 0) {
+			t.Errorf("run %d: %d round trips and %d prepares, want 5 and 0", run, trips, prepares)
+		}
+
+		// A single request (Keeper.Do) is three: BEGIN with the claim, its
+		// work's one statement, its outcome with COMMIT.
+		single := driver.KeyID{Scope: "t", Operation: "POST", Key: fmt.Sprintf("single-%d", run)}
+		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
+		one, err := d.Begin(ctx, driver.BeginOptions{LockTimeout: time.Duration(100+run) * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer one.Rollback(ctx)
+		if c, err := d.KeyClaimBatch(ctx, one, &driver.KeyClaimBatchParams{Claims: []driver.KeyClaimItem{{ID: single, Fingerprint: []byte("fp")}},
+			Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !c[0].Claimed {
+			t.Fatalf("single claim: %+v %v", c, err)
+		}
+		if _, err := one.Exec(ctx, `INSERT INTO idem_secrets (name, value) VALUES ($1, '')`, single.Key); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.KeyRecordCommit(ctx, one, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: single, Status: 201}}}); err != nil {
+			t.Fatal(err)
+		}
+		trips, prepares = counter.trips.Load()-before, counter.prepares.Load()-beforePrep
+		if run > 0 && (trips != 3 || prepares != 0) {
+			t.Errorf("run %d: a single request took %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
 		}
 
 		// The relay's mark of what it published is two more: BEGIN with
@@ -186,8 +209,8 @@ func TestBatchRoundTrips(t *testing.T) {
 		}
 	}
 	var stored int
-	if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE status = 201`).Scan(&stored); err != nil || stored != 9 {
-		t.Fatalf("stored outcomes %d (%v), want 9", stored, err)
+	if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE status = 201`).Scan(&stored); err != nil || stored != 12 {
+		t.Fatalf("stored outcomes %d (%v), want 12", stored, err)
 	}
 }
 
@@ -244,31 +267,57 @@ func TestOwnedTxErrorsWhereTheyHappen(t *testing.T) {
 		func(tx driver.Tx) error {
 			return d.KeyRecordBatch(ctx, tx, &driver.KeyRecordBatchParams{Release: []driver.KeyID{id}})
 		},
+		// With COMMIT in its round trip, COMMIT does not run: the
+		// transaction stays open for its Rollback.
+		func(tx driver.Tx) error {
+			return d.KeyRecordCommit(ctx, tx.(driver.TxCloser), &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: id, Status: 201}}})
+		},
+		func(tx driver.Tx) error {
+			return d.KeyRecordCommit(ctx, tx.(driver.TxCloser), &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{
+				{ID: id, Status: 201}, {ID: driver.KeyID{Scope: "t", Operation: "POST", Key: "k2"}, Status: 201}}})
+		},
 	} {
 		tx, _ := d.Begin(ctx, driver.BeginOptions{})
 		if _, err := tx.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
 			t.Fatal(err)
 		}
 		err := record(tx)
-		_ = tx.Rollback(ctx)
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			t.Fatalf("rollback after a failed record: %v", rerr)
+		}
 		if !errors.Is(err, driver.ErrNotFound) || !strings.Contains(err.Error(), "0 of") {
 			t.Fatalf("record without a claim: %v, want ErrNotFound from the record itself", err)
 		}
 	}
 
-	// A claimed key's record succeeds and commits with the transaction.
-	tx, _ = d.Begin(ctx, driver.BeginOptions{})
-	if res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id, Fingerprint: []byte("fp"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !res.Claimed {
-		t.Fatalf("claim: %+v %v", res, err)
-	}
-	if err := d.KeyRecord(ctx, tx, &driver.KeyRecordParams{ID: id, Status: 201}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: id}); err != nil || rec.Status != 201 {
-		t.Fatalf("record after commit: %+v %v", rec, err)
+	// A claimed key's record succeeds and commits with the transaction,
+	// as a statement of its own or in COMMIT's round trip; a Commit after
+	// KeyRecordCommit answers nil, for the wrappers around the transaction.
+	for i, commit := range []func(tx driver.TxCloser, p *driver.KeyRecordBatchParams) error{
+		func(tx driver.TxCloser, p *driver.KeyRecordBatchParams) error {
+			if err := d.KeyRecordBatch(ctx, tx, p); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		},
+		func(tx driver.TxCloser, p *driver.KeyRecordBatchParams) error {
+			if err := d.KeyRecordCommit(ctx, tx, p); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		},
+	} {
+		id := driver.KeyID{Scope: "t", Operation: "POST", Key: fmt.Sprintf("k-%d", i)}
+		tx, _ = d.Begin(ctx, driver.BeginOptions{})
+		if res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id, Fingerprint: []byte("fp"), Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil || !res.Claimed {
+			t.Fatalf("claim: %+v %v", res, err)
+		}
+		if err := commit(tx, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: id, Status: 201}}}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := d.KeyGet(ctx, d.Reader(), &driver.KeyGetParams{ID: id}); err != nil || rec.Status != 201 {
+			t.Fatalf("record after commit: %+v %v", rec, err)
+		}
 	}
 
 	if got := count(); got != 0 {

@@ -23,9 +23,10 @@ const dialect = "postgres"
 // Commit or Rollback returns it to the pool; the pool destroys a connection
 // it gets back inside a transaction.
 type ownedTx struct {
-	conn    *pgxpool.Conn
-	opening []queuedStmt // BEGIN and its settings until the first statement sends them
-	done    bool
+	conn      *pgxpool.Conn
+	opening   []queuedStmt // BEGIN and its settings until the first statement sends them
+	done      bool
+	committed bool // by commitAfter: Commit then answers nil
 }
 
 // queuedStmt is an opening statement waiting for the first round trip.
@@ -206,6 +207,9 @@ func readAll(rows driver.Rows, read func(driver.Rows) error) error {
 }
 
 func (t *ownedTx) Commit(ctx context.Context) (err error) {
+	if t.committed {
+		return nil
+	}
 	if t.done {
 		return mapErr(pgx.ErrTxClosed)
 	}
@@ -222,6 +226,54 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	if tag.String() == "ROLLBACK" { // a statement failed and aborted it
 		return mapErr(pgx.ErrTxCommitRollback)
 	}
+	return nil
+}
+
+// commitAfter sends steps and COMMIT in one round trip. Each step answers
+// its own error; when one fails the server skips COMMIT, and t stays open
+// (aborted) for Rollback to end. Once COMMIT ran, t is done, and Commit
+// answers nil, so that the wrappers around t see their Commit.
+func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
+	if t.done {
+		return mapErr(pgx.ErrTxClosed)
+	}
+	if len(t.opening) > 0 && len(steps) == 0 {
+		return t.Commit(ctx) // nothing was sent: there is nothing to commit
+	}
+	b := &pgx.Batch{}
+	for _, s := range steps {
+		b.Queue(s.sql, s.args...)
+	}
+	b.Queue("COMMIT")
+	replicated := checkReplicated(t.conn)
+	br, err := t.send(ctx, b)
+	if err != nil {
+		return err
+	}
+	for _, s := range steps {
+		rows, err := br.Query()
+		if err == nil {
+			err = readAll(pgRows{rows}, s.read)
+		}
+		if err != nil {
+			_ = br.Close()
+			return mapErr(err)
+		}
+	}
+	t.done = true
+	defer t.conn.Release()
+	defer replicated(&err)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return mapErr(err)
+	}
+	if tag.String() == "ROLLBACK" {
+		return mapErr(pgx.ErrTxCommitRollback)
+	}
+	t.committed = true
 	return nil
 }
 
