@@ -43,6 +43,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer opsLn.Close()
 	}
+	var debugLn net.Listener
+	if cfg.DebugAddr != "" {
+		if debugLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
+			return fmt.Errorf("debug-addr: %w", err)
+		}
+		defer debugLn.Close()
+	}
 
 	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
 		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
@@ -62,6 +69,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		stop := serveOps(opsLn, d, reg, log)
 		defer stop()
 		log.Info("idem metrics", "addr", opsLn.Addr().String())
+	}
+	if debugLn != nil {
+		stop := serveDebug(debugLn, cfg.AdminKeyHash, log)
+		defer stop()
+		log.Info("idem profiler", "addr", debugLn.Addr().String())
 	}
 	log.Info("idem serving", "addr", ln.Addr().String(), "db", d.Dialect(), "tenants", tenantMode(cfg))
 	return srv.Run(ctx, ln)

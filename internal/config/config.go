@@ -41,6 +41,11 @@ type Config struct {
 	// tenant data. idem serve serves them there too when it is set, and
 	// then leaves /metrics off Addr (a public port need not show it).
 	MetricsAddr string
+	// DebugAddr is where idem serve serves Go's profiler (net/http/pprof
+	// under /debug/pprof/). Default none. It must be loopback unless an
+	// admin key is set; every request there then needs the admin key as a
+	// bearer token, since a profile shows what the process holds.
+	DebugAddr string
 	// APIKeys map bearer tokens to tenants. Default none: every request is
 	// tenant "default".
 	APIKeys []APIKey
@@ -375,6 +380,15 @@ func (c Config) Validate() error {
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return fmt.Errorf("config: metrics-addr %q: %w", c.MetricsAddr, err)
+		}
+	}
+	if c.DebugAddr != "" {
+		host, _, err := net.SplitHostPort(c.DebugAddr)
+		if err != nil {
+			return fmt.Errorf("config: debug-addr %q: %w", c.DebugAddr, err)
+		}
+		if c.AdminKeyHash == nil && !IsLoopback(host) {
+			return fmt.Errorf("config: debug-addr %q is not loopback and no admin key is set: the profiler shows what the process holds", c.DebugAddr)
 		}
 	}
 	host, _, err := net.SplitHostPort(c.Addr)

@@ -28,6 +28,8 @@ var settings = []setting{
 		func(c *Config, v string) error { c.Addr = v; return nil }},
 	{"metrics-addr", "IDEM_METRICS_ADDR", "metrics_addr", "serve /metrics, /healthz and /readyz on this address (default none; serve then answers /metrics only there)",
 		func(c *Config, v string) error { c.MetricsAddr = v; return nil }},
+	{"debug-addr", "IDEM_DEBUG_ADDR", "debug_addr", "serve Go's profiler (net/http/pprof) on this address (default none; loopback unless an admin key is set, which it then requires)",
+		func(c *Config, v string) error { c.DebugAddr = v; return nil }},
 	{"api-keys", "IDEM_API_KEYS", "api_keys", "tenant:key,… bearer tokens (key may be sha256:HEX)",
 		func(c *Config, v string) (err error) { c.APIKeys, err = ParseAPIKeys(v); return err }},
 	{"admin-key", "IDEM_ADMIN_KEY", "admin_key", "web console admin key, at least 16 characters or sha256:HEX (default none: console for loopback clients only)",
@@ -124,7 +126,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr, or on --metrics-addr alone when that is set.
-var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
+var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "debug-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
 	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)
