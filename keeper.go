@@ -137,8 +137,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 	// database's row lock together never exceed Config.Wait.
 	lockWait := k.cfg.Wait
 	waitUntil := time.Now().Add(k.cfg.Wait)
-	deadline := time.NewTimer(k.cfg.Wait)
-	defer deadline.Stop()
+	var deadline <-chan time.Time // made by the first wait for a twin
 	for {
 		k.mu.Lock()
 		f, running := k.flights[id]
@@ -158,11 +157,16 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			k.testHooks.joined(req.Key)
 		}
 
+		if deadline == nil {
+			t := time.NewTimer(time.Until(waitUntil))
+			defer t.Stop()
+			deadline = t.C
+		}
 		_, wait := k.tracer.Start(ctx, "idem.wait")
 		select {
 		case <-f.done:
 			wait.End()
-		case <-deadline.C:
+		case <-deadline:
 			wait.End()
 			return Result{}, ErrInFlight
 		case <-ctx.Done():

@@ -56,7 +56,12 @@ type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 	h := out.Header
 	if c.keep != nil {
-		h = KeepHeaders(h, c.keep)
+		h = make(http.Header, len(c.keep)) // only marshalled: no copy of the values
+		for _, name := range c.keep {
+			if vs := out.Header[name]; len(vs) > 0 {
+				h[name] = vs
+			}
+		}
 	}
 	var header []byte
 	if len(h) > 0 {

@@ -32,10 +32,9 @@ const (
 	// it is not made: its request goes on to its claim, which answers a
 	// replay as well, in its transaction.
 	readMaxQueued = 1000
-	// Where reads are round trips, requests read first only while at least
-	// one in readWorth of the last readWindow found a committed record, by
-	// its read or by its claim: one that does not read is answered by its
-	// claim.
+	// Requests read first only while at least one in readWorth of the
+	// last readWindow found a committed record, by its read or by its
+	// claim: one that does not read is answered by its claim.
 	readWindow = 256
 	readWorth  = 4
 )
@@ -56,33 +55,26 @@ type reads struct {
 	queue   []*read // reads waiting to be taken, oldest first
 
 	// The read-first policy: skip is set when the last readWindow requests
-	// found too few records; seen and found count this window's.
+	// found too few records; seen and found count them, without a lock: a
+	// note that races the window's end counts in either window.
 	skip        atomic.Bool
-	policyMu    sync.Mutex
-	seen, found int
+	seen, found atomic.Int64
 
 	testHooks readHooks
 }
 
 // first reports whether a request is to read its key's record before its
-// claim: always where a read is no round trip, else as the policy says.
-func (s *reads) first() bool { return s.batch == nil || !s.skip.Load() }
+// claim, as the policy says.
+func (s *reads) first() bool { return !s.skip.Load() }
 
 // note tells the policy whether a request's key held a committed record,
 // and at the end of each window decides for the next.
 func (s *reads) note(found bool) {
-	if s.batch == nil {
-		return
-	}
-	s.policyMu.Lock()
-	defer s.policyMu.Unlock()
-	s.seen++
 	if found {
-		s.found++
+		s.found.Add(1)
 	}
-	if s.seen == readWindow {
-		s.skip.Store(s.found*readWorth < readWindow)
-		s.seen, s.found = 0, 0
+	if s.seen.Add(1)%readWindow == 0 {
+		s.skip.Store(s.found.Swap(0)*readWorth < readWindow)
 	}
 }
 

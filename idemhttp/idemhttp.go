@@ -544,8 +544,10 @@ func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.H
 // (filtered when stored, and again here in case the list shrank since).
 func (m *Middleware) writeReplay(w http.ResponseWriter, status int, header http.Header, body []byte) {
 	dst := w.Header()
-	for name, vs := range idem.KeepHeaders(header, m.replay) {
-		dst[name] = vs
+	for _, name := range m.replay {
+		if vs := header[name]; len(vs) > 0 {
+			dst[name] = vs // never written to: a stored header is immutable
+		}
 	}
 	dst[HeaderReplayed] = replayedTrue
 	dst["Content-Length"] = []string{strconv.Itoa(len(body))}

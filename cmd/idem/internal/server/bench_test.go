@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -81,6 +82,33 @@ func BenchmarkServerReplay(b *testing.B) {
 				for pb.Next() {
 					if r := benchPost(b, ts.URL+"/v1/transfers", "replay", benchTransfer); r.Header.Get("Idempotent-Replayed") != "true" {
 						b.Fatal("not a replay")
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHandlerFirstArrival is BenchmarkServerFirstArrival without the
+// network: the service's handler called in process, so that -benchmem
+// counts idem's own allocations per first arrival, not net/http's.
+func BenchmarkHandlerFirstArrival(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			ts := newBenchServer(b, dialect)
+			h := ts.Config.Handler
+			var seq atomic.Int64
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/transfers", strings.NewReader(benchTransfer))
+					r.Header.Set("Idempotency-Key", fmt.Sprint("first-", seq.Add(1)))
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					if w.Code != http.StatusCreated {
+						b.Fatalf("POST /v1/transfers: %d %s", w.Code, w.Body)
 					}
 				}
 			})

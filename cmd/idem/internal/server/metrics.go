@@ -4,19 +4,25 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/idemhttp"
 )
 
 type metrics struct {
 	gatherer    prometheus.Gatherer
 	requests    *prometheus.HistogramVec
 	idempotency *prometheus.CounterVec
+	// The children a request touches, bound once per label set.
+	byRoute   bound[routeCode, prometheus.Observer]
+	byOutcome bound[idemhttp.Kind, prometheus.Counter]
 	// unguarded counts, per route, the writes run without a key under
 	// --idempotency-key=optional; the routes are a fixed set.
 	unguarded *prometheus.CounterVec
@@ -43,6 +49,10 @@ func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
 			Help: "Webhook deliveries to configured endpoints by outcome: first, replayed, in_flight, challenge, handler_failed, panicked, unavailable, error, rejected_<code>.",
 		}, []string{"endpoint", "outcome"}),
 	}
+	m.byRoute.make = func(k routeCode) prometheus.Observer {
+		return m.requests.WithLabelValues(k.route, strconv.Itoa(k.code))
+	}
+	m.byOutcome.make = func(k idemhttp.Kind) prometheus.Counter { return m.idempotency.WithLabelValues(string(k)) }
 	for _, c := range []prometheus.Collector{m.requests, m.idempotency, m.unguarded, m.webhooks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -57,6 +67,42 @@ func newMetrics(reg prometheus.Registerer, d driver.Driver) (*metrics, error) {
 		m.gatherer = prometheus.DefaultGatherer
 	}
 	return m, nil
+}
+
+// routeCode is the labels of a request's latency.
+type routeCode struct {
+	route string
+	code  int
+}
+
+// bound holds a metric vector's children by their labels: a request pays
+// a read of a map, not the vector's hashing of its label values. The
+// label sets are bounded (route patterns, status codes, outcome kinds),
+// and so is the map.
+type bound[K comparable, V any] struct {
+	make func(K) V
+	mu   sync.RWMutex
+	m    map[K]V
+}
+
+func (b *bound[K, V]) get(k K) V {
+	b.mu.RLock()
+	v, ok := b.m[k]
+	b.mu.RUnlock()
+	if ok {
+		return v
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.m[k]; ok {
+		return v
+	}
+	if b.m == nil {
+		b.m = make(map[K]V)
+	}
+	v = b.make(k)
+	b.m[k] = v
+	return v
 }
 
 // errUnavailable is what a 503 says: the database, or the service's own
@@ -108,8 +154,10 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			s.unavailable.OK()
 		}
 		elapsed := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Observe(elapsed.Seconds())
-		s.log.Debug("http", "method", r.Method, "route", route, "status", sw.status,
-			"duration_ms", elapsed.Milliseconds(), "replayed", sw.Header().Get("Idempotent-Replayed") == "true")
+		s.metrics.byRoute.get(routeCode{route, sw.status}).Observe(elapsed.Seconds())
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.Debug("http", "method", r.Method, "route", route, "status", sw.status,
+				"duration_ms", elapsed.Milliseconds(), "replayed", sw.Header().Get("Idempotent-Replayed") == "true")
+		}
 	})
 }

@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		Logger:          log,
 		AllowMissingKey: cfg.IdempotencyKey == config.KeyOptional,
 		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
-			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
+			s.metrics.byOutcome.get(kind).Inc()
 			if kind == idemhttp.KindUnguarded {
 				s.metrics.unguarded.WithLabelValues(operationOf(r)).Inc()
 			}
