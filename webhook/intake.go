@@ -354,11 +354,15 @@ func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count 
 // endpoint, the stable event id, the event type and the provider's JSON
 // body as JSON. A body that is not JSON (a form-encoded GitHub delivery, a
 // generic hmac sender) is carried byte for byte as BodyBase64 instead.
+// Unsigned names the fields ("event_id", "type") the sender did not sign,
+// so that a consumer routing on the type knows to check it against the
+// body.
 type eventPayload struct {
 	Provider   string          `json:"provider"`
 	Endpoint   string          `json:"endpoint"`
 	EventID    string          `json:"event_id"`
 	Type       string          `json:"type"`
+	Unsigned   []string        `json:"unsigned,omitempty"`
 	Body       json.RawMessage `json:"body,omitempty"`
 	BodyBase64 string          `json:"body_base64,omitempty"`
 }
@@ -367,6 +371,12 @@ type eventPayload struct {
 // transaction, in the endpoint's tenant, ordered by its event id.
 func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Event) error {
 	p := eventPayload{Provider: ev.Provider, Endpoint: ep.Name, EventID: ev.ID, Type: ev.Type}
+	if ev.IDUnsigned {
+		p.Unsigned = append(p.Unsigned, "event_id")
+	}
+	if ev.TypeUnsigned {
+		p.Unsigned = append(p.Unsigned, "type")
+	}
 	if json.Valid(ev.Body) {
 		p.Body = ev.Body
 	} else {
