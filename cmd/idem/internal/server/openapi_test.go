@@ -183,6 +183,18 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	c.get("/metrics", 200)
 	c.get("/openapi.json", 200)
 
+	// Keyless writes from another site's page, under the rollout mode.
+	cfg = config.Default()
+	cfg.IdempotencyKey = config.KeyOptional
+	optional := &apiClient{t: t, base: newTestServer(t, cfg).URL, doc: doc, seen: c.seen}
+	for _, path := range []string{"/v1/accounts", "/v1/transfers", "/v1/transfers/batch", "/v1/transfers/t1/reversals"} {
+		r := optional.raw("POST", path, "", `{}`, http.Header{"Content-Type": {"application/json"}, "Origin": {"http://evil.example"}})
+		if r.Status != 403 {
+			t.Errorf("keyless POST %s from another origin: %d %s", path, r.Status, r.Body)
+		}
+		optional.check("POST", path, r)
+	}
+
 	// 401s, from a service with API keys.
 	cfg = config.Default()
 	keys, err := config.ParseAPIKeys("acme:secret-acme-key-0123456789")

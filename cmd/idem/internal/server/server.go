@@ -66,7 +66,9 @@ type Server struct {
 	// console is the operator console (nil when it could not be built):
 	// Run runs its outbox sampler, and replays are reported to it.
 	console *console.Console
-	handler http.Handler
+	// crossOrigin checks keyless writes (keylessWrite).
+	crossOrigin *http.CrossOriginProtection
+	handler     http.Handler
 
 	testHooks testHooks
 }
@@ -106,8 +108,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
-		unavailable: outage.New("idem: API", log, nil),
-		tenants:     make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
+		unavailable: outage.New("idem: API", log, nil), crossOrigin: http.NewCrossOriginProtection(),
+		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
 	}
@@ -197,7 +199,7 @@ func (s *Server) routes() http.Handler {
 	// Under --idempotency-key=optional a write without a key runs in a
 	// transaction of its own (ownTx; rollout.go).
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(s.ownTx(h))))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(s.guard.Wrap(s.ownTx(h)))))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
@@ -213,7 +215,7 @@ func (s *Server) routes() http.Handler {
 		if s.keyOptional() {
 			h = keyless(h, s.guard.Wrap(s.ownTx(s.writeOne(decode))))
 		}
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(h))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(h)))))
 	}
 	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)
