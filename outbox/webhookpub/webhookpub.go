@@ -201,6 +201,9 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 			req.Header.Set(h, v)
 		}
 	}
+	if err := sendable(req.Header); err != nil {
+		return err
+	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil { // unreachable or timed out
 		// The client's error quotes the whole URL.
@@ -219,6 +222,22 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode))
 	}
 	return fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode)
+}
+
+// sendable refuses, as outbox.ErrUndeliverable, a header value HTTP
+// cannot carry: a control character other than a tab (RFC 9110). An
+// outbox key is any UTF-8 and travels as ce-subject in binary mode; the
+// client would refuse the request, which reads as an unreachable
+// receiver, and the relay would back off forever.
+func sendable(h http.Header) error {
+	for name, vs := range h {
+		for _, v := range vs {
+			if i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+				return outbox.Undeliverable(fmt.Errorf("webhookpub: header %s holds a control character (byte %d of its value)", name, i+1))
+			}
+		}
+	}
+	return nil
 }
 
 func (p *Publisher) Close() error { return nil }
