@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -309,7 +311,8 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		return
 	case errors.Is(err, outbox.ErrInvalidMessage):
 		// Only the payload's size can make the event invalid: the type is
-		// sanitised and the tenant checked by NewIntake.
+		// sanitised, the tenant checked by NewIntake and the ordering key
+		// bounded (orderingKey).
 		count(KindRejected + Kind(CodeBodyTooLarge))
 		idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Detail: err.Error()}.Write(w)
 		return
@@ -391,9 +394,25 @@ func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Eve
 	return in.cfg.Outbox.Enqueue(ctx, tx, outbox.Message{
 		Tenant:  ep.Tenant,
 		Type:    EventType(ev),
-		Key:     "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key,
+		Key:     orderingKey(ep, ev),
 		Payload: bytes.TrimRight(buf.Bytes(), "\n"),
 	})
+}
+
+// orderingKey is the outbox ordering key of a delivery's event,
+// "webhook/<endpoint>/<dedupe key>". A dedupe key may be up to
+// idem.MaxKeyLength (255) bytes, and with its prefix the ordering key
+// would pass outbox.MaxKeyLen: then it is
+// "webhook/<endpoint>/key-sha256:<hex of the dedupe key's SHA-256>",
+// still one per event, so that no id the keeper takes is refused by the
+// outbox (413 on every redelivery).
+func orderingKey(ep Endpoint, ev Event) string {
+	k := "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key
+	if len(k) <= outbox.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(DedupeKey(ep, ev).Key))
+	return "webhook/" + ep.Name + "/key-sha256:" + hex.EncodeToString(sum[:])
 }
 
 // EventType is the outbox event type of a delivery,

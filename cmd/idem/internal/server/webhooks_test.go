@@ -403,6 +403,54 @@ func TestWebhookConfigErrors(t *testing.T) {
 	}
 }
 
+// An event id the keeper takes as it is (up to 255 bytes) but too long
+// for the event's ordering key with its "webhook/<endpoint>/" prefix is
+// stored and published once, its ordering key hashed; its redelivery is
+// a replay, never 413.
+func TestWebhookLongIDIsStored(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		s := newWebhookServer(t, d)
+		for _, n := range []int{183, 230, idem.MaxKeyLength} {
+			id := "evt_" + strings.Repeat("l", n-4)
+			body := `{"id":"` + id + `","object":"event","type":"invoice.paid"}`
+			for i, want := range []string{"", "true"} {
+				w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+				if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != want {
+					t.Fatalf("id of %d bytes, delivery %d: %d replayed=%q %s", n, i, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+				}
+			}
+			if k := countRows(t, d, `SELECT count(*) FROM idem_keys WHERE operation = 'webhook:stripe-main' AND key = $1`, id); k != 1 {
+				t.Fatalf("id of %d bytes: %d keys", n, k)
+			}
+		}
+		var keys []string
+		rows, err := d.Reader().Query(context.Background(), `SELECT okey FROM idem_outbox WHERE type = 'webhook.stripe.invoice.paid'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if len(keys) != 3 {
+			t.Fatalf("%d events, want 3", len(keys))
+		}
+		for _, k := range keys {
+			if len(k) > 255 {
+				t.Errorf("ordering key of %d bytes", len(k))
+			}
+		}
+	})
+}
+
 // GitHub and Shopify sign the body only; the delivery id and the type are
 // headers anyone holding one signed delivery can change. Resending the
 // same signed body under a fresh id (and another type) is the same event:
