@@ -211,8 +211,19 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	authed.get("/v1/accounts/a/entries", 401)
 	authed.get("/v1/transfers/t1", 401)
 	authed.get("/v1/events", 401)
+	authed.get("/metrics", 404) // API keys and no admin key: on --metrics-addr only
 	authed.bearer = "secret-acme-key-0123456789"
 	authed.post("/v1/accounts", "k", `{"id":"a","currency":"EUR"}`, 201)
+	authed.get("/metrics", 404)
+	admin, err := config.ParseAdminKey("admin-key-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AdminKeyHash = admin
+	withAdmin := &apiClient{t: t, base: newTestServer(t, cfg).URL, doc: doc, seen: c.seen, bearer: "secret-acme-key-0123456789"}
+	withAdmin.get("/metrics", 401) // a tenant's key is not the admin key
+	withAdmin.bearer = "admin-key-0123456789abcdef"
+	withAdmin.get("/metrics", 200)
 
 	// Every operation of the document was exercised.
 	for path, ops := range doc.Paths {

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,14 +237,42 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /readyz", readyz(s.d, s.log))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	// With --metrics-addr, /metrics is served there only (serve.go), so
-	// that the public port does not show it.
+	// that the public port does not show it. Without it, and with API
+	// keys (a port others reach), it needs the admin key: the series name
+	// tenants and their traffic.
 	if s.cfg.MetricsAddr == "" {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+		var metrics http.Handler = promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{})
+		if len(s.tenants) > 0 {
+			metrics = s.adminOnly(metrics)
+		}
+		mux.Handle("GET /metrics", metrics)
 	}
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
 	return s.protect(mux)
+}
+
+// adminOnly serves next to a request bearing the admin key
+// (Authorization: Bearer), compared by its SHA-256 in constant time.
+// Without an admin key it serves nobody: 404, naming the two ways to get
+// the metrics.
+func (s *Server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AdminKeyHash == nil {
+			problem.Write(w, http.StatusNotFound, codeNotFound,
+				"with API keys, /metrics is served on --metrics-addr, or here to the admin key (--admin-key)")
+			return
+		}
+		token, ok := bearer(r)
+		sum := sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.cfg.AdminKeyHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem metrics"`)
+			problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "/metrics needs the admin key as Authorization: Bearer")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // authenticate puts the request's tenant in its context: the one whose API
