@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -322,5 +323,69 @@ func TestAttemptTimeoutIsRetried(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 201 || base.n.Load() != 2 || len(finals) != 2 || finals[0] || !finals[1] {
 		t.Fatalf("status %d after %d attempts (final %v)", resp.StatusCode, base.n.Load(), finals)
+	}
+}
+
+// TestKeylessPostIsSentOnce: over a real connection, a POST the Policy
+// sends without a key reaches the server once, whether the server answers
+// 502 or drops the connection after reading it (the work may be done);
+// the same POST is sent again when the connection could not be made at
+// all (nothing was written), and a keyed POST is retried as always.
+func TestKeylessPostIsSentOnce(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		_, _ = io.ReadAll(r.Body)
+		if r.URL.Path == "/drop" {
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	keyless := idemclient.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond,
+		NewKey: func(*http.Request) (string, error) { return "", nil }}
+	client := func(p idemclient.Policy) *http.Client {
+		tr, err := idemclient.NewTransport(nil, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: tr}
+	}
+	post := func(c *http.Client, url string) (*http.Response, error) {
+		resp, err := c.Post(url, "application/json", strings.NewReader(`{"amount":1}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+
+	if resp, err := post(client(keyless), srv.URL+"/bad-gateway"); err != nil || resp.StatusCode != 502 || posts.Load() != 1 {
+		t.Fatalf("keyless 502: %v %v, %d POSTs; want the 502 after 1", resp, err, posts.Load())
+	}
+	posts.Store(0)
+	if _, err := post(client(keyless), srv.URL+"/drop"); err == nil || posts.Load() != 1 {
+		t.Fatalf("keyless dropped connection: %v, %d POSTs; want the error after 1", err, posts.Load())
+	}
+	posts.Store(0)
+	if _, err := post(client(idemclient.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxAttempts: 3}), srv.URL+"/drop"); err == nil || posts.Load() != 3 {
+		t.Fatalf("keyed dropped connection: %v, %d POSTs; want 3", err, posts.Load())
+	}
+
+	// A port nothing listens on: every attempt is a dial error, so the
+	// keyless POST uses its whole budget.
+	closed := httptest.NewServer(http.NotFoundHandler())
+	url := closed.URL
+	closed.Close()
+	var attempts atomic.Int32
+	p := keyless
+	p.MaxAttempts = 3
+	p.OnAttempt = func(idemclient.Attempt) { attempts.Add(1) }
+	if _, err := post(client(p), url); !errors.Is(err, idemclient.ErrBudgetExhausted) || attempts.Load() != 3 {
+		t.Fatalf("keyless POST to a closed port: %v after %d attempts; want the budget exhausted after 3", err, attempts.Load())
 	}
 }

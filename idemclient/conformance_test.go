@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,6 +33,8 @@ type specConfig struct {
 	MaxAttempts           *int    `json:"max_attempts"`
 	Now                   *string `json:"now"`
 	RequireReplayableBody *bool   `json:"require_replayable_body"`
+	// Keyless: the client makes no key (Policy.NewKey returns "").
+	Keyless *bool `json:"keyless"`
 }
 
 // over is c with the members o holds replaced.
@@ -53,6 +56,9 @@ func (c specConfig) over(o *specConfig) specConfig {
 	}
 	if o.RequireReplayableBody != nil {
 		c.RequireReplayableBody = o.RequireReplayableBody
+	}
+	if o.Keyless != nil {
+		c.Keyless = o.Keyless
 	}
 	return c
 }
@@ -154,7 +160,8 @@ func (s *scripted) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Body.Close()
 		}
 		s.bodies = append(s.bodies, "")
-		return nil, fmt.Errorf("dial: %w", errScripted)
+		// What net/http returns when the connection cannot be made.
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errScripted}
 	case "after_write":
 		readBody()
 		return nil, fmt.Errorf("read answer: %w", errScripted)
@@ -232,6 +239,9 @@ func runCase(t *testing.T, cfg specConfig, c specCase) {
 		},
 		Rand: func(n int64) int64 { return n - 1 },
 	}
+	if cfg.Keyless != nil && *cfg.Keyless {
+		p.NewKey = func(*http.Request) (string, error) { return "", nil }
+	}
 	outcomeErr := func(err error) {
 		t.Helper()
 		e := c.Expect.Outcome.Error
@@ -246,6 +256,8 @@ func runCase(t *testing.T, cfg specConfig, c specCase) {
 			want = context.Canceled
 		case "invalid_request":
 			want = idemclient.ErrBadInput
+		case "transport":
+			want = errScripted
 		default:
 			t.Fatalf("unknown error kind %q", e.Kind)
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -43,7 +44,8 @@ type Policy struct {
 	// PATCH) and has none. It is called once per request, never per
 	// attempt. Default: a UUIDv7. A key derived from the caller's own
 	// record (an order id) survives a crash of the caller; see WithKey.
-	// "" sends the request without a key (a route that takes none).
+	// "" sends the request without a key (a route that takes none); such a
+	// request is sent once, and again only after a dial error.
 	NewKey func(*http.Request) (string, error)
 	// RequireReplayableBody refuses, before sending, a request whose body
 	// cannot be sent again (no GetBody). Default false: such a request is
@@ -130,7 +132,11 @@ func (p Policy) validate() error {
 //     (seconds or an HTTP date) when the answer has one, else after an
 //     exponential backoff with full jitter; every wait capped at MaxDelay;
 //   - within MaxAttempts and the request's context: a wait that would end
-//     past the context's deadline is not started.
+//     past the context's deadline is not started;
+//   - but a POST or PATCH sent without a key (NewKey returned "") is sent
+//     once, and again only when the connection could not be made (a dial
+//     error: nothing was written): without a key a second arrival is a
+//     second operation, not a replay.
 //
 // Every other answer is final and returned as it is: 2xx, a 4xx refusal
 // (400, 422 and the others), a 500 (idem stores nothing for its own 500,
@@ -179,6 +185,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !replayable {
 		maxAttempts = 1
 	}
+	// A POST or PATCH without a key (NewKey gave "") has no replay to
+	// fall back on: a second arrival would do the work again. It is sent
+	// again only when its attempt never reached the server.
+	keyless := needsKey(r.Method) && r.Header.Get(HeaderKey) == ""
 	var last lastAnswer
 	for n := 1; ; n++ {
 		// Each attempt is a request of its own: a transport may still
@@ -198,6 +208,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			a.Status, a.Header = resp.StatusCode, resp.Header
 		}
 		retry := t.retryable(ctx, resp, err)
+		if keyless && !notSent(err) {
+			retry = false
+		}
 		if !retry || n >= maxAttempts {
 			a.Final = true
 		}
@@ -311,6 +324,15 @@ func (t *Transport) retryable(ctx context.Context, resp *http.Response, err erro
 		return !errors.As(err, &cv) && !errors.Is(err, ErrBadInput)
 	}
 	return RetryableStatus(resp.StatusCode)
+}
+
+// notSent reports whether the attempt that failed with err never reached
+// the server: the connection could not be made (a dial error, DNS
+// included), so nothing of the request was written. An answer, or any
+// error once connected, may follow work the server did.
+func notSent(err error) bool {
+	var op *net.OpError
+	return err != nil && errors.As(err, &op) && op.Op == "dial"
 }
 
 // RetryableStatus reports whether an answer of this status is sent again:

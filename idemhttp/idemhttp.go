@@ -119,8 +119,9 @@ type Config struct {
 	// methods pass through untouched (and Tx is nil for them). Default POST
 	// and PATCH; bound 1..16 methods.
 	Methods []string
-	// MaxBodyBytes bounds a request body; a larger one is answered 413
-	// body_too_large without running the handler. Default 1 MiB; bound
+	// MaxBodyBytes bounds a request body, with or without a key
+	// (AllowMissingKey); a larger one is answered 413 body_too_large
+	// without running the handler. Default 1 MiB; bound
 	// 1 B..64 MiB.
 	MaxBodyBytes int64
 	// MaxResponseBytes bounds a handler's response, which is buffered and

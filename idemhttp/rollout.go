@@ -1,6 +1,8 @@
 package idemhttp
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 
 	"github.com/idemhq/idem/internal/opcount"
@@ -24,11 +26,18 @@ func (m *Middleware) Unguarded() map[string]uint64 { return m.unguarded.Snapshot
 
 // passUnguarded runs a request that came without a key under
 // Config.AllowMissingKey, and reports it; it returns false when the
-// request has a key or the setting is off.
+// request has a key or the setting is off. Its body is read within
+// MaxBodyBytes first, as a guarded request's is: a keyless request is no
+// way around the limit.
 func (m *Middleware) passUnguarded(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 	if !m.cfg.AllowMissingKey || len(r.Header.Values(HeaderKey)) > 0 {
 		return false
 	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	m.unguarded.Add(m.cfg.Operation(r))
 	m.report(r, KindUnguarded)
 	next.ServeHTTP(w, r)

@@ -22,7 +22,9 @@ import (
 // sealed cursor is the position encrypted and authenticated (AES-256-GCM)
 // under a key every process reads from the database (driver.OutboxSecret,
 // generated once), with the tenant as associated data: it reveals nothing
-// of the position, and it opens only for the tenant it was handed to.
+// of the position, and it opens only for the tenant it was handed to. A
+// plain position is refused: accepted, it would let a tenant probe the
+// shared positions around its own events.
 // Its nonce is derived from the tenant and the position (an HMAC), so the
 // same page gives the same cursor, and distinct positions never share a
 // nonce.
@@ -124,9 +126,6 @@ func (o *Outbox) sealCursor(ctx context.Context, tenant string, c cursor) (strin
 // openCursor is the position tenant's cursor s seals; ErrInvalidCursor
 // when s is not a cursor List handed to tenant.
 func (o *Outbox) openCursor(ctx context.Context, tenant, s string) (cursor, error) {
-	if c, ok := legacyCursor(s); ok {
-		return c, nil
-	}
 	aead, _, err := o.cursorKeys(ctx)
 	if err != nil {
 		return cursor{}, err
@@ -144,20 +143,4 @@ func (o *Outbox) openCursor(ctx context.Context, tenant, s string) (cursor, erro
 		return cursor{}, fmt.Errorf("%w: %.64q", ErrInvalidCursor, s)
 	}
 	return c, nil
-}
-
-// legacyCursor reads a cursor of the plain form earlier releases handed
-// out ("pos" or "tx.pos"), so that a client paging across an upgrade
-// carries on where it was. It tells the client nothing it did not have.
-func legacyCursor(s string) (cursor, bool) {
-	if len(s) > 41 { // two int64s and a dot
-		return cursor{}, false
-	}
-	for i := 0; i < len(s); i++ {
-		if (s[i] < '0' || s[i] > '9') && s[i] != '.' {
-			return cursor{}, false
-		}
-	}
-	c, _, err := pageArgs(s, 1)
-	return c, err == nil
 }

@@ -6,8 +6,10 @@
 // held anything that changes per delivery, the second copy would look new
 // and its side effects would happen twice. So every profile here extracts
 // the sender's stable event id (Stripe's evt_ id, the Standard Webhooks
-// webhook-id, GitHub's hook id and delivery GUID, ...) and never hashes the
-// delivery.
+// webhook-id, ...) and never hashes the delivery. Where the sender signs
+// only the body and names the event in headers it does not sign (GitHub,
+// Shopify), the key is the hash of the signed body instead: a header
+// anyone can change must not make a resent body a new event.
 //
 // Each profile checks the signature over the raw request bytes before
 // anything is parsed, compares in constant time (hmac.Equal), accepts any of

@@ -131,16 +131,18 @@ type HMACConfig struct {
 	// body, {timestamp} the timestamp header's value, {id} the id header's
 	// value. Default "{body}", or "{timestamp}.{body}" with a
 	// TimestampHeader. {body} must appear exactly once, at the end;
-	// {timestamp} exactly when TimestampHeader is set; {id} only with
-	// IDHeader. Up to 256 bytes.
+	// {timestamp} exactly when TimestampHeader is set; {id} exactly when
+	// IDHeader is set (an id the signature does not cover could be changed
+	// to replay a signed delivery as a new event). Up to 256 bytes.
 	SignedPayload string
 	// IDHeader or IDField (exactly one) locate the stable event id: a
-	// header name, or a dot-separated path into the JSON body ("id",
-	// "data.event_id").
+	// header name, whose value SignedPayload must include as {id}, or a
+	// dot-separated path into the JSON body ("id", "data.event_id").
 	IDHeader string
 	IDField  string
 	// TypeHeader or TypeField (at most one) locate the event type. Default
-	// none: events have an empty type.
+	// none: events have an empty type. A type header is not signed: its
+	// events are marked Event.TypeUnsigned; prefer TypeField.
 	TypeHeader string
 	TypeField  string
 }
@@ -294,6 +296,9 @@ func (h *HMACConfig) validate(bad func(field, format string, args ...any) error)
 	if h.TimestampHeader != "" && !validHeaderName(h.TimestampHeader) {
 		return bad("hmac.timestamp_header", "%q is not a header name", h.TimestampHeader)
 	}
+	if (h.IDHeader == "") == (h.IDField == "") {
+		return bad("hmac.id_header", "set exactly one of id_header and id_field")
+	}
 	t := h.SignedPayload
 	switch {
 	case len(t) > 256:
@@ -303,11 +308,9 @@ func (h *HMACConfig) validate(bad func(field, format string, args ...any) error)
 	case (strings.Count(t, "{timestamp}") == 1) != (h.TimestampHeader != ""),
 		strings.Count(t, "{timestamp}") > 1:
 		return bad("hmac.signed_payload", "%q must hold {timestamp} once exactly when timestamp_header is set", t)
-	case strings.Count(t, "{id}") > 1 || (strings.Contains(t, "{id}") && h.IDHeader == ""):
-		return bad("hmac.signed_payload", "{id} may appear once, and only with id_header")
-	}
-	if (h.IDHeader == "") == (h.IDField == "") {
-		return bad("hmac.id_header", "set exactly one of id_header and id_field")
+	case (strings.Count(t, "{id}") == 1) != (h.IDHeader != ""),
+		strings.Count(t, "{id}") > 1:
+		return bad("hmac.signed_payload", "%q must hold {id} once exactly when id_header is set: an id the signature does not cover lets a signed delivery be replayed under a new id", t)
 	}
 	if h.IDHeader != "" && !validHeaderName(h.IDHeader) {
 		return bad("hmac.id_header", "%q is not a header name", h.IDHeader)

@@ -12,9 +12,10 @@ import (
 // the body keyed by the webhook secret. GitHub signs no timestamp, so there
 // is no tolerance; replays are caught by the dedupe key instead.
 //
-// The stable id is "<X-GitHub-Hook-ID>:<X-GitHub-Delivery>": GitHub keeps
-// the delivery GUID when it redelivers, and the hook id keeps two hooks
-// that share a URL and a secret from colliding. The type is X-GitHub-Event.
+// The id is "<X-GitHub-Hook-ID>:<X-GitHub-Delivery>" and the type
+// X-GitHub-Event, but GitHub signs neither header: both are marked
+// unsigned, and the dedupe key is the hash of the signed body (DedupeKey),
+// so a signed body resent under a fresh delivery GUID is the same event.
 type githubVerifier struct{ base }
 
 const githubHeader = "X-Hub-Signature-256"
@@ -44,5 +45,7 @@ func (v *githubVerifier) Verify(h http.Header, body []byte, now time.Time) (Even
 	}
 	hdr := pick(h, "X-GitHub-Delivery", "X-GitHub-Event", "X-GitHub-Hook-ID",
 		"X-GitHub-Hook-Installation-Target-ID", "X-GitHub-Hook-Installation-Target-Type")
-	return v.event(hook+":"+delivery, h.Get("X-GitHub-Event"), body, hdr, time.Time{}), nil
+	ev := v.event(hook+":"+delivery, h.Get("X-GitHub-Event"), body, hdr, time.Time{})
+	ev.IDUnsigned, ev.TypeUnsigned = true, true
+	return ev, nil
 }

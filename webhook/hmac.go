@@ -146,7 +146,11 @@ func (v *hmacVerifier) Verify(h http.Header, body []byte, now time.Time) (Event,
 			names = append(names, n)
 		}
 	}
-	return v.event(id, typ, body, pick(h, names...), ts), nil
+	ev := v.event(id, typ, body, pick(h, names...), ts)
+	// validate made an id header part of the signed payload; a type
+	// header never is.
+	ev.TypeUnsigned = v.cfg.TypeHeader != ""
+	return ev, nil
 }
 
 // parseHMACSignatures splits the header (when a separator is set), requires

@@ -3,7 +3,9 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -309,7 +311,8 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		return
 	case errors.Is(err, outbox.ErrInvalidMessage):
 		// Only the payload's size can make the event invalid: the type is
-		// sanitised and the tenant checked by NewIntake.
+		// sanitised, the tenant checked by NewIntake and the ordering key
+		// bounded (orderingKey).
 		count(KindRejected + Kind(CodeBodyTooLarge))
 		idemhttp.Problem{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Detail: err.Error()}.Write(w)
 		return
@@ -354,11 +357,15 @@ func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count 
 // endpoint, the stable event id, the event type and the provider's JSON
 // body as JSON. A body that is not JSON (a form-encoded GitHub delivery, a
 // generic hmac sender) is carried byte for byte as BodyBase64 instead.
+// Unsigned names the fields ("event_id", "type") the sender did not sign,
+// so that a consumer routing on the type knows to check it against the
+// body.
 type eventPayload struct {
 	Provider   string          `json:"provider"`
 	Endpoint   string          `json:"endpoint"`
 	EventID    string          `json:"event_id"`
 	Type       string          `json:"type"`
+	Unsigned   []string        `json:"unsigned,omitempty"`
 	Body       json.RawMessage `json:"body,omitempty"`
 	BodyBase64 string          `json:"body_base64,omitempty"`
 }
@@ -367,6 +374,12 @@ type eventPayload struct {
 // transaction, in the endpoint's tenant, ordered by its event id.
 func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Event) error {
 	p := eventPayload{Provider: ev.Provider, Endpoint: ep.Name, EventID: ev.ID, Type: ev.Type}
+	if ev.IDUnsigned {
+		p.Unsigned = append(p.Unsigned, "event_id")
+	}
+	if ev.TypeUnsigned {
+		p.Unsigned = append(p.Unsigned, "type")
+	}
 	if json.Valid(ev.Body) {
 		p.Body = ev.Body
 	} else {
@@ -381,9 +394,25 @@ func (in *Intake) enqueue(ctx context.Context, tx driver.Tx, ep Endpoint, ev Eve
 	return in.cfg.Outbox.Enqueue(ctx, tx, outbox.Message{
 		Tenant:  ep.Tenant,
 		Type:    EventType(ev),
-		Key:     "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key,
+		Key:     orderingKey(ep, ev),
 		Payload: bytes.TrimRight(buf.Bytes(), "\n"),
 	})
+}
+
+// orderingKey is the outbox ordering key of a delivery's event,
+// "webhook/<endpoint>/<dedupe key>". A dedupe key may be up to
+// idem.MaxKeyLength (255) bytes, and with its prefix the ordering key
+// would pass outbox.MaxKeyLen: then it is
+// "webhook/<endpoint>/key-sha256:<hex of the dedupe key's SHA-256>",
+// still one per event, so that no id the keeper takes is refused by the
+// outbox (413 on every redelivery).
+func orderingKey(ep Endpoint, ev Event) string {
+	k := "webhook/" + ep.Name + "/" + DedupeKey(ep, ev).Key
+	if len(k) <= outbox.MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(DedupeKey(ep, ev).Key))
+	return "webhook/" + ep.Name + "/key-sha256:" + hex.EncodeToString(sum[:])
 }
 
 // EventType is the outbox event type of a delivery,

@@ -13,6 +13,14 @@ import (
 // event id — never anything that changes per delivery (timestamp,
 // signature, attempt counter), so a redelivery meets the first copy's key.
 //
+// An id the sender does not sign (ev.IDUnsigned: github, shopify) cannot
+// be the key: whoever holds one signed delivery would resend its body under
+// a fresh id and be taken for a new event. The key of such an event is
+// "body-sha256:" and the lowercase hex SHA-256 of the signed body, so a
+// resent body is the same event whatever its id header says. Two distinct
+// events with byte-identical bodies are therefore one event; the senders
+// concerned put the resource and its change time in every body.
+//
 // An id the keeper cannot store as is (longer than idem.MaxKeyLength or
 // with a byte outside visible ASCII 0x21-0x7E) becomes "sha256:" followed
 // by the lowercase hex SHA-256 of its bytes: still one key per id, and the
@@ -31,13 +39,19 @@ func DedupeKey(e Endpoint, ev Event) idem.Key {
 	if tenant == "" {
 		tenant = idem.DefaultTenant
 	}
-	return idem.Key{Scope: tenant, Operation: "webhook:" + e.Name, Key: keyFor(ev.ID)}
+	key := keyFor(ev.ID)
+	if ev.IDUnsigned {
+		sum := sha256.Sum256(ev.Body)
+		key = bodyPrefix + hex.EncodeToString(sum[:])
+	}
+	return idem.Key{Scope: tenant, Operation: "webhook:" + e.Name, Key: key}
 }
 
 // DedupeRequest is the keeper request of a verified event: DedupeKey, and a
 // fingerprint derived from the key alone. A provider that resends an event
 // id resends the same event, even if a byte of the body differed (a
-// re-serialised payload, a field added by a newer API version); refusing
+// re-serialised payload, a field added by a newer API version; for a
+// body-keyed event a differing body is another key); refusing
 // it as "key reused" would make the provider retry until it disables the
 // endpoint. So every copy of an id replays the first outcome.
 func DedupeRequest(e Endpoint, ev Event) idem.Request {
@@ -46,8 +60,14 @@ func DedupeRequest(e Endpoint, ev Event) idem.Request {
 	return idem.Request{Key: k, Body: ev.Body, Fingerprint: fp[:]}
 }
 
-// hashedPrefix begins every key that is the hash of an id.
-const hashedPrefix = "sha256:"
+// hashedPrefix begins every key that is the hash of an id; bodyPrefix
+// every key that is the hash of a body. An endpoint's keys are all of one
+// kind (its profile decides whether ids are signed), and the prefixes
+// differ so that a stored key says which.
+const (
+	hashedPrefix = "sha256:"
+	bodyPrefix   = "body-sha256:"
+)
 
 func keyFor(id string) string {
 	if storable(id) && !looksHashed(id) {

@@ -2,10 +2,15 @@ package webhook
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
@@ -162,5 +167,54 @@ func TestEventHeaderHoldsNoSignature(t *testing.T) {
 	}
 	if ev.Header.Get("Cookie") != "" || ev.Header.Get("X-Hub-Signature-256") != "" || ev.Header.Get("X-GitHub-Delivery") != "d-1" {
 		t.Fatalf("header = %v", ev.Header)
+	}
+}
+
+// What the sender signs decides the key and the marks: an hmac type header
+// is marked unsigned, a type field is not; a github delivery is keyed by
+// its body, whatever its delivery header says.
+func TestUnsignedMarks(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"e1","kind":"paid"}`)
+	sign := func(secret string, b []byte) string {
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write(b)
+		return hex.EncodeToString(m.Sum(nil))
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  HMACConfig
+		want bool
+	}{
+		{"type header", HMACConfig{Header: "X-Sig", IDField: "id", TypeHeader: "X-Type"}, true},
+		{"type field", HMACConfig{Header: "X-Sig", IDField: "id", TypeField: "kind"}, false},
+	} {
+		cfg := tc.cfg
+		v := mustVerifier(t, Endpoint{Name: "h", Provider: ProviderHMAC, Secrets: []string{"k"}, HMAC: &cfg})
+		h := http.Header{}
+		h.Set("X-Sig", sign("k", body))
+		h.Set("X-Type", "paid")
+		ev, err := v.Verify(h, body, time.Now())
+		if err != nil || ev.TypeUnsigned != tc.want || ev.IDUnsigned || ev.Type != "paid" {
+			t.Errorf("%s: %+v %v; want TypeUnsigned %v", tc.name, ev, err, tc.want)
+		}
+	}
+
+	ep := Endpoint{Name: "gh", Provider: ProviderGitHub, Secrets: []string{"k"}}
+	v := mustVerifier(t, ep)
+	var keys []string
+	for _, delivery := range []string{"d-1", "d-2"} {
+		h := http.Header{}
+		h.Set("X-Hub-Signature-256", "sha256="+sign("k", body))
+		h.Set("X-GitHub-Hook-ID", "1")
+		h.Set("X-GitHub-Delivery", delivery)
+		ev, err := v.Verify(h, body, time.Now())
+		if err != nil || !ev.IDUnsigned || !ev.TypeUnsigned {
+			t.Fatalf("%s: %+v %v", delivery, ev, err)
+		}
+		keys = append(keys, DedupeKey(ep, ev).Key)
+	}
+	if keys[0] != keys[1] || !strings.HasPrefix(keys[0], "body-sha256:") {
+		t.Fatalf("keys %q, want one body-sha256: key", keys)
 	}
 }

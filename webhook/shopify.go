@@ -10,10 +10,12 @@ import (
 // shopifyVerifier checks X-Shopify-Hmac-Sha256: base64 HMAC-SHA256 of the
 // body keyed by the app's client secret. Shopify signs no timestamp.
 //
-// The stable id is X-Shopify-Event-Id, which Shopify's "Ignore duplicate
-// webhooks" guide names as the value that repeats on a duplicate. Older
-// deliveries without it fall back to X-Shopify-Webhook-Id. The type is
-// X-Shopify-Topic.
+// The id is X-Shopify-Event-Id, which Shopify's "Ignore duplicate
+// webhooks" guide names as the value that repeats on a duplicate (older
+// deliveries without it fall back to X-Shopify-Webhook-Id), and the type is
+// X-Shopify-Topic. Shopify signs neither header: both are marked unsigned,
+// and the dedupe key is the hash of the signed body (DedupeKey), so a
+// signed body resent under a fresh event id is the same event.
 type shopifyVerifier struct{ base }
 
 const shopifyHeader = "X-Shopify-Hmac-Sha256"
@@ -45,5 +47,7 @@ func (v *shopifyVerifier) Verify(h http.Header, body []byte, now time.Time) (Eve
 	}
 	hdr := pick(h, "X-Shopify-Event-Id", "X-Shopify-Webhook-Id", "X-Shopify-Topic",
 		"X-Shopify-Shop-Domain", "X-Shopify-API-Version", "X-Shopify-Triggered-At")
-	return v.event(id, h.Get("X-Shopify-Topic"), body, hdr, time.Time{}), nil
+	ev := v.event(id, h.Get("X-Shopify-Topic"), body, hdr, time.Time{})
+	ev.IDUnsigned, ev.TypeUnsigned = true, true
+	return ev, nil
 }

@@ -20,13 +20,26 @@ type Event struct {
 	Provider string
 	// Endpoint is the endpoint's name.
 	Endpoint string
-	// ID is the id the sender keeps across redeliveries of this event; it
-	// is the dedupe key (see DedupeKey). Empty only for a Slack
-	// url_verification, which is answered, not deduplicated.
+	// ID is the id the sender keeps across redeliveries of this event.
+	// Where the sender signs it (IDUnsigned false) it is the dedupe key;
+	// where it does not (github, shopify) the dedupe key is the body's hash
+	// (see DedupeKey). Empty only for a Slack url_verification, which is
+	// answered, not deduplicated.
 	ID string
+	// IDUnsigned reports that ID came from a header the signature does not
+	// cover (github, shopify): whoever holds one signed delivery can resend
+	// it under another ID. Such an ID is informative only; never key
+	// business rows on it.
+	IDUnsigned bool
 	// Type is the event type ("payment_intent.succeeded", "push", ...);
 	// empty when the sender names none.
 	Type string
+	// TypeUnsigned reports that Type came from a header the signature does
+	// not cover (github's X-GitHub-Event, shopify's X-Shopify-Topic, an hmac
+	// type_header): whoever holds one signed delivery can resend its body
+	// under another type, which selects another handler. A handler of such
+	// an event checks that the body is of the type it handles.
+	TypeUnsigned bool
 	// Body is the raw request body, byte for byte as signed.
 	Body []byte
 	// Header holds the headers the profile read, other than the signature.

@@ -68,7 +68,8 @@ func TestWebhooks(t *testing.T) {
 			t.Fatal(err)
 		}
 		natsURL, stream := startNATS(t)
-		p, _ := serveDB(t, dialect, []string{"IDEM_API_KEYS=acme:" + acmeKey}, "--publish", natsURL, "--config", cfgPath)
+		const adminKey = "admin-key-for-metrics-01"
+		p, _ := serveDB(t, dialect, []string{"IDEM_API_KEYS=acme:" + acmeKey, "IDEM_ADMIN_KEY=" + adminKey}, "--publish", natsURL, "--config", cfgPath)
 		stripeURL := p.URL + "/v1/webhooks/stripe-main"
 		now := time.Now()
 
@@ -194,7 +195,8 @@ func TestWebhooks(t *testing.T) {
 			}
 		}
 
-		metrics := string(call(t, "GET", p.URL+"/metrics", "", nil).Body)
+		// With API keys, /metrics on --addr takes the admin key.
+		metrics := string(call(t, "GET", p.URL+"/metrics", "", nil, "Authorization", "Bearer "+adminKey).Body)
 		for _, want := range []string{
 			`idem_webhook_deliveries_total{endpoint="stripe-main",outcome="first"} 2`,
 			`idem_webhook_deliveries_total{endpoint="stripe-main",outcome="replayed"} 20`,

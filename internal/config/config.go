@@ -258,7 +258,7 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 	}
 	var raw map[string]any
 	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: not valid YAML%s (the file's text is not shown: it may hold secrets)", path, yamlPosition(err))
 	}
 	c.File = path
 	for k, v := range raw {
@@ -289,6 +289,19 @@ func (c *Config) loadFile(path string, inUse map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// yamlPosition is " at line L, column C" of a YAML error, or "" when it
+// has none. The parser's message is left out with its excerpt: both can
+// quote the file's text (a neighbouring line, the value it could not
+// read), and the file holds API keys and broker passwords.
+func yamlPosition(err error) string {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil {
+		p := ye.GetToken().Position
+		return fmt.Sprintf(" at line %d, column %d", p.Line, p.Column)
+	}
+	return ""
 }
 
 // pairSettings may be written in YAML as a map (GOLD: 3), read as the

@@ -174,3 +174,25 @@ func TestIdempotencyKeySetting(t *testing.T) {
 		}
 	}
 }
+
+// A YAML syntax error names the file and the position only: the parser's
+// excerpt of the neighbouring lines, and its message, which can quote the
+// text it could not read, would print API keys and broker passwords.
+func TestYAMLErrorShowsOnlyThePosition(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ file, want string }{
+		{"publish: nats://relay:hunter2-s3cret@h:4222\napi_keys: acme:s3cret-api-key-0123\n  bad: [x\n", "at line 2, column 11"},
+		{"api_keys: 's3cret-unterminated\n", "at line 1, column 11"},
+		{"api_keys: acme:s3cret-key-0123456789\n\ts3cret_tab: 1\n", "at line 2, column 1"},
+	} {
+		path := writeFile(t, c.file)
+		_, err := Load("serve", []string{"--config", path}, env(nil), ServeSettings...)
+		if err == nil || !strings.Contains(err.Error(), path+": not valid YAML "+c.want) {
+			t.Errorf("%q: %v, want the file and %q", c.file, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: the error shows the file's text: %q", c.file, err)
+		}
+	}
+}

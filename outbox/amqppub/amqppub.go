@@ -15,6 +15,10 @@
 //     message bound for nowhere is noticed instead of dropped; it is
 //     outbox.ErrUndeliverable, a dead letter at once, which Redrive sends
 //     again once a queue is bound.
+//   - a message AMQP cannot carry (a routing key or a header name over
+//     255 bytes) is not sent: outbox.ErrUndeliverable, a dead letter at
+//     once naming why, instead of a channel error the relay would take for
+//     an outage.
 //   - a closed connection or channel, a dial that fails, no answer in
 //     time (a broker restarting, a resource alarm blocking publishers):
 //     outbox.ErrBrokerUnavailable, so the relay backs off as a whole and
@@ -280,6 +284,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			errs[i] = err
 			continue
 		}
+		if err := sendable(key, pub); err != nil {
+			errs[i] = err
+			continue
+		}
 		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, key, true, false, pub)
 		if err != nil {
 			// The channel or connection is gone (or ctx ended): this and
@@ -313,6 +321,30 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		}
 	}
 	return errs
+}
+
+// maxShortstr is AMQP 0-9-1's shortstr limit: a routing key, a header
+// name, the type and message-id properties.
+const maxShortstr = 255
+
+// sendable refuses, as outbox.ErrUndeliverable, a message AMQP cannot
+// carry: a routing key or a header name over 255 bytes ({tenant}.{type}
+// can reach 384). Sent, it would fail the channel, which reads as an
+// outage: the relay would back off forever with the message at the head
+// of its key, and every other message would wait behind the reconnects.
+func sendable(key string, pub amqp.Publishing) error {
+	if len(key) > maxShortstr {
+		return outbox.Undeliverable(fmt.Errorf("amqppub: routing key of %d bytes is over AMQP's %d (route it shorter with Routes)", len(key), maxShortstr))
+	}
+	for name := range pub.Headers {
+		if len(name) > maxShortstr {
+			return outbox.Undeliverable(fmt.Errorf("amqppub: header name of %d bytes (%.32q…) is over AMQP's %d", len(name), name, maxShortstr))
+		}
+	}
+	if len(pub.Type) > maxShortstr || len(pub.MessageId) > maxShortstr {
+		return outbox.Undeliverable(fmt.Errorf("amqppub: type or message-id over AMQP's %d bytes", maxShortstr))
+	}
+	return nil
 }
 
 // await waits for one message's confirm, collecting the returns that come

@@ -67,6 +67,8 @@ type Publisher struct {
 	routes outbox.Routes
 	ce     cloudevent.Config
 	sasl   *saslWatch
+	// maxBytes is the client's ProducerBatchMaxBytes.
+	maxBytes int
 }
 
 // New returns a producer. The client is idempotent (franz-go's default),
@@ -97,7 +99,11 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return &Publisher{cl: cl, topic: cfg.Topic, routes: cfg.Routes, ce: cfg.CloudEvents, sasl: sasl}, nil
+	maxBytes, _ := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32)
+	if maxBytes <= 0 {
+		maxBytes = 1000012 // franz-go's default, should its option read otherwise
+	}
+	return &Publisher{cl: cl, topic: cfg.Topic, routes: cfg.Routes, ce: cfg.CloudEvents, sasl: sasl, maxBytes: int(maxBytes)}, nil
 }
 
 // Ping asks the cluster for its metadata: it fails when no seed broker
@@ -152,6 +158,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	at := make([]int, 0, len(msgs)) // recs[j] is msgs[at[j]]
 	for i, m := range msgs {
 		r, err := p.record(m)
+		if err == nil {
+			err = p.sendable(r)
+		}
 		if err != nil {
 			errs[i] = err
 			continue
@@ -162,9 +171,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	if len(recs) == 0 {
 		return errs
 	}
-	res := p.cl.ProduceSync(ctx, recs...)
-	for j, r := range res {
-		errs[at[j]] = classify(r.Err)
+	// ProduceSync gives the results in the order they complete (a record
+	// failed at once comes first), not in the order of recs: each is
+	// matched to its message by its record.
+	index := make(map[*kgo.Record]int, len(recs))
+	for j, r := range recs {
+		index[r] = at[j]
+	}
+	for _, r := range p.cl.ProduceSync(ctx, recs...) {
+		errs[index[r.Record]] = classify(r.Err)
 	}
 	return errs
 }
@@ -203,6 +218,27 @@ func (p *Publisher) record(m outbox.Message) (*kgo.Record, error) {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(cloudevent.ContentTypeStructured)})
 	}
 	return r, nil
+}
+
+// recordOverhead bounds what a record batch and one record's framing add
+// to its key, value and headers (a batch header of 61 bytes, varint
+// lengths, offsets and timestamps).
+const recordOverhead = 128
+
+// sendable refuses, as outbox.ErrUndeliverable, a record larger than the
+// producer's batch limit (kgo.ProducerBatchMaxBytes, 1000012 bytes by
+// default, Kafka's own max.message.bytes default): no retry makes it fit.
+// Checked before producing, it is a dead letter at once naming why, and
+// the batch's other records go.
+func (p *Publisher) sendable(r *kgo.Record) error {
+	size := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += 10 + len(h.Key) + len(h.Value)
+	}
+	if size > p.maxBytes {
+		return outbox.Undeliverable(fmt.Errorf("kafka: record of about %d bytes is over the producer's batch limit of %d bytes (ProducerBatchMaxBytes)", size, p.maxBytes))
+	}
+	return nil
 }
 
 // classify marks faults of the cluster (unreachable, retriable broker

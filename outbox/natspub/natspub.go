@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -186,6 +187,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			errs[i] = err
 			continue
 		}
+		if err := sendable(nm.Header); err != nil {
+			errs[i] = err
+			continue
+		}
 		f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.ID))
 		if err != nil {
 			errs[i] = classify(err)
@@ -242,6 +247,28 @@ func (p *Publisher) message(m outbox.Message) (*nats.Msg, error) {
 		nm.Header[HeaderContentType] = []string{cloudevent.ContentTypeStructured}
 	}
 	return nm, nil
+}
+
+// sendable refuses, as outbox.ErrUndeliverable, headers NATS cannot
+// carry: its header block is text lines, "Name: value" ended by CRLF, so a
+// name must be a token (no ':', space or control character) and a value
+// must hold no CR, LF or other control character. An outbox key or header
+// is any UTF-8 (the ordering key travels as Idem-Ordering-Key and
+// ce-subject): sent, a line break in it would end the header early or add
+// one of its own, and the server would refuse the message or read a
+// header the relay did not set.
+func sendable(h nats.Header) error {
+	for name, vs := range h {
+		if name == "" || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == ':' || r >= 0x7f }) >= 0 {
+			return outbox.Undeliverable(fmt.Errorf("natspub: header name %.32q is not a token", name))
+		}
+		for _, v := range vs {
+			if i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+				return outbox.Undeliverable(fmt.Errorf("natspub: header %s holds a control character (byte %d of its value)", name, i+1))
+			}
+		}
+	}
+	return nil
 }
 
 // classify marks connection-level faults as the broker's: the message

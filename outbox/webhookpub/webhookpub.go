@@ -3,7 +3,8 @@
 // headers webhook-id (the message id, the receiver's dedupe key),
 // webhook-timestamp and webhook-signature (v1, HMAC-SHA256), and the
 // message's W3C trace context (traceparent, tracestate) when it has one. A
-// 2xx answer means delivered.
+// 2xx answer means delivered; a redirect is not followed (a failed
+// delivery).
 //
 // With Config.CloudEvents the body is a CloudEvent instead, per the
 // CloudEvents HTTP binding: the payload itself with ce-* headers (binary
@@ -46,7 +47,9 @@ type Config struct {
 	Timeout time.Duration
 	// Concurrency bounds deliveries in flight. Default 32; bound 1..1024.
 	Concurrency int
-	// Client sends the requests. Default a client with Timeout.
+	// Client sends the requests. Default a client with Timeout. Redirects
+	// are never followed, whatever the client's CheckRedirect: a 3xx is a
+	// failed delivery.
 	Client *http.Client
 	// Clock returns the current time, sent as webhook-timestamp. Default
 	// time.Now.
@@ -87,6 +90,12 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
 	}
+	// A redirect is not followed: the signed delivery would go to a URL
+	// nobody configured (and a 301/302 turns the POST into a body-less
+	// GET). A 3xx is a failed delivery, retried and then a dead letter.
+	client := *cfg.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.Client = &client
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -201,6 +210,9 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 			req.Header.Set(h, v)
 		}
 	}
+	if err := sendable(req.Header); err != nil {
+		return err
+	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil { // unreachable or timed out
 		// The client's error quotes the whole URL.
@@ -217,8 +229,26 @@ func (p *Publisher) deliver(ctx context.Context, m outbox.Message) error {
 	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
 		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
 		return outbox.BrokerUnavailable(fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode))
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return fmt.Errorf("webhookpub: %s answered %d, a redirect, which is not followed: configure the final URL", p.dest, resp.StatusCode)
 	}
 	return fmt.Errorf("webhookpub: %s answered %d", p.dest, resp.StatusCode)
+}
+
+// sendable refuses, as outbox.ErrUndeliverable, a header value HTTP
+// cannot carry: a control character other than a tab (RFC 9110). An
+// outbox key is any UTF-8 and travels as ce-subject in binary mode; the
+// client would refuse the request, which reads as an unreachable
+// receiver, and the relay would back off forever.
+func sendable(h http.Header) error {
+	for name, vs := range h {
+		for _, v := range vs {
+			if i := strings.IndexFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+				return outbox.Undeliverable(fmt.Errorf("webhookpub: header %s holds a control character (byte %d of its value)", name, i+1))
+			}
+		}
+	}
+	return nil
 }
 
 func (p *Publisher) Close() error { return nil }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -141,5 +142,46 @@ func TestErrorsKeepTheURLsSecrets(t *testing.T) {
 				t.Errorf("Destination() = %q, want %q", got, host[name == "unreachable"])
 			}
 		})
+	}
+}
+
+// A receiver that redirects is not followed, whatever the client's own
+// CheckRedirect: the signed delivery goes nowhere but the configured URL,
+// and the 3xx is a failed delivery (an error, not an outage).
+func TestRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	reached := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reached[r.Method+" "+r.URL.Path]++
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/moved":
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		case "/temporary":
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	secret := webhookpub.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32))
+	for _, path := range []string{"/moved", "/temporary"} {
+		for _, client := range []*http.Client{nil, {}} { // the default client, and one that would follow
+			p, err := webhookpub.New(webhookpub.Config{URL: srv.URL + path, Secret: secret, Client: client})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := p.Publish(t.Context(), []outbox.Message{{ID: "m1", Type: "t", Payload: []byte(`{}`)}})
+			if errs[0] == nil || errors.Is(errs[0], outbox.ErrBrokerUnavailable) || !strings.Contains(errs[0].Error(), "redirect") {
+				t.Errorf("%s: %v, want a failed delivery naming the redirect", path, errs[0])
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reached["POST /moved"] != 2 || reached["POST /temporary"] != 2 || reached["GET /elsewhere"]+reached["POST /elsewhere"] != 0 {
+		t.Fatalf("requests %v: want each URL posted twice and the redirect's target never", reached)
 	}
 }

@@ -169,7 +169,8 @@ export class IdemClient {
     }
     // The key is made here rather than in idemFetch, so that every error
     // of the call can name it.
-    const key = options.idempotencyKey ?? (needsKey(method.toUpperCase()) ? this.#newKey() : undefined);
+    // A newKey that returns "" sends the request without a key.
+    const key = options.idempotencyKey ?? (needsKey(method.toUpperCase()) ? this.#newKey() || undefined : undefined);
     if (key !== undefined) {
       const why = typeof key === "string" ? keyProblem(key) : "idempotency key must be a string";
       if (why !== "") {

@@ -83,7 +83,9 @@ export interface FetchOptions extends RetryConfig {
    * Makes the key of a request that needs one (POST, PATCH) and has none,
    * once per request, never per attempt. Default a UUIDv7. A key stored
    * with the caller's own record (an order) survives a crash of the
-   * caller: pass it instead (CallOptions.idempotencyKey).
+   * caller: pass it instead (CallOptions.idempotencyKey). "" sends the
+   * request without a key (a route that takes none): it is then sent once,
+   * and again only when the connection could not be made.
    */
   newKey?: () => string;
   /** Called after every attempt. */
@@ -212,7 +214,10 @@ export type IdemFetch = (input: string | URL | Request, init?: RequestInit) => P
  *   Retry-After (seconds or an HTTP date) when the answer has one, else
  *   after an exponential backoff with full jitter; every wait is capped at
  *   maxDelayMs;
- * - within maxAttempts and the request's signal.
+ * - within maxAttempts and the request's signal;
+ * - but a POST or PATCH sent without a key (newKey returned "") is sent
+ *   once, and again only when the connection could not be made (nothing
+ *   was written): without a key a second arrival is a second operation.
  *
  * It resolves with the first final answer: a 2xx, a 4xx refusal (400, 422
  * and the others) or a 500, as it is, unread. It rejects with
@@ -244,8 +249,12 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
     const headers = new Headers(req.headers);
     let key = headers.get(keyHeader) ?? undefined;
     if (key === undefined && needsKey(method)) {
-      key = newKey();
-      headers.set(keyHeader, key);
+      // newKey may return "": the request goes without a key.
+      const k = newKey();
+      if (k !== "") {
+        key = k;
+        headers.set(keyHeader, key);
+      }
     }
     if (key !== undefined) {
       const why = keyProblem(key);
@@ -255,6 +264,10 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
     }
     const signal = req.signal ?? undefined;
     const maxAttempts = replayable ? bounds.maxAttempts : 1;
+    // A POST or PATCH without a key has no replay to fall back on: a
+    // second arrival would do the work again. It is sent again only when
+    // its attempt never reached the server.
+    const keyless = key === undefined && needsKey(method);
 
     for (let n = 1; ; n++) {
       if (signal?.aborted) {
@@ -270,7 +283,7 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
       const answered = response !== undefined && !retryableStatus(response.status);
       // The caller's signal ending makes nothing retryable; an answer that
       // is final has arrived all the same and is returned.
-      const retry = !answered && !signal?.aborted;
+      const retry = !answered && !signal?.aborted && (!keyless || (response === undefined && notSent(failure)));
       onAttempt?.({ n, status: response?.status ?? 0, error: failure, key, final: !retry || n >= maxAttempts });
       if (!answered && signal?.aborted) {
         throw signal.reason;
@@ -298,6 +311,25 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
       await sleep(Math.min(wait, bounds.maxDelayMs), signal);
     }
   };
+}
+
+/** The error codes of a connection that could not be made: nothing of the request was written. */
+const connectFailures = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/**
+ * notSent reports whether a rejected fetch never reached the server: the
+ * connection could not be made (Node's fetch puts the socket's code on the
+ * error's cause). Any other failure may follow work the server did.
+ */
+export function notSent(err: unknown): boolean {
+  for (let e = err, depth = 0; e !== null && typeof e === "object" && depth < 4; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && connectFailures.has(code)) {
+      return true;
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 /** unpack turns fetch's arguments into a URL and one RequestInit; a Request's body is read into memory. */

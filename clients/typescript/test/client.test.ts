@@ -171,3 +171,47 @@ test("a refusal names the key the call was sent under, a generated one too", asy
   const t = { debit_account_id: "a", credit_account_id: "a", amount: 1, currency: "EUR" };
   await assert.rejects(idem.createTransfer(t), (e: unknown) => e instanceof ProblemError && e.code === "same_account" && e.idempotencyKey === sent && sent !== null);
 });
+
+test("a POST without a key reaches the server once; a connection never made is tried again", async () => {
+  const { createServer } = await import("node:http");
+  let posts = 0;
+  const server = createServer((req, res) => {
+    posts++;
+    req.resume();
+    req.on("end", () => {
+      if (req.url === "/drop") {
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(502, { "Content-Type": "text/plain" }).end("bad gateway");
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  try {
+    const keyless = idemFetch({ newKey: () => "", baseDelayMs: 1, maxDelayMs: 1 });
+    const post = (f: typeof keyless, url: string) => f(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"amount":1}' });
+
+    const res = await post(keyless, `http://127.0.0.1:${port}/bad-gateway`);
+    assert.equal(res.status, 502);
+    await res.text();
+    assert.equal(posts, 1, "a keyless 502 is final");
+
+    posts = 0;
+    await assert.rejects(post(keyless, `http://127.0.0.1:${port}/drop`), TypeError);
+    assert.equal(posts, 1, "a keyless POST whose connection dropped is final");
+
+    posts = 0;
+    const keyed = idemFetch({ baseDelayMs: 1, maxDelayMs: 1, maxAttempts: 3 });
+    await assert.rejects(post(keyed, `http://127.0.0.1:${port}/drop`), RetryBudgetError);
+    assert.equal(posts, 3, "a keyed POST is retried");
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+  }
+
+  // The port is closed now: every attempt is a refused connection.
+  let attempts = 0;
+  const refused = idemFetch({ newKey: () => "", baseDelayMs: 1, maxDelayMs: 1, maxAttempts: 3, onAttempt: () => attempts++ });
+  await assert.rejects(refused(`http://127.0.0.1:${port}/x`, { method: "POST", body: "{}" }), RetryBudgetError);
+  assert.equal(attempts, 3, "a keyless POST never sent is tried again");
+});

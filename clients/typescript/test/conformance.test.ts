@@ -16,6 +16,7 @@ interface Config {
   max_delay_ms?: number;
   max_attempts?: number;
   require_replayable_body?: boolean;
+  keyless?: boolean;
   now?: string;
 }
 
@@ -95,7 +96,10 @@ function seams(c: Case, cfg: Config, run: Run, abort: AbortController): FetchOpt
       if (a.transport_error !== undefined) {
         // In fetch, a request that never reached the server and one whose
         // connection dropped before the answer are both a rejected fetch.
-        throw new TypeError("fetch failed", { cause: new Error(`scripted ${a.transport_error}`) });
+        // Node's fetch puts the socket's code on the cause: a connection
+        // refused is one that was never made.
+        const cause = Object.assign(new Error(`scripted ${a.transport_error}`), a.transport_error === "before_write" ? { code: "ECONNREFUSED" } : {});
+        throw new TypeError("fetch failed", { cause });
       }
       const text = typeof a.body === "string" ? a.body : JSON.stringify(a.body);
       return new Response(a.status === 204 ? null : text, { status: a.status, headers: a.headers });
@@ -114,6 +118,7 @@ for (const c of file.cases) {
       maxDelayMs: cfg.max_delay_ms,
       maxAttempts: cfg.max_attempts,
       requireReplayableBody: cfg.require_replayable_body,
+      ...(cfg.keyless === true ? { newKey: () => "" } : {}),
     };
     let finalStatus = -1;
     options.onAttempt = (a) => {
@@ -201,6 +206,9 @@ for (const c of file.cases) {
         break;
       case "context":
         assert.equal(error, abort.signal.reason, "the signal's reason");
+        break;
+      case "transport":
+        assert.ok(error instanceof TypeError, `${String(error)} is not fetch's TypeError`);
         break;
       case "invalid_request":
         assert.ok(error instanceof BadInputError, `${String(error)} is not a BadInputError`);

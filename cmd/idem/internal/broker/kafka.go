@@ -55,7 +55,7 @@ var saslMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
 //	        &tls=true&tls_ca=F&tls_cert=F&tls_key=F&route=T&route.TYPE=TOPIC&format=F&ce_source=S]
 //
 // Credentials need sasl (plain, scram-sha-256 or scram-sha-512) and
-// sasl needs them. Unknown options are refused.
+// sasl needs them; sasl=plain needs TLS. Unknown options are refused.
 func ParseKafka(publishURL string) (Kafka, error) {
 	var k Kafka
 	if !strings.HasPrefix(publishURL, "kafka://") {
@@ -103,6 +103,10 @@ func ParseKafka(publishURL string) (Kafka, error) {
 		return k, errors.New("--publish: sasl needs the user name before the host: kafka://USER[:PASSWORD]@host")
 	case !hasPass && k.PasswordFile == "":
 		return k, errors.New("--publish: sasl needs a password: kafka://USER:PASSWORD@host or password_file")
+	case k.SASL == "plain" && !k.TLS.Enabled:
+		// PLAIN sends the password as it is: without TLS anyone on the
+		// path reads it. SCRAM never sends it.
+		return k, errors.New("--publish: sasl=plain sends the password in clear: add tls=true (or tls_ca=…), or use sasl=scram-sha-256 or scram-sha-512")
 	}
 	return k, nil
 }

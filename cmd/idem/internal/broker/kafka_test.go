@@ -30,17 +30,20 @@ func TestParseKafka(t *testing.T) {
 		{in: "kafka://[::1]:9092,kafka://b2", want: Kafka{Brokers: []string{"[::1]:9092", "b2"}}},
 		{in: "kafka://alice:secret@b1:1?sasl=scram-sha-512",
 			want: Kafka{Brokers: []string{"b1:1"}, SASL: "scram-sha-512", User: "alice", Password: "secret"}},
-		{in: "kafka://alice@b1:1?sasl=plain&password_file=/p",
-			want: Kafka{Brokers: []string{"b1:1"}, SASL: "plain", User: "alice", PasswordFile: "/p"}},
+		{in: "kafka://alice@b1:1?sasl=plain&password_file=/p&tls=true",
+			want: Kafka{Brokers: []string{"b1:1"}, SASL: "plain", User: "alice", PasswordFile: "/p", TLS: TLS{Enabled: true}}},
 		{in: "kafka://b1:1?tls=true", want: Kafka{Brokers: []string{"b1:1"}, TLS: TLS{Enabled: true}}},
 		{in: "kafka://b1:1?tls_ca=/ca&tls_cert=/c&tls_key=/k",
 			want: Kafka{Brokers: []string{"b1:1"}, TLS: TLS{Enabled: true, CAFile: "/ca", CertFile: "/c", KeyFile: "/k"}}},
 		{in: "kafka://alice:secret@b1:1", err: "need sasl=plain|scram-sha-256|scram-sha-512"},
 		{in: "kafka://b1:1?sasl=plain", err: "sasl needs the user name"},
 		{in: "kafka://alice@b1:1?sasl=plain", err: "sasl needs a password"},
-		{in: "kafka://alice:@b1:1?sasl=plain", want: Kafka{Brokers: []string{"b1:1"}, SASL: "plain", User: "alice"}},
+		{in: "kafka://alice:@b1:1?sasl=plain&tls=true", want: Kafka{Brokers: []string{"b1:1"}, SASL: "plain", User: "alice", TLS: TLS{Enabled: true}}},
+		// PLAIN sends the password as it is: over TLS only.
+		{in: "kafka://alice:secret@b1:1?sasl=plain", err: "sasl=plain sends the password in clear"},
+		{in: "kafka://alice@b1:1?sasl=plain&password_file=/p&tls=false", err: "sasl=plain sends the password in clear"},
 		{in: "kafka://alice:secret@b1:1?sasl=gssapi", err: `sasl "gssapi"`},
-		{in: "kafka://alice:secret@b1:1?sasl=plain&password_file=/p", err: "give one"},
+		{in: "kafka://alice:secret@b1:1?sasl=plain&password_file=/p&tls=true", err: "give one"},
 		{in: "kafka://b1:1?password_file=/p", err: "password_file needs sasl"},
 		{in: "kafka://b1:1?topics=ev", err: `unknown Kafka option "topics"`},
 		{in: "kafka://b1:1?tls_key=/k", err: "tls_cert and tls_key go together"},
@@ -115,7 +118,11 @@ func TestOpenKafkaSASL(t *testing.T) {
 	} {
 		t.Run(c.method, func(t *testing.T) {
 			t.Parallel()
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "idem"),
+			// Over TLS: sasl=plain without it is refused (TestKafkaPlainNeedsTLS).
+			ca := newTestCA(t, "idem-test")
+			certFile, keyFile, pair := ca.issue(t, "relay", false)
+			tlsq := "&tls_ca=" + ca.CAFile + "&tls_cert=" + certFile + "&tls_key=" + keyFile
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "idem"), kfake.TLS(ca.serverTLS(t)),
 				kfake.EnableSASL(), kfake.Superuser(c.method, "alice", "pw-right"))
 			if err != nil {
 				t.Fatal(err)
@@ -123,8 +130,8 @@ func TestOpenKafkaSASL(t *testing.T) {
 			t.Cleanup(cluster.Close)
 			addr := cluster.ListenAddrs()[0]
 			for i, u := range []string{
-				"kafka://alice:pw-right@" + addr + "?sasl=" + c.sasl,
-				"kafka://alice@" + addr + "?sasl=" + c.sasl + "&password_file=" + writeFile(t, "pw", "pw-right\n"),
+				"kafka://alice:pw-right@" + addr + "?sasl=" + c.sasl + tlsq,
+				"kafka://alice@" + addr + "?sasl=" + c.sasl + "&password_file=" + writeFile(t, "pw", "pw-right\n") + tlsq,
 			} {
 				p, err := Open(context.Background(), u, Config{})
 				if err != nil {
@@ -132,18 +139,18 @@ func TestOpenKafkaSASL(t *testing.T) {
 				}
 				publishOne(t, p, []string{"m-url", "m-file"}[i])
 			}
-			ids := kafkaIDs(t, cluster.ListenAddrs(), 2, kgo.SASL(c.mech("alice", "pw-right")))
+			ids := kafkaIDs(t, cluster.ListenAddrs(), 2, kgo.SASL(c.mech("alice", "pw-right")), kgo.DialTLSConfig(ca.clientTLS(pair)))
 			if !reflect.DeepEqual(ids, []string{"m-url", "m-file"}) {
 				t.Fatalf("topic holds %v", ids)
 			}
 			// A real broker answers SASL_AUTHENTICATION_FAILED; kfake
 			// closes the connection, which package kafka names.
 			want := []string{"Kafka " + addr, "SASL authentication"}
-			openFails(t, "kafka://alice:pw-wrong@"+addr+"?sasl="+c.sasl, want, "pw-wrong")
-			openFails(t, "kafka://bob:pw-right@"+addr+"?sasl="+c.sasl, want, "pw-right")
+			openFails(t, "kafka://alice:pw-wrong@"+addr+"?sasl="+c.sasl+tlsq, want, "pw-wrong")
+			openFails(t, "kafka://bob:pw-right@"+addr+"?sasl="+c.sasl+tlsq, want, "pw-right")
 			otherMech := map[string]string{"plain": "scram-sha-256", "scram-sha-256": "scram-sha-512", "scram-sha-512": "plain"}
-			openFails(t, "kafka://alice:pw-right@"+addr+"?sasl="+otherMech[c.sasl], []string{"Kafka " + addr}, "pw-right")
-			openFails(t, "kafka://alice@"+addr+"?sasl="+c.sasl+"&password_file="+t.TempDir()+"/missing",
+			openFails(t, "kafka://alice:pw-right@"+addr+"?sasl="+otherMech[c.sasl]+tlsq, []string{"Kafka " + addr}, "pw-right")
+			openFails(t, "kafka://alice@"+addr+"?sasl="+c.sasl+"&password_file="+t.TempDir()+"/missing"+tlsq,
 				[]string{"password_file", "missing"})
 		})
 	}

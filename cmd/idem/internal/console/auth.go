@@ -241,6 +241,14 @@ func hasControlOrBackslash(s string) bool {
 	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' })
 }
 
+// secureCookie: the session cookie is always Secure. A session exists
+// only with an admin key, which is what lets the console answer other
+// machines; such a console belongs behind TLS, often a proxy's that the
+// service does not see (r.TLS is nil there), and the cookie must never
+// travel in clear. Browsers keep a Secure cookie of http://localhost and
+// loopback addresses, so a local console still logs in.
+const secureCookie = true
+
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.AdminKeyHash == nil {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
@@ -272,7 +280,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		Path:     Prefix,
 		Expires:  expires,
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   secureCookie,
 		SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
@@ -285,6 +293,6 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 		c.sessions.end(nonce)
 	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: secureCookie, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

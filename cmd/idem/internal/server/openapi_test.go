@@ -183,6 +183,18 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	c.get("/metrics", 200)
 	c.get("/openapi.json", 200)
 
+	// Keyless writes from another site's page, under the rollout mode.
+	cfg = config.Default()
+	cfg.IdempotencyKey = config.KeyOptional
+	optional := &apiClient{t: t, base: newTestServer(t, cfg).URL, doc: doc, seen: c.seen}
+	for _, path := range []string{"/v1/accounts", "/v1/transfers", "/v1/transfers/batch", "/v1/transfers/t1/reversals"} {
+		r := optional.raw("POST", path, "", `{}`, http.Header{"Content-Type": {"application/json"}, "Origin": {"http://evil.example"}})
+		if r.Status != 403 {
+			t.Errorf("keyless POST %s from another origin: %d %s", path, r.Status, r.Body)
+		}
+		optional.check("POST", path, r)
+	}
+
 	// 401s, from a service with API keys.
 	cfg = config.Default()
 	keys, err := config.ParseAPIKeys("acme:secret-acme-key-0123456789")
@@ -199,8 +211,19 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	authed.get("/v1/accounts/a/entries", 401)
 	authed.get("/v1/transfers/t1", 401)
 	authed.get("/v1/events", 401)
+	authed.get("/metrics", 404) // API keys and no admin key: on --metrics-addr only
 	authed.bearer = "secret-acme-key-0123456789"
 	authed.post("/v1/accounts", "k", `{"id":"a","currency":"EUR"}`, 201)
+	authed.get("/metrics", 404)
+	admin, err := config.ParseAdminKey("admin-key-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AdminKeyHash = admin
+	withAdmin := &apiClient{t: t, base: newTestServer(t, cfg).URL, doc: doc, seen: c.seen, bearer: "secret-acme-key-0123456789"}
+	withAdmin.get("/metrics", 401) // a tenant's key is not the admin key
+	withAdmin.bearer = "admin-key-0123456789abcdef"
+	withAdmin.get("/metrics", 200)
 
 	// Every operation of the document was exercised.
 	for path, ops := range doc.Paths {

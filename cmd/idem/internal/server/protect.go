@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/problem"
 )
@@ -64,6 +65,50 @@ func jsonBody(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// keylessWrite guards the writes that run without an Idempotency-Key under
+// --idempotency-key=optional. A key, like an API key, is a header a page of
+// another site can set only after the browser asked the service (a CORS
+// preflight, which the service never grants); a keyless write without API
+// keys needs no such header, so a page could post a form to a loopback
+// instance and move money as tenant "default". So a keyless write must
+// declare application/json (a type a page cannot post without asking
+// first) and must not come from another origin (Sec-Fetch-Site, else
+// Origin against Host, as http.CrossOriginProtection checks). Clients that
+// are not browsers send neither header and are unaffected. Nothing is read
+// or stored for a refused request.
+func (s *Server) keylessWrite(next http.Handler) http.Handler {
+	if !s.keyOptional() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.Header.Values(idemhttp.HeaderKey)) > 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !strictJSONMediaType(r.Header.Get("Content-Type")) {
+			problem.Write(w, http.StatusUnsupportedMediaType, codeUnsupportedMediaType,
+				"a write without an Idempotency-Key must send Content-Type: application/json")
+			return
+		}
+		if err := s.crossOrigin.Check(r); err != nil {
+			s.log.Warn("idem: refused a keyless cross-origin write",
+				"origin", clip(r.Header.Get("Origin"), 255), "sec_fetch_site", clip(r.Header.Get("Sec-Fetch-Site"), 32),
+				"method", r.Method, "path", clip(r.URL.Path, 255), "remote", r.RemoteAddr)
+			problem.Write(w, http.StatusForbidden, codeCrossOrigin,
+				"a write without an Idempotency-Key is refused from another site's page")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// strictJSONMediaType accepts application/json and application/*+json only.
+func strictJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" ||
+		strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
 func jsonMediaType(ct string) bool {

@@ -224,3 +224,71 @@ func TestEveryAnswerIsNotStoredNorSniffed(t *testing.T) {
 		}
 	})
 }
+
+// TestKeylessWritesUnderOptional: under --idempotency-key=optional a write
+// without a key runs unguarded, so it gets the checks a key would have
+// given it. Its body is held to --max-body-bytes (413, as a keyed one);
+// it must declare application/json (urlencoded or no type, which a page
+// of another site may post without asking, is 415); and a browser's
+// cross-site request (Sec-Fetch-Site cross-site, or an Origin that is not
+// the server's) is 403. Nothing is written for any of them; the same
+// write from curl or from the server's own origin runs.
+func TestKeylessWritesUnderOptional(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		cfg := config.Default()
+		cfg.IdempotencyKey = config.KeyOptional
+		u := serveHTTP(t, d, cfg)
+		for _, id := range []string{"alice", "bob"} {
+			if a := send(t, "POST", u+"/v1/accounts", "", `{"id":"`+id+`","currency":"EUR"}`, "Idempotency-Key", "create-"+id); a.status != 201 {
+				t.Fatalf("create %s: %d %s", id, a.status, a.body)
+			}
+		}
+		const transfer = `{"debit_account_id":"alice","credit_account_id":"bob","amount":1250,"currency":"EUR"}`
+		big := `{"debit_account_id":"alice","credit_account_id":"bob","amount":1,"currency":"EUR","metadata":{"pad":"` +
+			strings.Repeat("x", 2<<20) + `"}}`
+		batch := `{"transfers":[` + transfer + `]}`
+		for _, tc := range []struct {
+			name, path, body string
+			header           []string
+			status           int
+			code             string
+		}{
+			{"2 MiB body", "/v1/transfers", big, []string{"Content-Type", "application/json"}, 413, "body_too_large"},
+			{"2 MiB batch", "/v1/transfers/batch", `{"transfers":[` + big + `]}`, []string{"Content-Type", "application/json"}, 413, "body_too_large"},
+			{"form post", "/v1/transfers", transfer, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"},
+			{"no type", "/v1/transfers", transfer, nil, 415, "unsupported_media_type"},
+			{"form batch", "/v1/transfers/batch", batch, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"},
+			{"cross-site", "/v1/transfers", transfer, []string{"Content-Type", "application/json", "Sec-Fetch-Site", "cross-site"}, 403, "cross_origin_request"},
+			{"same-site other origin", "/v1/transfers", transfer, []string{"Content-Type", "application/json", "Sec-Fetch-Site", "same-site"}, 403, "cross_origin_request"},
+			{"foreign origin", "/v1/transfers", transfer, []string{"Content-Type", "application/json", "Origin", "http://evil.example"}, 403, "cross_origin_request"},
+			{"foreign origin batch", "/v1/transfers/batch", batch, []string{"Content-Type", "application/json", "Origin", "http://localhost:3000"}, 403, "cross_origin_request"},
+			{"foreign origin reversal", "/v1/transfers/t1/reversals", `{"amount":1}`, []string{"Content-Type", "application/json", "Origin", "null"}, 403, "cross_origin_request"},
+		} {
+			a := send(t, "POST", u+tc.path, "", tc.body, tc.header...)
+			if a.status != tc.status || problemCode(t, a) != tc.code {
+				t.Errorf("%s: %d %s, want %d %s", tc.name, a.status, clip(a.body, 200), tc.status, tc.code)
+			}
+		}
+		if n := countRows(t, d, "SELECT count(*) FROM ledger_transfers"); n != 0 {
+			t.Fatalf("%d transfers written by refused keyless writes", n)
+		}
+		if n := countRows(t, d, "SELECT count(*) FROM idem_outbox"); n != 2 {
+			t.Fatalf("%d outbox messages, want the 2 accounts'", n)
+		}
+		// curl, the server's own origin, and a keyed write run.
+		host := strings.TrimPrefix(u, "http://")
+		for i, header := range [][]string{
+			{"Content-Type", "application/json"},
+			{"Content-Type", "application/json; charset=utf-8", "Origin", u, "Sec-Fetch-Site", "same-origin"},
+			{"Content-Type", "application/x-www-form-urlencoded", "Idempotency-Key", "keyed-1"},
+		} {
+			if a := send(t, "POST", u+"/v1/transfers", host, transfer, header...); a.status != 201 {
+				t.Errorf("allowed write %d: %d %s", i, a.status, a.body)
+			}
+		}
+		if n := countRows(t, d, "SELECT count(*) FROM ledger_transfers"); n != 3 {
+			t.Fatalf("%d transfers, want 3", n)
+		}
+	})
+}

@@ -30,6 +30,9 @@ const (
 	// codeUnsupportedMediaType: a write whose body is declared as
 	// something other than JSON (415).
 	codeUnsupportedMediaType = "unsupported_media_type"
+	// codeCrossOrigin: under --idempotency-key=optional, a write without
+	// a key from another site's page (403).
+	codeCrossOrigin = "cross_origin_request"
 )
 
 // writeJSON answers v as JSON (problem.JSON).

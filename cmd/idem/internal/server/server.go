@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,7 +67,9 @@ type Server struct {
 	// console is the operator console (nil when it could not be built):
 	// Run runs its outbox sampler, and replays are reported to it.
 	console *console.Console
-	handler http.Handler
+	// crossOrigin checks keyless writes (keylessWrite).
+	crossOrigin *http.CrossOriginProtection
+	handler     http.Handler
 
 	testHooks testHooks
 }
@@ -106,8 +109,8 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
-		unavailable: outage.New("idem: API", log, nil),
-		tenants:     make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
+		unavailable: outage.New("idem: API", log, nil), crossOrigin: http.NewCrossOriginProtection(),
+		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
 		s.tenants[k.Hash] = k.Tenant
 	}
@@ -197,7 +200,7 @@ func (s *Server) routes() http.Handler {
 	// Under --idempotency-key=optional a write without a key runs in a
 	// transaction of its own (ownTx; rollout.go).
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.guard.Wrap(s.ownTx(h))))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(s.guard.Wrap(s.ownTx(h)))))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.observe(s.authenticate(h)))
@@ -213,7 +216,7 @@ func (s *Server) routes() http.Handler {
 		if s.keyOptional() {
 			h = keyless(h, s.guard.Wrap(s.ownTx(s.writeOne(decode))))
 		}
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(h))))
+		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(h)))))
 	}
 	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)
@@ -234,14 +237,42 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /readyz", readyz(s.d, s.log))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	// With --metrics-addr, /metrics is served there only (serve.go), so
-	// that the public port does not show it.
+	// that the public port does not show it. Without it, and with API
+	// keys (a port others reach), it needs the admin key: the series name
+	// tenants and their traffic.
 	if s.cfg.MetricsAddr == "" {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{}))
+		var metrics http.Handler = promhttp.HandlerFor(s.metrics.gatherer, promhttp.HandlerOpts{})
+		if len(s.tenants) > 0 {
+			metrics = s.adminOnly(metrics)
+		}
+		mux.Handle("GET /metrics", metrics)
 	}
 	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
 	return s.protect(mux)
+}
+
+// adminOnly serves next to a request bearing the admin key
+// (Authorization: Bearer), compared by its SHA-256 in constant time.
+// Without an admin key it serves nobody: 404, naming the two ways to get
+// the metrics.
+func (s *Server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AdminKeyHash == nil {
+			problem.Write(w, http.StatusNotFound, codeNotFound,
+				"with API keys, /metrics is served on --metrics-addr, or here to the admin key (--admin-key)")
+			return
+		}
+		token, ok := bearer(r)
+		sum := sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.cfg.AdminKeyHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem metrics"`)
+			problem.Write(w, http.StatusUnauthorized, codeUnauthorized, "/metrics needs the admin key as Authorization: Bearer")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // authenticate puts the request's tenant in its context: the one whose API

@@ -225,7 +225,7 @@ type eventsPage struct {
 // of its events once, in order; its cursors are opaque (not the shared
 // outbox position, so the gap between two says nothing of A's events),
 // all of one length; and another tenant presenting one of B's cursors is
-// refused, as is a cursor altered by one character.
+// refused, as is a cursor altered by one character or a plain position.
 func TestEventCursorsAreTenantsOwn(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
@@ -280,6 +280,14 @@ func TestEventCursorsAreTenantsOwn(t *testing.T) {
 			}
 			if strings.Trim(c, "0123456789.") == "" {
 				t.Fatalf("cursor %q is a list position, shared by every tenant", c)
+			}
+		}
+		// A plain list position (the form of releases before sealed
+		// cursors) is refused: with it a tenant could probe the shared
+		// positions around its own events.
+		for _, plain := range []string{"0", "1", "7", "0.0", "1.5", "9223372036854775807"} {
+			if st, b := tenantCall(t, ts, tokenB, "GET", "/v1/events?limit=1&after="+plain, "", ""); st != 400 || !strings.Contains(string(b), "after") {
+				t.Fatalf("plain cursor %q: %d %s, want 400 for after", plain, st, b)
 			}
 		}
 		for _, c := range cursors {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -36,6 +37,12 @@ webhooks:
   slack-app:
     provider: slack
     secrets: [slack-signing-secret]
+  gh:
+    provider: github
+    secrets: [gh-secret]
+  shop:
+    provider: shopify
+    secrets: [shop-secret]
 `
 
 func newWebhookServer(t *testing.T, d driver.Driver) *Server {
@@ -383,6 +390,8 @@ func TestWebhookConfigErrors(t *testing.T) {
 	for _, raw := range []string{
 		"webhooks:\n  s:\n    provider: stripe\n    secret: [x]\n",
 		"webhooks:\n  s:\n    provider: stripe\n    secrets: [x]\n    tenant: a.b\n",
+		// An id header the signature does not cover.
+		"webhooks:\n  h:\n    provider: hmac\n    secrets: [x]\n    hmac: {header: X-Sig, id_header: X-Id}\n",
 	} {
 		cfg := config.Default()
 		cfg.Relay = false
@@ -391,6 +400,137 @@ func TestWebhookConfigErrors(t *testing.T) {
 		if !errors.Is(err, webhook.ErrConfig) {
 			t.Errorf("%q: %v, want a webhook configuration error", raw, err)
 		}
+	}
+}
+
+// An event id the keeper takes as it is (up to 255 bytes) but too long
+// for the event's ordering key with its "webhook/<endpoint>/" prefix is
+// stored and published once, its ordering key hashed; its redelivery is
+// a replay, never 413.
+func TestWebhookLongIDIsStored(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		s := newWebhookServer(t, d)
+		for _, n := range []int{183, 230, idem.MaxKeyLength} {
+			id := "evt_" + strings.Repeat("l", n-4)
+			body := `{"id":"` + id + `","object":"event","type":"invoice.paid"}`
+			for i, want := range []string{"", "true"} {
+				w := deliverStripe(t, s, "stripe-main", "whsec_handler_test", body)
+				if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != want {
+					t.Fatalf("id of %d bytes, delivery %d: %d replayed=%q %s", n, i, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+				}
+			}
+			if k := countRows(t, d, `SELECT count(*) FROM idem_keys WHERE operation = 'webhook:stripe-main' AND key = $1`, id); k != 1 {
+				t.Fatalf("id of %d bytes: %d keys", n, k)
+			}
+		}
+		var keys []string
+		rows, err := d.Reader().Query(context.Background(), `SELECT okey FROM idem_outbox WHERE type = 'webhook.stripe.invoice.paid'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if len(keys) != 3 {
+			t.Fatalf("%d events, want 3", len(keys))
+		}
+		for _, k := range keys {
+			if len(k) > 255 {
+				t.Errorf("ordering key of %d bytes", len(k))
+			}
+		}
+	})
+}
+
+// GitHub and Shopify sign the body only; the delivery id and the type are
+// headers anyone holding one signed delivery can change. Resending the
+// same signed body under a fresh id (and another type) is the same event:
+// one dedupe key, one webhook.* event, one handler run, and the copy is
+// answered as a replay. The event marks its id and type unsigned.
+func TestWebhookUnsignedIDReplay(t *testing.T) {
+	t.Parallel()
+	type delivery struct{ id, typ string }
+	for _, p := range []struct {
+		endpoint, provider, secret string
+		sign                       func(r *http.Request, secret, body string)
+		set                        func(r *http.Request, d delivery)
+		deliveries                 []delivery
+	}{
+		{
+			endpoint: "gh", provider: "github", secret: "gh-secret",
+			sign: func(r *http.Request, secret, body string) {
+				r.Header.Set("X-Hub-Signature-256", "sha256="+hexMAC(secret, body))
+			},
+			set: func(r *http.Request, d delivery) {
+				r.Header.Set("X-GitHub-Hook-ID", "42")
+				r.Header.Set("X-GitHub-Delivery", d.id)
+				r.Header.Set("X-GitHub-Event", d.typ)
+			},
+			deliveries: []delivery{{"72d3162e-cc78-11e3-81ab-4c9367dc0958", "push"},
+				{"00000000-0000-0000-0000-000000000001", "push"}, {"00000000-0000-0000-0000-000000000002", "release"}},
+		},
+		{
+			endpoint: "shop", provider: "shopify", secret: "shop-secret",
+			sign: func(r *http.Request, secret, body string) {
+				m := hmac.New(sha256.New, []byte(secret))
+				m.Write([]byte(body))
+				r.Header.Set("X-Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+			},
+			set: func(r *http.Request, d delivery) {
+				r.Header.Set("X-Shopify-Event-Id", d.id)
+				r.Header.Set("X-Shopify-Topic", d.typ)
+			},
+			deliveries: []delivery{{"98880550-7158-44d4-b7cd-2c97c8a091b5", "orders/create"},
+				{"fresh-event-id", "orders/create"}, {"another-id", "orders/cancelled"}},
+		},
+	} {
+		t.Run(p.provider, func(t *testing.T) {
+			t.Parallel()
+			drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+				s := newWebhookServer(t, d)
+				var runs atomic.Int32
+				s.HandleWebhook(p.provider, webhook.AnyType, func(ctx context.Context, tx driver.Tx, e webhook.Event) error {
+					if !e.IDUnsigned || !e.TypeUnsigned {
+						t.Errorf("event %+v: id and type not marked unsigned", e)
+					}
+					runs.Add(1)
+					return nil
+				})
+				body := `{"id":820982911946154508,"ref":"refs/heads/main","total_price":"10.00"}`
+				for i, dl := range p.deliveries {
+					r := httptest.NewRequest(http.MethodPost, "/v1/webhooks/"+p.endpoint, strings.NewReader(body))
+					p.sign(r, p.secret, body)
+					p.set(r, dl)
+					w := httptest.NewRecorder()
+					s.Handler().ServeHTTP(w, r)
+					want := map[bool]string{true: "", false: "true"}[i == 0]
+					if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != want {
+						t.Fatalf("delivery %d (%s %s): %d replayed=%q %s", i, dl.id, dl.typ, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+					}
+				}
+				keys := countRows(t, d, `SELECT count(*) FROM idem_keys WHERE operation = $1`, "webhook:"+p.endpoint)
+				events := countRows(t, d, `SELECT count(*) FROM idem_outbox WHERE type LIKE $1`, "webhook."+p.provider+"%")
+				if keys != 1 || events != 1 || runs.Load() != 1 {
+					t.Fatalf("%d keys, %d events, %d handler runs; want 1, 1, 1", keys, events, runs.Load())
+				}
+				var payload []byte
+				if err := d.Reader().QueryRow(context.Background(), `SELECT payload FROM idem_outbox WHERE type LIKE $1`, "webhook."+p.provider+"%").Scan(&payload); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(payload), `"unsigned":["event_id","type"]`) {
+					t.Fatalf("payload does not mark the unsigned fields: %s", payload)
+				}
+			})
+		})
 	}
 }
 
