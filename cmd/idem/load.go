@@ -132,7 +132,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		settle     = l.dur("settle", def.Settle, "how long to retry unanswered operations after the run (0: not at all)")
 		refused    = l.float("refused", def.RefusedShare, "share of transfers built to be refused (currency mismatch; 0: none)")
 		seed       = l.int("seed", 0, "seed of the run's choices (0: from the clock)")
-		progress   = l.bool("progress", true, "report progress on stderr")
+		progress   = l.bool("progress", true, "report progress on stderr: each phase's rate and the time left")
 		expectLoss = l.bool("expect-loss", false, "count acknowledged operations the service lost (asynchronous replication's failover) as acknowledged_lost, not as violations")
 
 		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")

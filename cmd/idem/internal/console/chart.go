@@ -99,6 +99,8 @@ type chart struct {
 	// The cursor: the entry the figures beside the chart are as of.
 	CursorSeq        int64
 	CursorX, CursorY px
+	// FirstX is where entry 1 is drawn, which the axis's "#1" names.
+	FirstX px
 	// The frame, for the template and the script.
 	W, H, L, R, S, Top, Bottom px
 }
@@ -379,6 +381,7 @@ func (ch *chart) layout(cur *money.Currencies) {
 	if len(ch.Points) > 0 {
 		ch.LastAt = ch.Points[len(ch.Points)-1].CreatedAt
 	}
+	ch.FirstX = ch.x(1)
 	ch.setCursor(ch.Entries, 0)
 }
 

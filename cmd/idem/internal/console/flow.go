@@ -187,6 +187,9 @@ type flowPoint struct {
 type flowTick struct {
 	X     float64
 	Label string
+	// Anchor is the label's text-anchor: "end" for the last, at the plot's
+	// right edge, so that it ends there instead of past the picture's.
+	Anchor string
 }
 
 // chartValue reads one series' value of a sample, as a number and as
@@ -209,7 +212,7 @@ var (
 )
 
 func newChart(id, title string, samples []flowSample, now time.Time, scale chartScale, values ...chartValue) flowChart {
-	ch := flowChart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 12, Bottom: 146}
+	ch := flowChart{ID: id, Title: title, Width: 640, Height: 170, Left: 64, Right: 628, Top: 24, Bottom: 146}
 	from := now.Add(-flowHistory)
 	top := 0.0
 	for _, s := range samples {
@@ -250,7 +253,11 @@ func newChart(id, title string, samples []flowSample, now time.Time, scale chart
 		if back > 0 {
 			label = "−" + strconv.Itoa(int(back/time.Minute)) + " min"
 		}
-		ch.Ticks = append(ch.Ticks, flowTick{X: x(now.Add(-back)), Label: label})
+		anchor := "middle"
+		if back == 0 {
+			anchor = "end"
+		}
+		ch.Ticks = append(ch.Ticks, flowTick{X: x(now.Add(-back)), Label: label, Anchor: anchor})
 	}
 	return ch
 }

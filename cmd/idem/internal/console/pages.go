@@ -119,6 +119,9 @@ type keyRow struct {
 	// TransferID is set when the stored answer is a transfer, so the page
 	// can link to it (and from there to its accounts).
 	TransferID string
+	// Body is the stored body pretty-printed with its ids linked, as the
+	// story shows it (jsonHTML); a body that is not JSON, as text.
+	Body template.HTML
 }
 
 func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
@@ -140,7 +143,8 @@ func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
 		}
 		rows := make([]keyRow, len(recs))
 		for i, rec := range recs {
-			rows[i] = keyRow{KeyRecord: rec, TransferID: transferIn(rec.Body)}
+			rows[i] = keyRow{KeyRecord: rec, TransferID: transferIn(rec.Body),
+				Body: jsonHTML([]byte(rec.BodyText()), data["Tenant"].(string))}
 		}
 		data["Searched"], data["Records"] = true, rows
 	}

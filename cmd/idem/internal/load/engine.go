@@ -111,6 +111,7 @@ func Run(ctx context.Context, cfg run.Config) (*run.Report, *run.Journal, error)
 	e.prog.Phase("settle", 0)
 	e.settle(ctx, e.snapshot())
 	e.prog.Stop()
+	loaded := time.Since(start)
 
 	j.Ops = e.snapshot()
 	if cfg.BeforeVerify != nil {
@@ -120,9 +121,11 @@ func Run(ctx context.Context, cfg run.Config) (*run.Report, *run.Journal, error)
 	if cfg.Faults != nil {
 		r.Faults = st.Figures(cfg.Faults(), start, time.Now())
 	}
-	e.prog.PhaseOf("verify", len(j.Ops), &st.Checked)
-	err := verify.Check(ctx, cfg, e.cl, st, j, r)
+	r.LoadSeconds = loaded.Seconds()
+	verifying := time.Now()
+	err := verify.Check(ctx, cfg, e.cl, st, e.prog, j, r)
 	e.prog.Stop()
+	r.VerifySeconds = time.Since(verifying).Seconds()
 	e.judge(r)
 	st.Fill(r)
 	r.ElapsedSeconds = time.Since(start).Seconds()

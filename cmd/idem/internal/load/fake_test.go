@@ -30,6 +30,9 @@ type bugs struct {
 	natsMissing    bool // every 10th event is never published
 	webhookTwice   bool // a redelivery (same webhook-id) is applied again: a new event
 	flaky          bool // 503s, 409s and answers lost after commit: not bugs
+	// noEvents: GET /v1/events answers 404, as a service that lists no
+	// events; the verifier then looks every transfer up by itself.
+	noEvents bool
 	// commitLost: every 4th new transfer is acknowledged, then lost with
 	// its key, entries and event, as a failover of asynchronous
 	// replication loses a commit the standby never received.
@@ -58,6 +61,8 @@ type fake struct {
 	// dropping tells post not to keep the key of the one being answered.
 	lostIDs  map[string]bool
 	dropping bool
+	// transferGets counts GET /v1/transfers/{id}.
+	transferGets int
 }
 
 // fakeWebhookSecret is the fake's Standard Webhooks endpoint secret.
@@ -475,6 +480,7 @@ func (f *fake) getEntries(w http.ResponseWriter, r *http.Request) {
 func (f *fake) getTransfer(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.transferGets++
 	t := f.transfers[r.PathValue("id")]
 	if t == nil {
 		writeBody(w, 404, problemBody("not_found"), false)
@@ -488,6 +494,10 @@ func (f *fake) getTransfer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *fake) getEvents(w http.ResponseWriter, r *http.Request) {
+	if f.bugs.noEvents {
+		writeBody(w, 404, problemBody("not_found"), false)
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	after, _ := strconv.Atoi(r.URL.Query().Get("after"))

@@ -57,6 +57,21 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 		{"stores another amount than answered", bugs{wrongAmount: true}, false, "transfer_differs", false},
 		{"lists an event twice", bugs{eventDoubled: true}, true, "event_doubled", false},
 		{"misses an event", bugs{eventMissing: true}, true, "event_missing", false},
+		// The same ledger bugs with the events checked: the listings
+		// confirm what they can, and must confirm none of these.
+		{"double-applies a duplicate, events checked", bugs{doubleApply: true}, true, "applied_twice", false},
+		{"loses acknowledged transfers, events checked", bugs{loseTransfer: true}, true, "acknowledged_lost", false},
+		{"applies a refused transfer, events checked", bugs{refusedApplied: true}, true, "refused_applied", false},
+		{"stores another amount than answered, events checked", bugs{wrongAmount: true}, true, "transfer_differs", false},
+	}
+	// And once more against a service that lists no events, so that
+	// every transfer is looked up by its own GET.
+	for _, c := range cases {
+		if !c.events && !c.webhooks {
+			c.name += ", no events listed"
+			c.bugs.noEvents = true
+			cases = append(cases, c)
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,13 +113,16 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 			if c.webhooks {
 				checkWebhookEffects(t, f, r, j, c.want == "")
 			}
-			if c.name == "correct" {
+			if c.want == "" && !c.bugs.flaky {
 				// Effects, read from the fake's own state: each applied
 				// transfer posted once.
 				f.mu.Lock()
 				defer f.mu.Unlock()
-				applied := 0
+				applied, ledgerOps := 0, 0
 				for _, o := range j.Ops {
+					if o.Kind == run.KindTransfer || o.Kind == run.KindReversal {
+						ledgerOps++
+					}
 					if (o.Kind == run.KindTransfer || o.Kind == run.KindReversal) && o.Applied() {
 						applied++
 						if f.transfers[o.ID] == nil {
@@ -114,6 +132,15 @@ func TestVerifierCatchesBrokenServices(t *testing.T) {
 				}
 				if applied != len(f.transfers) {
 					t.Errorf("%d applied, the service holds %d transfers", applied, len(f.transfers))
+				}
+				// The listings settled every transfer: none was looked up
+				// by its own GET. Without events listed, every one was.
+				want := 0
+				if c.bugs.noEvents {
+					want = ledgerOps
+				}
+				if f.transferGets != want {
+					t.Errorf("%d GET /v1/transfers/{id} for %d transfers and reversals, %d applied; want %d", f.transferGets, ledgerOps, applied, want)
 				}
 			}
 		})

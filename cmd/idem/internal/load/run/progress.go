@@ -17,9 +17,11 @@ type Progress struct {
 	st    *Stats
 	mu    sync.Mutex
 	name  string
+	unit  string
 	total int
 	count *atomic.Int64 // what the phase counts
 	base  int64
+	start time.Time
 	stopc chan struct{}
 	done  chan struct{}
 }
@@ -31,16 +33,17 @@ func NewProgress(w io.Writer, bar bool, st *Stats) *Progress {
 
 // Phase starts reporting a phase of total operations acknowledged (0: no
 // total).
-func (p *Progress) Phase(name string, total int) { p.PhaseOf(name, total, &p.st.Done) }
+func (p *Progress) Phase(name string, total int) { p.PhaseOf(name, "ops", total, &p.st.Done) }
 
-// PhaseOf starts reporting a phase of total units counted by count.
-func (p *Progress) PhaseOf(name string, total int, count *atomic.Int64) {
+// PhaseOf starts reporting a phase of total units (named unit) counted by
+// count.
+func (p *Progress) PhaseOf(name, unit string, total int, count *atomic.Int64) {
 	if p.w == nil {
 		return
 	}
 	p.Stop()
 	p.mu.Lock()
-	p.name, p.total, p.count, p.base = name, total, count, count.Load()
+	p.name, p.unit, p.total, p.count, p.base, p.start = name, unit, total, count, count.Load(), time.Now()
 	p.stopc, p.done = make(chan struct{}), make(chan struct{})
 	stopc, done := p.stopc, p.done
 	p.mu.Unlock()
@@ -78,29 +81,54 @@ func (p *Progress) Stop() {
 
 func (p *Progress) draw(final bool) {
 	p.mu.Lock()
-	name, total, count, base := p.name, p.total, p.count, p.base
+	name, unit, total, count, base, start := p.name, p.unit, p.total, p.count, p.base, p.start
 	p.mu.Unlock()
-	done := int(count.Load() - base)
-	counts := fmt.Sprintf("%d req, %d dup, %d replayed, %d retries, %d violations",
+	fmt.Fprint(p.w, progressLine(p.bar, final, name, unit, int(count.Load()-base), total, time.Since(start), p.counts()))
+}
+
+// counts are the run's counters, as every progress line shows them.
+func (p *Progress) counts() string {
+	return fmt.Sprintf("%d req, %d dup, %d replayed, %d retries, %d violations",
 		p.st.Requests.Load(), p.st.Duplicates.Load(), p.st.Replays.Load(), p.st.Retries.Load(), p.st.ViolationCount())
-	if !p.bar {
-		if total > 0 {
-			fmt.Fprintf(p.w, "load: %s %d/%d ops, %s\n", name, done, total, counts)
-		} else {
-			fmt.Fprintf(p.w, "load: %s, %s\n", name, counts)
+}
+
+// progressLine is one progress report: done of total units after elapsed,
+// with the time left at the rate so far, as a bar redrawn in place or as
+// a line.
+func progressLine(bar, final bool, name, unit string, done, total int, elapsed time.Duration, counts string) string {
+	end := "\n"
+	if bar && !final {
+		end = ""
+	}
+	if total <= 0 {
+		if bar {
+			return fmt.Sprintf("\r\033[K%-9s %s%s", name, counts, end)
 		}
-		return
+		return fmt.Sprintf("load: %s, %s\n", name, counts)
+	}
+	rate := ""
+	if s := elapsed.Seconds(); done > 0 && s > 0 {
+		rate = fmt.Sprintf(", %.0f %s/s", float64(done)/s, unit)
+		if left := timeLeft(done, total, elapsed); left > 0 && !final {
+			rate += fmt.Sprintf(", %s left", left)
+		}
+	}
+	if !bar {
+		return fmt.Sprintf("load: %s %d/%d %s%s, %s\n", name, done, total, unit, rate, counts)
 	}
 	const width = 30
-	line := fmt.Sprintf("%-9s %s", name, counts)
-	if total > 0 {
-		filled := min(width, done*width/total)
-		line = fmt.Sprintf("%-9s [%s%s] %d/%d ops, %s", name, strings.Repeat("#", filled),
-			strings.Repeat(".", width-filled), done, total, counts)
+	filled := min(width, done*width/total)
+	return fmt.Sprintf("\r\033[K%-9s [%s%s] %d/%d %s%s, %s%s", name, strings.Repeat("#", filled),
+		strings.Repeat(".", width-filled), done, total, unit, rate, counts, end)
+}
+
+// timeLeft estimates the time the rest of total takes at the rate of the
+// done units so far (0 when nothing is done yet, or everything),
+// rounded to the second.
+func timeLeft(done, total int, elapsed time.Duration) time.Duration {
+	if done <= 0 || done >= total {
+		return 0
 	}
-	end := ""
-	if final {
-		end = "\n"
-	}
-	fmt.Fprintf(p.w, "\r\033[K%s%s", line, end)
+	left := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
+	return max(left.Round(time.Second), time.Second)
 }

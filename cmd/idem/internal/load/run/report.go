@@ -78,6 +78,11 @@ type Report struct {
 	LostKeys []string `json:"lost_keys,omitempty"`
 	// Faults measures each database fault of a chaos run.
 	Faults []Fault `json:"faults,omitempty"`
+	// LoadSeconds is the time from the run's start to the end of its
+	// settle phase (0 for a verification of a journal); VerifySeconds the
+	// verification's.
+	LoadSeconds   float64 `json:"load_seconds"`
+	VerifySeconds float64 `json:"verify_seconds"`
 }
 
 // Stats counts what a run sends and receives. Safe for concurrent use.
@@ -85,6 +90,7 @@ type Stats struct {
 	Requests, Duplicates, Replays, Retries atomic.Int64
 	Done                                   atomic.Int64 // unique operations acknowledged
 	Checked                                atomic.Int64 // operations the verifier has checked
+	Listed                                 atomic.Int64 // rows the verifier has read by listing
 
 	mu  sync.Mutex
 	lat map[string]*Latency
@@ -189,6 +195,11 @@ func (s *Stats) Fill(r *Report) {
 	}
 }
 
+// rate is n operations in seconds, per second.
+func rate(n int, seconds float64) string {
+	return fmt.Sprintf("%.0f ops/s", float64(n)/seconds)
+}
+
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -204,7 +215,6 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s\n", r.RunID)
-	fmt.Fprintf(tw, "elapsed\t%.1fs\n", r.ElapsedSeconds)
 	kinds := make([]string, 0, len(r.Operations))
 	total := 0
 	for k, n := range r.Operations {
@@ -212,6 +222,13 @@ func (r *Report) WriteTable(w io.Writer) {
 		total += n
 	}
 	sort.Strings(kinds)
+	fmt.Fprintf(tw, "elapsed\t%.1fs\n", r.ElapsedSeconds)
+	if r.LoadSeconds > 0 {
+		fmt.Fprintf(tw, "load\t%.1fs\t%s\n", r.LoadSeconds, rate(total, r.LoadSeconds))
+	}
+	if r.VerifySeconds > 0 {
+		fmt.Fprintf(tw, "verify\t%.1fs\t%s\n", r.VerifySeconds, rate(total, r.VerifySeconds))
+	}
 	fmt.Fprintf(tw, "operations\t%d\t%v\n", total, kinds)
 	fmt.Fprintf(tw, "acknowledged\t%d\tapplied %d, refused %d, unresolved %d\n", r.Acknowledged, r.Applied, r.Refused, r.Unresolved)
 	fmt.Fprintf(tw, "requests\t%d\n", r.Requests)

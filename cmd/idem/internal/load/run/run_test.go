@@ -118,7 +118,7 @@ func TestReportJSON(t *testing.T) {
 	st := NewStats(1)
 	st.observe(outcomeFirst, 3*time.Millisecond)
 	st.Violate(Violation{Check: "zero_sum", Detail: "x"})
-	var r Report
+	r := Report{Operations: map[Kind]int{KindTransfer: 1000}, LoadSeconds: 2, VerifySeconds: 0.25}
 	st.Fill(&r)
 	b, err := json.Marshal(&r)
 	if err != nil {
@@ -128,12 +128,14 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["violations"] != float64(1) || len(m["violation_details"].([]any)) != 1 {
+	if m["violations"] != float64(1) || len(m["violation_details"].([]any)) != 1 || m["load_seconds"] != float64(2) || m["verify_seconds"] != 0.25 {
 		t.Fatalf("report JSON: %s", b)
 	}
 	var sb strings.Builder
 	r.WriteTable(&sb)
-	if !strings.Contains(sb.String(), "violations: 1") || !strings.Contains(sb.String(), "first") {
+	// The load phase's and the verification's rates, beside their times.
+	if !strings.Contains(sb.String(), "violations: 1") || !strings.Contains(sb.String(), "first") ||
+		!strings.Contains(sb.String(), "2.0s  500 ops/s") || !strings.Contains(sb.String(), "0.2s  4000 ops/s") {
 		t.Fatalf("table:\n%s", sb.String())
 	}
 }
@@ -188,5 +190,46 @@ func TestFaultFigures(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("figures:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A progress line shows the rate so far and the time left at that rate;
+// the final one, and a phase without a total, no estimate.
+func TestProgressLine(t *testing.T) {
+	t.Parallel()
+	const counts = "0 violations"
+	cases := []struct {
+		bar, final  bool
+		done, total int
+		elapsed     time.Duration
+		want        string
+	}{
+		{false, false, 33_838, 81_159, 10 * time.Second, "load: verify 33838/81159 ops, 3384 ops/s, 14s left, 0 violations\n"},
+		{false, false, 0, 81_159, 10 * time.Second, "load: verify 0/81159 ops, 0 violations\n"},
+		{false, true, 81_159, 81_159, 20 * time.Second, "load: verify 81159/81159 ops, 4058 ops/s, 0 violations\n"},
+		{false, false, 5, 0, time.Second, "load: verify, 0 violations\n"},
+		{true, false, 50, 100, time.Second, "\r\033[Kverify    [###############...............] 50/100 ops, 50 ops/s, 1s left, 0 violations"},
+		{true, true, 100, 100, time.Second, "\r\033[Kverify    [##############################] 100/100 ops, 100 ops/s, 0 violations\n"},
+	}
+	for _, c := range cases {
+		if got := progressLine(c.bar, c.final, "verify", "ops", c.done, c.total, c.elapsed, counts); got != c.want {
+			t.Errorf("progressLine(%v, %v, %d/%d, %s) = %q, want %q", c.bar, c.final, c.done, c.total, c.elapsed, got, c.want)
+		}
+	}
+	// The estimate is the rest at the rate so far, never under a second
+	// while something is left.
+	for _, c := range []struct {
+		done, total int
+		elapsed     time.Duration
+		want        time.Duration
+	}{
+		{1, 4, 3 * time.Second, 9 * time.Second},
+		{999, 1000, time.Second, time.Second},
+		{0, 10, time.Second, 0},
+		{10, 10, time.Second, 0},
+	} {
+		if got := timeLeft(c.done, c.total, c.elapsed); got != c.want {
+			t.Errorf("timeLeft(%d, %d, %s) = %s, want %s", c.done, c.total, c.elapsed, got, c.want)
+		}
 	}
 }

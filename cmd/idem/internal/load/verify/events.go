@@ -56,23 +56,24 @@ func opEventType(o *run.Op) string {
 // cfg.NATS, stream IDEM must hold exactly one message per such event. It
 // waits up to cfg.EventsWait for the relay to publish them. It returns the
 // events of the run checked, and how many of them were webhook events.
-func (v *verifier) events(ctx context.Context) (int, int, error) {
+func (v *verifier) events(ctx context.Context, l *listing) (int, int, error) {
 	want := map[string]*run.Op{} // type + " " + resource id
 	for _, o := range v.j.Ops {
 		want[opEventType(o)+" "+o.ID] = o
 	}
 	prefix := v.j.RunID + "-"
 	deadline := time.Now().Add(v.cfg.EventsWait)
+	el := l.events
 	var ours []event
 	for {
-		all, err := v.listEvents(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
 		ours = ours[:0]
 		complete := true
 		found := map[string]bool{}
-		for _, ev := range all {
+		// from is the first page to read again when something is still
+		// missing: the last (it may have grown), or the page of the first
+		// event still unpublished, whose published_at may have changed.
+		from := len(el.pages) - 1
+		for i, ev := range el.all {
 			id := PayloadID(ev.Payload)
 			if !strings.HasPrefix(id, prefix) {
 				continue // another run's or the deployment's own
@@ -80,6 +81,9 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 			ours = append(ours, ev)
 			found[ev.Type+" "+id] = true
 			if v.cfg.NATS != "" && ev.PublishedAt == nil {
+				if complete {
+					from = min(from, el.pageOf(i))
+				}
 				complete = false
 			}
 		}
@@ -95,6 +99,9 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
+		}
+		if err := v.listEvents(ctx, el, from); err != nil {
+			return 0, 0, err
 		}
 	}
 
@@ -135,6 +142,11 @@ func (v *verifier) events(ctx context.Context) (int, int, error) {
 	for id, n := range ids {
 		if n > 1 {
 			v.violate("event_doubled", nil, "event id %s listed %d times", id, n)
+		}
+	}
+	for _, o := range v.j.Ops {
+		if o.Kind == run.KindWebhook {
+			v.st.Checked.Add(1)
 		}
 	}
 	if v.cfg.NATS != "" {
@@ -199,13 +211,48 @@ func PayloadID(p json.RawMessage) string {
 	return m.ID
 }
 
-// listEvents reads every page of GET /v1/events, oldest first.
-func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
-	var all []event
+// eventList is the tenant's events as listed so far, oldest first, with
+// where each page began, so that a later look reads again only from the
+// page where something may have changed: following next_cursor never
+// skips an event (docs/api.md), so an event listed later comes after the
+// pages already read.
+type eventList struct {
+	all   []event
+	pages []eventPage
+}
+
+// eventPage is one page read: the cursor it was read after ("" for the
+// first) and the index of its first event in all.
+type eventPage struct {
+	after string
+	start int
+}
+
+// pageOf is the index of the page that holds event i.
+func (el *eventList) pageOf(i int) int {
+	p := 0
+	for p+1 < len(el.pages) && el.pages[p+1].start <= i {
+		p++
+	}
+	return p
+}
+
+// listEvents reads GET /v1/events into el again from page from (from
+// the first when from < 0 or nothing was read yet) to the end.
+func (v *verifier) listEvents(ctx context.Context, el *eventList, from int) error {
 	after := ""
-	for page := 0; ; page++ {
-		if page == maxEventPages {
-			return nil, fmt.Errorf("load: more than %d events pages", maxEventPages)
+	if from < 0 || from >= len(el.pages) {
+		from = 0
+	}
+	if from < len(el.pages) {
+		after = el.pages[from].after
+		v.st.Listed.Add(-int64(len(el.all) - el.pages[from].start))
+		el.all = el.all[:el.pages[from].start]
+		el.pages = el.pages[:from]
+	}
+	for {
+		if len(el.pages) == maxEventPages {
+			return fmt.Errorf("load: more than %d events pages", maxEventPages)
 		}
 		path := fmt.Sprintf("/v1/events?limit=%d", eventsPage)
 		if after != "" {
@@ -213,21 +260,23 @@ func (v *verifier) listEvents(ctx context.Context) ([]event, error) {
 		}
 		status, body, err := v.cl.Get(ctx, path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if status != 200 {
-			return nil, fmt.Errorf("load: GET %s: %d %s (does the service serve events yet? run without --check-events)", path, status, run.Truncate(body))
+			return fmt.Errorf("load: GET %s: %d %s (does the service serve events yet? run without --check-events)", path, status, run.Truncate(body))
 		}
 		var p struct {
 			Data       []event `json:"data"`
 			NextCursor *string `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(body, &p); err != nil {
-			return nil, fmt.Errorf("load: GET %s: %w", path, err)
+			return fmt.Errorf("load: GET %s: %w", path, err)
 		}
-		all = append(all, p.Data...)
+		el.pages = append(el.pages, eventPage{after: after, start: len(el.all)})
+		el.all = append(el.all, p.Data...)
+		v.st.Listed.Add(int64(len(p.Data)))
 		if p.NextCursor == nil || len(p.Data) == 0 {
-			return all, nil
+			return nil
 		}
 		after = *p.NextCursor
 	}

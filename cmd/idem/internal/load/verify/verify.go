@@ -45,6 +45,8 @@ type verifier struct {
 	// found lost.
 	lostCount int
 	lostKeys  []string
+	// evs is the tenant's events as listed so far.
+	evs *eventList
 }
 
 type accountState struct {
@@ -52,13 +54,11 @@ type accountState struct {
 	balance  int64
 }
 
-// maxEntryPages bounds the entries pages read for one account.
-const maxEntryPages = 100_000
-
 // Check runs every check of the operations in j through cl and fills r's
-// operation counts. Violations go to st; the error reports a verification
-// that could not be completed (the service unreachable), never a violation.
-func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j *run.Journal, r *run.Report) error {
+// operation counts, reporting its progress to prog. Violations go to st;
+// the error reports a verification that could not be completed (the
+// service unreachable), never a violation.
+func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, prog *run.Progress, j *run.Journal, r *run.Report) error {
 	v := &verifier{cfg: cfg, cl: cl, st: st, j: j, applied: map[*run.Op]bool{},
 		reversalsOf: map[string][]string{}, balances: map[string]accountState{}}
 	r.Operations = map[run.Kind]int{}
@@ -76,7 +76,12 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j
 		}
 	}
 	if cfg.ExpectLoss {
-		lost, err := v.lost(ctx)
+		prog.PhaseOf("listing", "rows", v.listingEstimate(), &st.Listed)
+		l, err := v.read(ctx)
+		if err != nil {
+			return err
+		}
+		lost, err := v.lost(ctx, l)
 		if err != nil {
 			return err
 		}
@@ -84,26 +89,32 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j
 		v.forget(lost)
 	}
 	// Probes first: a replay that wrongly does the work again shows up in
-	// the balances checked after it.
+	// the listings and balances read after it.
 	n, err := v.probe(ctx)
 	r.Probes = n
 	if err != nil {
 		return err
 	}
-	if err := v.transfers(ctx); err != nil {
+	prog.PhaseOf("listing", "rows", v.listingEstimate(), &st.Listed)
+	l, err := v.read(ctx)
+	if err != nil {
+		return err
+	}
+	prog.PhaseOf("verify", "ops", len(v.j.Ops), &st.Checked)
+	if err := v.transfers(ctx, l); err != nil {
 		return err
 	}
 	v.reversals()
-	if err := v.accounts(ctx); err != nil {
-		return err
-	}
+	v.accounts(l)
 	v.zeroSum()
 	if cfg.CheckEvents {
-		n, w, err := v.events(ctx)
+		n, w, err := v.events(ctx, l)
 		r.EventsChecked, r.WebhookEvents = n, w
 		if err != nil {
 			return err
 		}
+	} else {
+		st.Checked.Add(int64(r.Operations[run.KindWebhook]))
 	}
 	if !cfg.ExpectLoss {
 		r.Lost = v.lostCount
@@ -114,36 +125,33 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, j
 
 // lost finds the acknowledged accounts, transfers and reversals the
 // service lost (ExpectLoss): missing, or there with another answer than
-// the one acknowledged (a later copy did the work again).
-func (v *verifier) lost(ctx context.Context) (map[*run.Op]bool, error) {
+// the one acknowledged (a later copy did the work again). The accounts are
+// read from l; a transfer the listings show as acknowledged is not lost,
+// and every other one is looked up with a GET.
+func (v *verifier) lost(ctx context.Context, l *listing) (map[*run.Op]bool, error) {
+	lost := map[*run.Op]bool{}
 	var ops []*run.Op
 	for _, o := range v.j.Ops {
-		if o.Applied() && o.Kind != run.KindWebhook {
+		switch {
+		case !o.Applied() || o.Kind == run.KindWebhook:
+		case o.Kind == run.KindAccount:
+			if a := l.accounts[o.ID]; a == nil || v.redone(a.status, a.body, o) {
+				lost[o] = true
+			}
+		case l.confirm(o) != nil:
+		default:
 			ops = append(ops, o)
 		}
 	}
-	lost := map[*run.Op]bool{}
 	err := v.parallel(ctx, ops, func(ctx context.Context, o *run.Op) error {
-		path := "/v1/transfers/"
-		if o.Kind == run.KindAccount {
-			path = "/v1/accounts/"
-		}
-		status, body, err := v.cl.Get(ctx, path+url.PathEscape(o.ID))
+		status, body, err := v.cl.Get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
 		if err != nil {
 			return err
 		}
 		if status != 200 && status != 404 {
-			return fmt.Errorf("load: GET %s%s: %d %s", path, o.ID, status, run.Truncate(body))
+			return fmt.Errorf("load: GET /v1/transfers/%s: %d %s", o.ID, status, run.Truncate(body))
 		}
-		gone := status == 404
-		if !gone {
-			got, err1 := decodeObject(body)
-			want, err2 := decodeObject([]byte(o.Answer))
-			// The acknowledged answer's created_at tells the first doing
-			// from a later one.
-			gone = err1 == nil && err2 == nil && got["created_at"] != want["created_at"]
-		}
-		if gone {
+		if v.redone(status, body, o) {
 			v.mu.Lock()
 			lost[o] = true
 			v.mu.Unlock()
@@ -151,6 +159,18 @@ func (v *verifier) lost(ctx context.Context) (map[*run.Op]bool, error) {
 		return nil
 	})
 	return lost, err
+}
+
+// redone reports whether a GET's answer shows o lost: missing (404), or
+// created at another time than the acknowledged answer says, which tells
+// the first doing from a later one.
+func (v *verifier) redone(status int, body []byte, o *run.Op) bool {
+	if status == 404 {
+		return true
+	}
+	got, err1 := decodeObject(body)
+	want, err2 := decodeObject([]byte(o.Answer))
+	return err1 == nil && err2 == nil && got["created_at"] != want["created_at"]
 }
 
 // forget makes the verifier check each lost operation as if it had never
@@ -284,76 +304,131 @@ func decodeObject(b []byte) (map[string]any, error) {
 
 // transfers checks every transfer and reversal: an applied one exists with
 // the acknowledged body, a refused one does not exist, an unresolved one is
-// looked up and counted if it exists.
-func (v *verifier) transfers(ctx context.Context) error {
-	var ops []*run.Op
+// looked up and counted if it exists. One the listings settle
+// (listing.confirm, listing.absent) needs no request; every other one is
+// decided by a GET, in parallel.
+func (v *verifier) transfers(ctx context.Context, l *listing) error {
+	var (
+		rest      []*run.Op
+		confirmed []*run.Op
+	)
+	// parentOf maps each existing reversal to the transfer it reverses.
+	parentOf := map[string]string{}
 	for _, o := range v.j.Ops {
-		if o.Kind == run.KindTransfer || o.Kind == run.KindReversal {
-			ops = append(ops, o)
+		if o.Kind != run.KindTransfer && o.Kind != run.KindReversal {
+			continue
 		}
-	}
-	return v.parallel(ctx, ops, func(ctx context.Context, o *run.Op) error {
+		if l.absent(o) {
+			v.st.Checked.Add(1)
+			continue
+		}
+		want := l.confirm(o)
+		if want == nil {
+			rest = append(rest, o)
+			continue
+		}
 		v.st.Checked.Add(1)
-		status, body, err := v.cl.Get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
-		if err != nil {
-			return err
-		}
-		exists := status == 200
-		if status != 200 && status != 404 {
-			return fmt.Errorf("load: GET transfer %s: %d %s", o.ID, status, run.Truncate(body))
-		}
-		switch {
-		case o.Applied() && !exists:
-			v.violate("acknowledged_lost", o, "acknowledged with %d but GET answers %d", o.Status, status)
-			return nil
-		case o.Acknowledged() && !o.Applied() && exists:
-			v.violate("refused_applied", o, "refused with %d %s but the transfer exists", o.Status, run.Truncate([]byte(o.Answer)))
-		case !exists:
-			return nil // refused or never applied
-		}
-		got, err := decodeObject(body)
-		if err != nil {
-			v.violate("transfer_differs", o, "GET body is not a JSON object: %v", err)
-			return nil
-		}
-		if o.Applied() {
-			want, err := decodeObject([]byte(o.Answer))
-			if err != nil {
-				v.violate("answer_mismatch", o, "acknowledged body is not a JSON object: %v", err)
-				return nil
-			}
-			v.checkAnswer(o, want)
-			delete(want, "reversals")
-			gotBare := make(map[string]any, len(got))
-			for k, val := range got {
-				if k != "reversals" {
-					gotBare[k] = val
-				}
-			}
-			if !reflect.DeepEqual(want, gotBare) {
-				v.violate("transfer_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
-			}
-		} else {
-			// Unresolved but applied: it must be the transfer the request asked for.
-			v.checkAnswer(o, got)
-		}
-		v.mu.Lock()
+		v.checkAnswer(o, want)
 		v.applied[o] = true
 		if o.Kind == run.KindTransfer {
-			var ids []string
-			if revs, ok := got["reversals"].([]any); ok {
-				for _, r := range revs {
-					if m, ok := r.(map[string]any); ok {
-						id, _ := m["id"].(string)
-						ids = append(ids, id)
-					}
+			confirmed = append(confirmed, o)
+		} else {
+			parentOf[o.ID], _ = want["reverses_id"].(string)
+		}
+	}
+	err := v.parallel(ctx, rest, func(ctx context.Context, o *run.Op) error {
+		rid, err := v.getTransfer(ctx, o)
+		if rid != "" {
+			v.mu.Lock()
+			parentOf[o.ID] = rid
+			v.mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// A confirmed transfer's reversals are the existing reversals that name
+	// it, each found either confirmed or by its own GET.
+	children := map[string][]string{}
+	for id, parent := range parentOf {
+		children[parent] = append(children[parent], id)
+	}
+	for _, o := range confirmed {
+		v.reversalsOf[o.ID] = children[o.ID]
+	}
+	return nil
+}
+
+// getTransfer checks o with GET /v1/transfers/{id} and returns, when it
+// exists and is a reversal, the transfer it reverses.
+func (v *verifier) getTransfer(ctx context.Context, o *run.Op) (string, error) {
+	v.st.Checked.Add(1)
+	status, body, err := v.cl.Get(ctx, "/v1/transfers/"+url.PathEscape(o.ID))
+	if err != nil {
+		return "", err
+	}
+	exists := status == 200
+	if status != 200 && status != 404 {
+		return "", fmt.Errorf("load: GET transfer %s: %d %s", o.ID, status, run.Truncate(body))
+	}
+	switch {
+	case o.Applied() && !exists:
+		v.violate("acknowledged_lost", o, "acknowledged with %d but GET answers %d", o.Status, status)
+		return "", nil
+	case o.Acknowledged() && !o.Applied() && exists:
+		v.violate("refused_applied", o, "refused with %d %s but the transfer exists", o.Status, run.Truncate([]byte(o.Answer)))
+	case !exists:
+		return "", nil // refused or never applied
+	}
+	got, err := decodeObject(body)
+	if err != nil {
+		v.violate("transfer_differs", o, "GET body is not a JSON object: %v", err)
+		return "", nil
+	}
+	if o.Applied() {
+		want, err := decodeObject([]byte(o.Answer))
+		if err != nil {
+			v.violate("answer_mismatch", o, "acknowledged body is not a JSON object: %v", err)
+			return "", nil
+		}
+		v.checkAnswer(o, want)
+		if !reflect.DeepEqual(withoutReversals(want), withoutReversals(got)) {
+			v.violate("transfer_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
+		}
+	} else {
+		// Unresolved but applied: it must be the transfer the request asked for.
+		v.checkAnswer(o, got)
+	}
+	rid, _ := got["reverses_id"].(string)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.applied[o] = true
+	if o.Kind == run.KindTransfer {
+		var ids []string
+		if revs, ok := got["reversals"].([]any); ok {
+			for _, r := range revs {
+				if m, ok := r.(map[string]any); ok {
+					id, _ := m["id"].(string)
+					ids = append(ids, id)
 				}
 			}
-			v.reversalsOf[o.ID] = ids
 		}
-		v.mu.Unlock()
-		return nil
-	})
+		v.reversalsOf[o.ID] = ids
+	}
+	return rid, nil
+}
+
+// withoutReversals is a transfer body without its reversals, which GET
+// lists and the answer that created it does not.
+func withoutReversals(m map[string]any) map[string]any {
+	bare := make(map[string]any, len(m))
+	for k, val := range m {
+		if k != "reversals" {
+			bare[k] = val
+		}
+	}
+	return bare
 }
 
 // checkAnswer checks that a transfer body says what the request asked.
@@ -403,10 +478,11 @@ type expectation struct {
 	transfers       map[string]bool
 }
 
-// accounts checks each run account: totals equal the applied transfers and
-// reversals, and the entries pages hold one entry per applied posting with
-// contiguous sequences and running totals that add up.
-func (v *verifier) accounts(ctx context.Context) error {
+// accounts checks each run account as read in l: totals equal the applied
+// transfers and reversals, and the entries pages hold one entry per
+// applied posting with contiguous sequences and running totals that add
+// up.
+func (v *verifier) accounts(l *listing) {
 	exp := map[string]*expectation{}
 	get := func(id string) *expectation {
 		e := exp[id]
@@ -428,30 +504,22 @@ func (v *verifier) accounts(ctx context.Context) error {
 		c.entries++
 		c.transfers[o.ID] = true
 	}
-	var accts []*run.Op
 	for _, o := range v.j.Ops {
-		if o.Kind == run.KindAccount {
-			accts = append(accts, o)
+		if o.Kind != run.KindAccount {
+			continue
 		}
-	}
-	return v.parallel(ctx, accts, func(ctx context.Context, o *run.Op) error {
 		v.st.Checked.Add(1)
-		status, body, err := v.cl.Get(ctx, "/v1/accounts/"+url.PathEscape(o.ID))
-		if err != nil {
-			return err
-		}
+		ar := l.accounts[o.ID]
 		e := exp[o.ID]
 		if e == nil {
 			e = &expectation{transfers: map[string]bool{}}
 		}
 		switch {
-		case status == 404 && o.Applied():
+		case ar.status == 404 && o.Applied():
 			v.violate("acknowledged_lost", o, "account acknowledged with %d but GET answers 404", o.Status)
-			return nil
-		case status == 404:
-			return nil
-		case status != 200:
-			return fmt.Errorf("load: GET account %s: %d %s", o.ID, status, run.Truncate(body))
+			continue
+		case ar.status == 404:
+			continue
 		case o.Acknowledged() && !o.Applied():
 			v.violate("refused_applied", o, "account creation refused with %d but the account exists", o.Status)
 		}
@@ -464,9 +532,9 @@ func (v *verifier) accounts(ctx context.Context) error {
 			CreditsPosted int64           `json:"credits_posted"`
 			Balance       int64           `json:"balance"`
 		}
-		if err := json.Unmarshal(body, &a); err != nil {
+		if err := json.Unmarshal(ar.body, &a); err != nil {
 			v.violate("account_differs", o, "GET body: %v", err)
-			return nil
+			continue
 		}
 		if o.Applied() {
 			var first struct {
@@ -477,7 +545,7 @@ func (v *verifier) accounts(ctx context.Context) error {
 			}
 			_ = json.Unmarshal([]byte(o.Answer), &first)
 			if first.ID != a.ID || first.Currency != a.Currency || first.CreatedAt != a.CreatedAt || !bytes.Equal(first.Flags, a.Flags) {
-				v.violate("account_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(body))
+				v.violate("account_differs", o, "acknowledged %s; GET answers %s", run.Truncate([]byte(o.Answer)), run.Truncate(ar.body))
 			}
 		}
 		if a.DebitsPosted != e.debits || a.CreditsPosted != e.credits || a.Balance != a.CreditsPosted-a.DebitsPosted {
@@ -488,11 +556,11 @@ func (v *verifier) accounts(ctx context.Context) error {
 			v.violate(check, o, "debits %d credits %d balance %d; applied transfers and reversals make debits %d credits %d",
 				a.DebitsPosted, a.CreditsPosted, a.Balance, e.debits, e.credits)
 		}
-		v.mu.Lock()
 		v.balances[o.ID] = accountState{currency: a.Currency, balance: a.Balance}
-		v.mu.Unlock()
-		return v.entries(ctx, o, e, a.DebitsPosted, a.CreditsPosted)
-	})
+		if !ar.bad {
+			v.entries(o, e, ar.entries, a.DebitsPosted, a.CreditsPosted)
+		}
+	}
 }
 
 type entry struct {
@@ -505,40 +573,9 @@ type entry struct {
 	Balance       int64  `json:"balance"`
 }
 
-// entries reads every entries page of the account (newest first) and
-// checks them against the expectation and the account's totals.
-func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debits, credits int64) error {
-	var all []entry
-	after := ""
-	for page := 0; ; page++ {
-		if page == maxEntryPages {
-			return fmt.Errorf("load: account %s has more than %d entries pages", o.ID, maxEntryPages)
-		}
-		path := "/v1/accounts/" + url.PathEscape(o.ID) + "/entries?limit=1000"
-		if after != "" {
-			path += "&after=" + url.QueryEscape(after)
-		}
-		status, body, err := v.cl.Get(ctx, path)
-		if err != nil {
-			return err
-		}
-		if status != 200 {
-			return fmt.Errorf("load: GET %s: %d %s", path, status, run.Truncate(body))
-		}
-		var p struct {
-			Data       []entry `json:"data"`
-			NextCursor *string `json:"next_cursor"`
-		}
-		if err := json.Unmarshal(body, &p); err != nil {
-			v.violate("entries_page", o, "entries page: %v", err)
-			return nil
-		}
-		all = append(all, p.Data...)
-		if p.NextCursor == nil || len(p.Data) == 0 {
-			break
-		}
-		after = *p.NextCursor
-	}
+// entries checks an account's entries (newest first, as listed) against
+// the expectation and the account's totals.
+func (v *verifier) entries(o *run.Op, e *expectation, all []entry, debits, credits int64) {
 	if len(all) != e.entries {
 		check := "entries_count"
 		if len(all) > e.entries {
@@ -555,7 +592,7 @@ func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debit
 		want := int64(len(all) - i)
 		if en.Sequence != want {
 			v.violate("entry_sequence", o, "entry %d of %d (oldest first) has sequence %d", want, len(all), en.Sequence)
-			return nil
+			return
 		}
 		d, c := prevD, prevC
 		switch en.Direction {
@@ -569,7 +606,7 @@ func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debit
 		if en.Amount <= 0 || en.DebitsPosted != d || en.CreditsPosted != c || en.Balance != c-d {
 			v.violate("running_balance", o, "entry %d (%s %d) shows debits %d credits %d balance %d; the entries before it make debits %d credits %d",
 				en.Sequence, en.Direction, en.Amount, en.DebitsPosted, en.CreditsPosted, en.Balance, d, c)
-			return nil
+			return
 		}
 		prevD, prevC = d, c
 		if seen[en.TransferID] {
@@ -583,7 +620,6 @@ func (v *verifier) entries(ctx context.Context, o *run.Op, e *expectation, debit
 	if len(all) > 0 && (prevD != debits || prevC != credits) {
 		v.violate("running_balance", o, "newest entry shows debits %d credits %d; the account shows %d and %d", prevD, prevC, debits, credits)
 	}
-	return nil
 }
 
 // zeroSum checks the run's accounts sum to zero in each currency: every
@@ -628,9 +664,9 @@ func Journal(ctx context.Context, cfg run.Config, j *run.Journal) (*run.Report, 
 	defer cl.Close()
 	r := &run.Report{RunID: j.RunID, Targets: pool.URLs()}
 	prog := run.NewProgress(cfg.Progress, cfg.ProgressBar, st)
-	prog.PhaseOf("verify", len(j.Ops), &st.Checked)
-	err := Check(ctx, cfg, cl, st, j, r)
+	err := Check(ctx, cfg, cl, st, prog, j, r)
 	prog.Stop()
+	r.VerifySeconds = time.Since(start).Seconds()
 	st.Fill(r)
 	r.ElapsedSeconds = time.Since(start).Seconds()
 	return r, err
