@@ -7,39 +7,35 @@ import (
 )
 
 // admission decides which of the Batcher's requests go into which batch,
-// and when. It is a plain value: no locks, channels or clocks (the time is
-// passed in). The Batcher holds it under its mutex and carries out what
-// its methods return. Its rules, in full (docs/architecture.md, "Group
-// commit", has them as a table):
+// and when: a plain value, without locks, channels or clocks (the time is
+// passed in), which the Batcher holds under its mutex, carrying out the
+// batches its methods start. Its rules (docs/architecture.md, "Group
+// commit"):
 //
 //   - place: a batch of scope s may take a place while fewer batches run
-//     than Concurrency, or 2×Concurrency when s has none running; and, when
-//     s runs its share (ceil(Share × Concurrency)) or more, only while no
-//     other waiting scope runs less than its share.
+//     than Concurrency (2×Concurrency when s runs none) and, once s runs
+//     its share, while no other waiting scope runs less than its share.
 //   - start: what waits of a scope becomes a batch (its oldest, up to
-//     MaxBatch) when a place is free for it and nothing of its scope runs,
-//     or as many wait as one of its running batches carries on average,
-//     or its oldest has waited a quarter of MaxWait (restless). Scopes are
-//     tried in turn, and the one started goes to the back.
-//   - join: an arrival joins its scope's newest batch while that has not
-//     begun, has fewer than MaxBatch requests, nothing of its scope waits
-//     and no place is free for a batch of its own.
-//   - bound: an arrival that would leave more than MaxQueued waiting gets
-//     ErrBusy.
-//   - expire: a waiting request whose MaxWait passed gets ErrBusy when
-//     nothing of its scope runs; otherwise it waits for the database, not
-//     for a place, and its MaxWait starts again.
-//   - leave: a request whose caller gave up leaves the queue, and is never
-//     taken.
+//     MaxBatch) when a place is free for it and the scope runs nothing, or
+//     as many wait as a running batch of its carries on average, or its
+//     oldest has waited MaxWait/4 (restless). Scopes are tried in turn; the one
+//     started goes to the back.
+//   - join: an arrival joins its scope's newest batch that has not begun,
+//     below MaxBatch, when nothing of its scope waits and no place is free.
+//   - bound: an arrival that would make more than MaxQueued wait is busy.
+//   - expire: a request that waited MaxWait is busy if its scope runs
+//     nothing; otherwise it waits for the database, and MaxWait restarts.
+//     Each waiting request ticks every MaxWait/4 to apply start and expire.
+//   - leave: a request whose caller gave up leaves, and is never taken.
 //
-// Invariants, after every method: no waiting scope can start a batch;
-// waiting ≤ maxQueued; running ≤ 2×concurrency; no batch holds more than
-// maxBatch requests. A lone request therefore runs at once, and a waiting
-// scope that can start is passed over at most once by every other scope.
+// After every method no waiting scope can start, waiting ≤ maxQueued and
+// running ≤ 2×concurrency: so a lone request runs at once, no batch holds
+// more than maxBatch, and a scope running nothing is passed over at most
+// once by each other scope (admit_internal_test.go checks them all).
 type admission[W comparable] struct {
 	maxBatch, maxQueued, concurrency int
 	share                            int           // ceil(Share × Concurrency), at least 1
-	restless                         time.Duration // MaxWait / 4
+	maxWait, tickEvery               time.Duration // tickEvery: MaxWait/4, rounded up
 
 	running int                  // batches running (or open: taken, not begun), of every scope
 	waiting int                  // requests waiting to be taken, of every scope
@@ -59,30 +55,25 @@ type scope[W comparable] struct {
 type waiter[W comparable] struct {
 	w     W
 	since time.Time // when it came
-}
-
-// start is a batch the Batcher is to run: batch[0]'s goroutine runs it.
-type start[W comparable] struct {
-	scope string
-	batch []W
+	due   time.Time // when its MaxWait passes
 }
 
 func newAdmission[W comparable](cfg BatchConfig) admission[W] {
 	return admission[W]{maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, concurrency: cfg.Concurrency,
-		share:    max(1, int(math.Ceil(cfg.Share*float64(cfg.Concurrency)-1e-9))),
-		restless: cfg.MaxWait / 4, scopes: map[string]*scope[W]{}}
+		share:   max(1, int(math.Ceil(cfg.Share*float64(cfg.Concurrency)-1e-9))),
+		maxWait: cfg.MaxWait, tickEvery: (cfg.MaxWait + 3) / 4, scopes: map[string]*scope[W]{}}
 }
 
-// arrive queues w of scope name and starts what may start. It reports
-// whether w waits (if not, it is in one of the batches started), and busy
-// when the bound refused it: then w is not queued.
-func (s *admission[W]) arrive(name string, w W, now time.Time) (starts []start[W], waits, busy bool) {
+// arrive queues w of scope name and starts what may start (each batch to
+// be run by its first's goroutine). It reports whether w waits (if not, it
+// is in a batch started), or busy when the bound refused it.
+func (s *admission[W]) arrive(name string, w W, now time.Time) (starts [][]W, waits, busy bool) {
 	sc := s.scopes[name]
 	if sc == nil {
 		sc = &scope[W]{name: name}
 		s.scopes[name] = sc
 	}
-	sc.queue = append(sc.queue, waiter[W]{w, now})
+	sc.queue = append(sc.queue, waiter[W]{w, now, now.Add(s.maxWait)})
 	if len(sc.queue) == 1 {
 		s.turns = append(s.turns, sc)
 	}
@@ -117,12 +108,9 @@ func (s *admission[W]) join(name string) {
 // began, or every caller in it has gone.
 func (s *admission[W]) closeOpen(name string) { s.scopes[name].open = 0 }
 
-// wake starts what may start by now: a restless request's turn.
-func (s *admission[W]) wake(now time.Time) []start[W] { return s.fill(now, nil) }
-
 // end records that a batch of scope name carrying n requests ended, and
 // starts what may start in its place.
-func (s *admission[W]) end(name string, n int, now time.Time) []start[W] {
+func (s *admission[W]) end(name string, n int, now time.Time) [][]W {
 	sc := s.scopes[name]
 	s.running--
 	sc.running--
@@ -131,27 +119,39 @@ func (s *admission[W]) end(name string, n int, now time.Time) []start[W] {
 	return s.fill(now, nil)
 }
 
-// expire is w's MaxWait passed: it reports busy, and removes w, when w
-// still waits and nothing of its scope runs.
-func (s *admission[W]) expire(name string, w W, now time.Time) (starts []start[W], busy bool) {
-	if sc := s.scopes[name]; sc != nil && sc.running > 0 {
-		return nil, false
+// tick is w's tick (rule expire): it starts what may start by now, and
+// reports whether w still waits, or is busy (then removed).
+func (s *admission[W]) tick(name string, w W, now time.Time) (starts [][]W, waits, busy bool) {
+	sc, i := s.find(name, w)
+	if i >= 0 && !now.Before(sc.queue[i].due) {
+		if sc.running == 0 {
+			s.remove(sc, i)
+			return s.fill(now, nil), false, true
+		}
+		sc.queue[i].due = now.Add(s.maxWait)
 	}
-	return s.leave(name, w, now)
+	starts = s.fill(now, nil)
+	_, i = s.find(name, w)
+	return starts, i >= 0, false
 }
 
 // leave removes w from the queue, unless it was taken (left is false).
-func (s *admission[W]) leave(name string, w W, now time.Time) (starts []start[W], left bool) {
-	sc := s.scopes[name]
-	if sc == nil {
-		return nil, false
-	}
-	i := slices.IndexFunc(sc.queue, func(o waiter[W]) bool { return o.w == w })
+func (s *admission[W]) leave(name string, w W, now time.Time) (starts [][]W, left bool) {
+	sc, i := s.find(name, w)
 	if i < 0 {
 		return nil, false
 	}
 	s.remove(sc, i)
 	return s.fill(now, nil), true
+}
+
+// find returns w's scope and place in its queue, -1 when it is not there.
+func (s *admission[W]) find(name string, w W) (*scope[W], int) {
+	sc := s.scopes[name]
+	if sc == nil {
+		return nil, -1
+	}
+	return sc, slices.IndexFunc(sc.queue, func(o waiter[W]) bool { return o.w == w })
 }
 
 // remove takes sc.queue[i] out of the queue.
@@ -174,7 +174,7 @@ func (s *admission[W]) forget(sc *scope[W]) {
 
 // fill starts batches, the first startable scope in turn each, until no
 // waiting scope can start; each start takes a place, so it ends.
-func (s *admission[W]) fill(now time.Time, starts []start[W]) []start[W] {
+func (s *admission[W]) fill(now time.Time, starts [][]W) [][]W {
 	for {
 		i := slices.IndexFunc(s.turns, func(sc *scope[W]) bool { return s.startable(sc, now) })
 		if i < 0 {
@@ -187,7 +187,7 @@ func (s *admission[W]) fill(now time.Time, starts []start[W]) []start[W] {
 // startable is the rule "start".
 func (s *admission[W]) startable(sc *scope[W], now time.Time) bool {
 	return len(sc.queue) > 0 && s.placeFor(sc) &&
-		(sc.running == 0 || len(sc.queue)*sc.running >= sc.carried || now.Sub(sc.queue[0].since) >= s.restless)
+		(sc.running == 0 || len(sc.queue)*sc.running >= sc.carried || now.Sub(sc.queue[0].since) >= s.tickEvery)
 }
 
 // placeFor is the rule "place".
@@ -204,7 +204,7 @@ func (s *admission[W]) placeFor(sc *scope[W]) bool {
 // take starts a batch of up to maxBatch of sc's oldest waiting requests,
 // open to arrivals until it begins, and sends sc to the back of the turns
 // (or out of them when nothing of it waits any more).
-func (s *admission[W]) take(sc *scope[W]) start[W] {
+func (s *admission[W]) take(sc *scope[W]) []W {
 	n := min(len(sc.queue), s.maxBatch)
 	batch := make([]W, n)
 	for i := range batch {
@@ -220,5 +220,5 @@ func (s *admission[W]) take(sc *scope[W]) start[W] {
 	if len(sc.queue) > 0 {
 		s.turns = append(s.turns, sc)
 	}
-	return start[W]{scope: sc.name, batch: batch}
+	return batch
 }

@@ -21,6 +21,7 @@ type sim struct {
 	next    int
 	scopeOf map[int]string    // every request's scope
 	waits   map[int]bool      // requests waiting to be taken
+	due     map[int]time.Time // when each one's MaxWait passes
 	gone    map[int]bool      // requests that left or were refused
 	batches map[int]*simBatch // running batches, by their first request
 	open    map[string]int    // each scope's batch that may be joined, by its first request
@@ -34,7 +35,7 @@ type simBatch struct {
 
 func newSim(t *testing.T, cfg BatchConfig) *sim {
 	return &sim{t: t, s: newAdmission[int](cfg), cfg: cfg, now: time.Unix(0, 0),
-		scopeOf: map[int]string{}, waits: map[int]bool{}, gone: map[int]bool{},
+		scopeOf: map[int]string{}, waits: map[int]bool{}, due: map[int]time.Time{}, gone: map[int]bool{},
 		batches: map[int]*simBatch{}, open: map[string]int{}, skipped: map[string]int{}}
 }
 
@@ -53,6 +54,7 @@ func (m *sim) arrive(scope string) (int, string) {
 		return id, "joined"
 	}
 	m.waits[id] = true
+	m.due[id] = m.now.Add(m.cfg.MaxWait)
 	starts, waits, busy := m.s.arrive(scope, id, m.now)
 	if busy {
 		delete(m.waits, id)
@@ -98,21 +100,27 @@ func (m *sim) leave(id int) bool {
 	return left
 }
 
-// expire is id's MaxWait passing; it reports whether id got ErrBusy.
-func (m *sim) expire(id int) bool {
+// tick is id's timer firing, d after the last step; it reports whether
+// id got ErrBusy.
+func (m *sim) tick(id int, d time.Duration) bool {
+	m.now = m.now.Add(d)
 	scope := m.scopeOf[id]
-	runs := m.runningOf(scope) > 0
-	waits := m.waits[id]
-	starts, busy := m.s.expire(scope, id, m.now)
+	runs, waits, due := m.runningOf(scope) > 0, m.waits[id], !m.now.Before(m.due[id])
+	starts, stillWaits, busy := m.s.tick(scope, id, m.now)
 	if busy {
 		m.left(id, waits)
 	}
-	m.check(starts, "expire")
-	if busy && runs {
-		m.t.Fatalf("request %d got ErrBusy at MaxWait while its scope %s has a batch under way", id, scope)
-	}
-	if !busy && !runs && waits {
+	m.check(starts, "tick")
+	switch {
+	case busy && (runs || !due):
+		m.t.Fatalf("request %d got ErrBusy at %v, due %v, its scope %s running %v", id, m.now, m.due[id], scope, runs)
+	case waits && due && !runs && !busy:
 		m.t.Fatalf("request %d kept waiting past MaxWait with nothing of its scope under way", id)
+	case waits && due && runs:
+		m.due[id] = m.now.Add(m.cfg.MaxWait) // it waits for the database: MaxWait starts again
+	}
+	if stillWaits != m.waits[id] {
+		m.t.Fatalf("request %d: waits %v, want %v", id, stillWaits, m.waits[id])
 	}
 	return busy
 }
@@ -128,14 +136,6 @@ func (m *sim) left(id int, left bool) bool {
 	return left
 }
 
-// wake passes d and lets restless requests take a free place.
-func (m *sim) wake(d time.Duration) []start[int] {
-	m.now = m.now.Add(d)
-	starts := m.s.wake(m.now)
-	m.check(starts, "wake")
-	return starts
-}
-
 func (m *sim) runningOf(scope string) int {
 	n := 0
 	for _, b := range m.batches {
@@ -149,7 +149,7 @@ func (m *sim) runningOf(scope string) int {
 // check applies the batches started to the sim's own view, one by one,
 // checking each against the rules it must keep at its moment, then checks
 // the admission's state against that view.
-func (m *sim) check(starts []start[int], step string) {
+func (m *sim) check(starts [][]int, step string) {
 	t := m.t
 	t.Helper()
 	share := m.s.share
@@ -162,7 +162,11 @@ func (m *sim) check(starts []start[int], step string) {
 		}
 		return n
 	}
-	for _, st := range starts {
+	for _, batch := range starts {
+		st := struct {
+			scope string
+			batch []int
+		}{m.scopeOf[batch[0]], batch}
 		if n := len(st.batch); n == 0 || n > m.cfg.MaxBatch {
 			t.Fatalf("%s: a batch of %d, MaxBatch %d", step, n, m.cfg.MaxBatch)
 		}
@@ -346,11 +350,12 @@ func TestAdmissionRules(t *testing.T) {
 			m.begin(3)
 			m.end(1)
 			_, v := m.arrive("a") // beside two, alone: waits
-			before := len(m.wake(maxWait/4 - time.Millisecond))
-			after := m.wake(time.Millisecond)
-			return fmt.Sprint(v, before, after)
+			m.tick(5, maxWait/4-time.Millisecond)
+			before := fmt.Sprint(m.waits[5])
+			m.tick(5, time.Millisecond)
+			return fmt.Sprint(v, before, m.batchOf(5))
 		},
-		want: "waits0 [{a [5]}]",
+		want: "waitstrue[5]",
 	}, {
 		name: "MaxWait gives ErrBusy only when the scope has nothing under way",
 		cfg:  cfg(1, 1, 10),
@@ -360,10 +365,9 @@ func TestAdmissionRules(t *testing.T) {
 			m.arrive("b") // beside, in a place of its own
 			a2, _ := m.arrive("a")
 			c, _ := m.arrive("c") // 2×Concurrency run
-			m.now = m.now.Add(maxWait)
-			return fmt.Sprint(m.expire(a2), m.expire(c))
+			return fmt.Sprint(m.tick(a2, maxWait-time.Millisecond), m.tick(c, 0), m.tick(a2, time.Millisecond), m.tick(c, time.Millisecond))
 		},
-		want: "false true",
+		want: "false false false true",
 	}, {
 		name: "a caller that gave up is never run",
 		cfg:  cfg(1, 128, 10),
@@ -426,7 +430,7 @@ func TestAdmissionRules(t *testing.T) {
 }
 
 // Random sequences of arrivals, joins, batches beginning and ending,
-// callers giving up, MaxWait passing and time passing, over a few scopes
+// callers giving up, and requests' ticks as time passes, over a few scopes
 // and small bounds: every step keeps the invariants (sim.check), and once
 // arrivals stop, batches ending take every waiting request (none starves).
 func TestAdmissionInvariants(t *testing.T) {
@@ -447,10 +451,8 @@ func TestAdmissionInvariants(t *testing.T) {
 				m.begin(pick(r, slices.Collect(maps.Keys(m.batches))))
 			case op < 8 && m.next > 0:
 				m.leave(1 + r.IntN(m.next))
-			case op < 9 && m.next > 0:
-				m.expire(1 + r.IntN(m.next))
-			default:
-				m.wake(time.Duration(r.IntN(int(cfg.MaxWait / 3))))
+			case m.next > 0:
+				m.tick(1+r.IntN(m.next), time.Duration(r.IntN(int(cfg.MaxWait/3))))
 			}
 		}
 		for ends := 0; len(m.waits) > 0; ends++ {
