@@ -18,8 +18,8 @@ import (
 //   - start: what waits of a scope becomes a batch (its oldest, up to
 //     MaxBatch) when a place is free for it and the scope runs nothing, or
 //     as many wait as a running batch of its carries on average, or its
-//     oldest has waited MaxWait/4 (restless). Scopes are tried in turn; the one
-//     started goes to the back.
+//     oldest has waited MaxWait/4 (restless). Scopes are tried in turn;
+//     the one started goes to the back.
 //   - join: an arrival joins its scope's newest batch that has not begun,
 //     below MaxBatch, when nothing of its scope waits and no place is free.
 //   - bound: an arrival that would make more than MaxQueued wait is busy.
@@ -83,7 +83,8 @@ func (s *admission[W]) arrive(name string, w W, now time.Time) (starts [][]W, wa
 		return starts, false, false
 	}
 	if s.waiting > s.maxQueued {
-		// Only sc could start, and did not: what it left is as before.
+		// Before w came no scope could start, and w's coming changed only
+		// sc: without w, none can.
 		s.remove(sc, len(sc.queue)-1)
 		return starts, false, true
 	}
@@ -94,7 +95,7 @@ func (s *admission[W]) arrive(name string, w W, now time.Time) (starts [][]W, wa
 // open batch (join), rather than arrive.
 func (s *admission[W]) joinable(name string) bool {
 	sc := s.scopes[name]
-	return sc != nil && sc.open > 0 && sc.open < s.maxBatch && len(sc.queue) == 0 && !s.placeFor(sc)
+	return sc != nil && sc.open > 0 && sc.open < s.maxBatch && len(sc.queue) == 0 && !s.placeFor(sc, s.below())
 }
 
 // join counts an arrival that joined scope name's open batch.
@@ -176,7 +177,11 @@ func (s *admission[W]) forget(sc *scope[W]) {
 // waiting scope can start; each start takes a place, so it ends.
 func (s *admission[W]) fill(now time.Time, starts [][]W) [][]W {
 	for {
-		i := slices.IndexFunc(s.turns, func(sc *scope[W]) bool { return s.startable(sc, now) })
+		if s.running >= 2*s.concurrency {
+			return starts // no place for anyone
+		}
+		below := s.below()
+		i := slices.IndexFunc(s.turns, func(sc *scope[W]) bool { return s.startable(sc, now, below) })
 		if i < 0 {
 			return starts
 		}
@@ -185,20 +190,30 @@ func (s *admission[W]) fill(now time.Time, starts [][]W) [][]W {
 }
 
 // startable is the rule "start".
-func (s *admission[W]) startable(sc *scope[W], now time.Time) bool {
-	return len(sc.queue) > 0 && s.placeFor(sc) &&
+func (s *admission[W]) startable(sc *scope[W], now time.Time, below int) bool {
+	return len(sc.queue) > 0 && s.placeFor(sc, below) &&
 		(sc.running == 0 || len(sc.queue)*sc.running >= sc.carried || now.Sub(sc.queue[0].since) >= s.tickEvery)
 }
 
-// placeFor is the rule "place".
-func (s *admission[W]) placeFor(sc *scope[W]) bool {
+// placeFor is the rule "place"; below is the number of waiting scopes
+// running less than their share (counted once for all the scopes tried).
+func (s *admission[W]) placeFor(sc *scope[W], below int) bool {
 	limit := s.concurrency
 	if sc.running == 0 {
 		limit *= 2 // so that batches sitting on one scope's locks cannot hold another's requests past MaxWait
 	}
-	return s.running < limit && (sc.running < s.share || !slices.ContainsFunc(s.turns, func(o *scope[W]) bool {
-		return o != sc && o.running < s.share
-	}))
+	return s.running < limit && (sc.running < s.share || below == 0) // at its share, sc is not counted in below
+}
+
+// below counts the waiting scopes that run less than their share.
+func (s *admission[W]) below() int {
+	n := 0
+	for _, sc := range s.turns {
+		if sc.running < s.share {
+			n++
+		}
+	}
+	return n
 }
 
 // take starts a batch of up to maxBatch of sc's oldest waiting requests,

@@ -243,7 +243,7 @@ func (m *sim) check(starts [][]int, step string) {
 		if sc.running == 0 && len(sc.queue) == 0 {
 			t.Fatalf("%s: scope %s kept with nothing running or waiting", step, name)
 		}
-		if s.startable(sc, m.now) {
+		if s.startable(sc, m.now, s.below()) {
 			t.Fatalf("%s: scope %s can start a batch but was left waiting", step, name)
 		}
 		if (len(sc.queue) > 0) != slices.Contains(s.turns, sc) {
