@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -32,36 +30,24 @@ import (
 // when batches start, how scopes share the places, and what the knobs
 // trade.
 type Batcher[T any] struct {
-	k     *Keeper
-	work  BatchWork[T]
-	cfg   BatchConfig
-	share int // ceil(Share × Concurrency): the places a scope holds while others wait
+	k    *Keeper
+	work BatchWork[T]
+	cfg  BatchConfig
 
-	mu      sync.Mutex
-	idle    sync.Cond           // running fell to 0: for Close
-	running int                 // batches running, of every scope
-	waiting int                 // requests waiting to be taken, of every scope (MaxQueued)
-	lanes   map[string]*lane[T] // the scopes with a batch running or a request waiting
-	turns   []*lane[T]          // the scopes with requests waiting, in the order they take places
-	closed  bool
+	mu     sync.Mutex
+	idle   sync.Cond                // adm.running fell to 0: for Close
+	adm    admission[*pending[T]]   // who is taken into which batch, and when (admit.go)
+	open   map[string]*gathering[T] // each scope's newest batch while it may be joined
+	closed bool
 
 	testHooks batchHooks
 }
 
-// lane is one scope's part of a Batcher, guarded by Batcher.mu.
-type lane[T any] struct {
-	scope   string
-	running int           // its batches running
-	carried int           // requests in its running batches
-	queue   []*pending[T] // its requests waiting to be taken, oldest first
-	open    *gathering[T] // its newest batch while it waits to begin, which arrivals join
-}
-
 // gathering is a batch from when it is taken until its transaction has
 // begun, open meanwhile to arrivals of its scope (see submit). Its batch is
-// guarded by Batcher.mu, and final once the lane's open is no longer it.
+// guarded by Batcher.mu, and final once it is no longer its scope's open.
 type gathering[T any] struct {
-	lane  *lane[T]
+	scope string
 	batch []*pending[T]
 	*callers
 }
@@ -108,16 +94,14 @@ type ItemResult struct {
 }
 
 // pending is one request from the moment it is submitted until its batch
-// answers it. taken is guarded by Batcher.mu; res and err are
-// written before done is closed and read only after.
+// answers it. queued is guarded by Batcher.mu; res and err are written
+// before done is closed and read only after.
 type pending[T any] struct {
 	ctx      context.Context // the caller's; its span is linked from the batch's
-	lane     *lane[T]        // its scope's
 	claimant                 // its key, fingerprint and headers to store
 	item     T
 	deadline time.Time          // its waits for row locks, over all its attempts, end by then
 	queued   trace.Span         // idem.queue, while it waits: ended when taken or given up
-	taken    bool               // it is in a batch, which answers it
 	next     chan *gathering[T] // the batch its goroutine is to run (it is the first in it)
 	done     chan struct{}
 	res      Result
@@ -142,8 +126,7 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Batcher[T]{k: k, work: work, cfg: cfg, lanes: map[string]*lane[T]{},
-		share: max(1, int(math.Ceil(cfg.Share*float64(cfg.Concurrency)-1e-9)))}
+	b := &Batcher[T]{k: k, work: work, cfg: cfg, adm: newAdmission[*pending[T]](cfg), open: map[string]*gathering[T]{}}
 	b.idle.L = &b.mu
 	return b, nil
 }
@@ -167,11 +150,11 @@ func (b *Batcher[T]) Close(ctx context.Context) error {
 	defer stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.running > 0 && ctx.Err() == nil {
+	for b.adm.running > 0 && ctx.Err() == nil {
 		b.idle.Wait()
 	}
-	if b.running > 0 {
-		return fmt.Errorf("idem: close: %d batches still running: %w", b.running, ctx.Err())
+	if b.adm.running > 0 {
+		return fmt.Errorf("idem: close: %d batches still running: %w", b.adm.running, ctx.Err())
 	}
 	return nil
 }
@@ -220,152 +203,125 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 	return makeItem(ctx)
 }
 
-// submit runs a request at once when nothing of its scope runs or waits
-// and a place is free; puts it in its scope's batch that has not begun
-// when no place is free and nothing of its scope waits; or queues it. It
-// returns the request's answer.
+// submit admits a request (admit.go: it joins its scope's open batch,
+// runs, waits or is refused) and returns its answer.
 func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
-	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait),
+	now := time.Now()
+	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: now.Add(lockWait),
 		next: make(chan *gathering[T], 1), done: make(chan struct{})}
+	scope := c.key.Scope
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
 	}
-	l := b.lanes[c.key.Scope]
-	if l == nil {
-		l = &lane[T]{scope: c.key.Scope}
-		b.lanes[c.key.Scope] = l
+	if b.adm.joinable(scope) {
+		if g := b.open[scope]; g.join(p) {
+			b.adm.join(scope)
+			b.mu.Unlock()
+			if h := b.testHooks.joined; h != nil {
+				h(c.key)
+			}
+			<-p.done
+			return p.res, p.err
+		}
+		b.closeOpen(scope) // every caller in it has gone: it takes nobody
 	}
-	p.lane = l
-	switch {
-	case len(l.queue) == 0 && l.open != nil && len(l.open.batch) < b.cfg.MaxBatch && !b.placeFor(l) && l.open.join(p):
-		l.carried++
-		b.mu.Unlock()
-		if h := b.testHooks.joined; h != nil {
-			h(c.key)
+	starts, waits, busy := b.adm.arrive(scope, p, now)
+	if waits {
+		_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
+	}
+	b.dispatch(starts)
+	b.mu.Unlock()
+	if busy {
+		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
+	}
+	if !waits { // it is in a batch started: its first's goroutine runs it
+		select {
+		case g := <-p.next:
+			b.lead(g)
+		default:
 		}
 		<-p.done
 		return p.res, p.err
-	case l.running == 0 && len(l.queue) == 0 && b.placeFor(l):
-		b.running++
-		l.running++
-		l.carried++
-		g := b.gather(l, []*pending[T]{p})
-		b.mu.Unlock()
-		b.lead(g)
-		return p.res, p.err
-	case b.waiting >= b.cfg.MaxQueued:
-		b.forget(l)
-		b.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
 	}
-	_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
-	l.queue = append(l.queue, p)
-	if len(l.queue) == 1 {
-		b.turns = append(b.turns, l)
-	}
-	b.waiting++
-	if b.startable(l) {
-		b.handOn(l)
-	}
-	waits := !p.taken
-	b.mu.Unlock()
-	if h := b.testHooks.queued; h != nil && waits {
+	if h := b.testHooks.queued; h != nil {
 		h(c.key)
 	}
 
-	timer := time.NewTimer(b.cfg.MaxWait)
+	// Its timer is the admission's clock while it waits (rules start and
+	// expire).
+	timer := time.NewTimer(b.adm.tickEvery)
 	defer timer.Stop()
-	// A batch that runs long (its rows are locked by another process)
-	// must not hold back the requests waiting for company beside it.
-	restless := time.NewTimer(b.cfg.MaxWait / 4)
-	defer restless.Stop()
-	expired, gone, impatient := timer.C, ctx.Done(), restless.C
+	gone := ctx.Done()
 	for {
 		select {
 		case <-p.done:
 			return p.res, p.err
-		case <-impatient:
-			impatient = nil
-			b.mu.Lock()
-			if !p.taken && b.placeFor(l) {
-				b.handOn(l)
-			}
-			b.mu.Unlock()
 		case g := <-p.next:
 			b.lead(g)
 			<-p.done
 			return p.res, p.err
-		case <-expired:
-			if b.behindItsScope(p) {
-				timer.Reset(b.cfg.MaxWait)
-				continue
+		case <-timer.C:
+			b.mu.Lock()
+			starts, waits, busy := b.adm.tick(scope, p, time.Now())
+			b.dispatch(starts)
+			if busy {
+				p.queued.End()
 			}
-			if b.giveUp(p) {
+			b.mu.Unlock()
+			if busy {
 				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
 			}
-			expired = nil // taken meanwhile: its batch answers it
+			if waits {
+				timer.Reset(b.adm.tickEvery)
+			}
 		case <-gone:
-			if b.giveUp(p) {
+			b.mu.Lock()
+			starts, left := b.adm.leave(scope, p, time.Now())
+			b.dispatch(starts)
+			if left {
+				p.queued.End()
+			}
+			b.mu.Unlock()
+			if left {
 				return Result{}, ctx.Err()
 			}
-			gone = nil
+			gone = nil // taken meanwhile: its batch answers it
 		}
 	}
 }
 
-// behindItsScope reports whether p, not taken yet, waits behind a batch
-// of its own scope that waits to begin or runs: for the database, whose
-// deadlines end that batch, not for a place. Its MaxWait starts again.
-func (b *Batcher[T]) behindItsScope(p *pending[T]) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !p.taken && p.lane.running > 0
-}
-
-// giveUp withdraws p from the queue unless it was taken into a batch.
-func (b *Batcher[T]) giveUp(p *pending[T]) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.taken {
-		return false
-	}
-	l := p.lane
-	p.queued.End()
-	b.waiting--
-	i := slices.Index(l.queue, p)
-	l.queue = slices.Delete(l.queue, i, i+1)
-	if len(l.queue) == 0 {
-		b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
-		b.forget(l)
-	}
-	return true
-}
-
-// forget drops l once nothing of its scope runs or waits, so that the
-// lanes are only the scopes of the moment. b.mu is held.
-func (b *Batcher[T]) forget(l *lane[T]) {
-	if l.running == 0 && len(l.queue) == 0 {
-		delete(b.lanes, l.scope)
+// dispatch hands each batch the admission started to its first request's
+// goroutine, which runs it, open to arrivals of its scope until it begins.
+// b.mu is held.
+func (b *Batcher[T]) dispatch(starts [][]*pending[T]) {
+	for _, batch := range starts {
+		ctxs := make([]context.Context, len(batch))
+		for i, p := range batch {
+			ctxs[i] = p.ctx
+			if p.queued != nil {
+				p.queued.End()
+			}
+		}
+		// The batch's context carries its scope (ScopeFrom).
+		scope := batch[0].key.Scope
+		g := &gathering[T]{scope: scope, batch: batch, callers: newCallers(withScope(context.Background(), scope))}
+		g.callers.join(ctxs...)
+		b.open[scope] = g
+		batch[0].next <- g
 	}
 }
 
-// lead runs g's batch in the calling goroutine, then hands its place to
-// the first scope in turn whose requests are startable, or frees it.
+// lead runs g's batch in the calling goroutine, then lets the admission
+// give its place to what waits.
 func (b *Batcher[T]) lead(g *gathering[T]) {
 	defer func() {
 		b.mu.Lock()
-		l := g.lane
-		b.running--
-		l.running--
-		l.carried -= len(g.batch)
-		if i := slices.IndexFunc(b.turns, b.startable); i >= 0 {
-			b.handOn(b.turns[i])
-		} else if b.running == 0 {
+		b.dispatch(b.adm.end(g.scope, len(g.batch), time.Now()))
+		if b.adm.running == 0 {
 			b.idle.Broadcast()
 		}
-		b.forget(l)
 		b.mu.Unlock()
 		if h := b.testHooks.ended; h != nil {
 			h()
@@ -374,95 +330,30 @@ func (b *Batcher[T]) lead(g *gathering[T]) {
 	b.run(g)
 }
 
-// gather makes batch l's newest, open to the requests that arrive until
-// its transaction begins. b.mu is held.
-func (b *Batcher[T]) gather(l *lane[T], batch []*pending[T]) *gathering[T] {
-	// The batch's context carries its scope (ScopeFrom).
-	g := &gathering[T]{lane: l, callers: newCallers(withScope(context.Background(), l.scope))}
-	g.join(batch...)
-	l.open = g
-	return g
-}
-
-// join adds ps to g's batch unless every caller in it has gone. b.mu is
+// join adds p to g's batch unless every caller in it has gone. b.mu is
 // held.
-func (g *gathering[T]) join(ps ...*pending[T]) bool {
-	ctxs := make([]context.Context, len(ps))
-	for i, p := range ps {
-		ctxs[i] = p.ctx
-	}
-	if !g.callers.join(ctxs...) {
+func (g *gathering[T]) join(p *pending[T]) bool {
+	if !g.callers.join(p.ctx) {
 		return false
 	}
-	for _, p := range ps {
-		p.taken = true
-	}
-	g.batch = append(g.batch, ps...)
+	g.batch = append(g.batch, p)
 	return true
+}
+
+// closeOpen closes scope's open batch to arrivals. b.mu is held.
+func (b *Batcher[T]) closeOpen(scope string) {
+	delete(b.open, scope)
+	b.adm.closeOpen(scope)
 }
 
 // seal closes g to arrivals and returns its batch, final from then on.
 func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if g.lane.open == g {
-		g.lane.open = nil
+	if b.open[g.scope] == g {
+		b.closeOpen(g.scope)
 	}
 	return g.batch
-}
-
-// placeFor reports whether a batch of l's scope may take a place now: one
-// of the Concurrency places while one is free, unless l's scope holds its
-// share of them and another scope below its share waits; or, for a scope
-// with no batch running, a place beside them, up to as many again. b.mu is
-// held.
-func (b *Batcher[T]) placeFor(l *lane[T]) bool {
-	switch {
-	case b.running < b.cfg.Concurrency:
-		return l.running < b.share || !slices.ContainsFunc(b.turns, func(o *lane[T]) bool {
-			return o != l && o.running < b.share
-		})
-	case l.running == 0:
-		return b.running < 2*b.cfg.Concurrency
-	}
-	return false
-}
-
-// startable reports whether what waits of l's scope should start a batch
-// now: when a place is free for it and, beside its scope's running
-// batches, once as many of its requests wait as one of them carries on
-// average. b.mu is held.
-func (b *Batcher[T]) startable(l *lane[T]) bool {
-	return len(l.queue) > 0 && b.placeFor(l) && (l.running == 0 || len(l.queue)*l.running >= l.carried)
-}
-
-// handOn starts a batch of what waits of l's scope, run by its oldest
-// waiting request's goroutine. b.mu is held and l.queue is not empty.
-func (b *Batcher[T]) handOn(l *lane[T]) {
-	next := b.take(l)
-	b.running++
-	l.running++
-	l.carried += len(next)
-	next[0].next <- b.gather(l, next)
-}
-
-// take removes up to MaxBatch requests from the head of l's queue and
-// sends l's scope to the back of the turns, or out of them when nothing of
-// it waits any more. b.mu is held and l.queue is not empty.
-func (b *Batcher[T]) take(l *lane[T]) []*pending[T] {
-	n := min(len(l.queue), b.cfg.MaxBatch)
-	batch := slices.Clone(l.queue[:n])
-	l.queue = slices.Delete(l.queue, 0, n)
-	for _, p := range batch {
-		p.taken = true
-		p.queued.End()
-	}
-	b.waiting -= n
-	b.turns = slices.DeleteFunc(b.turns, func(o *lane[T]) bool { return o == l })
-	if len(l.queue) > 0 {
-		b.turns = append(b.turns, l)
-	}
-	return batch
 }
 
 // run runs g's batch and answers each of its requests once.
