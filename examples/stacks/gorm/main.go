@@ -26,7 +26,8 @@ type Order struct {
 // saveOrder writes the order with GORM in idem's transaction. GORM's own
 // transaction around a write is off: idem's transaction is the one.
 func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: tx}), &gorm.Config{SkipDefaultTransaction: true})
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: tx}),
+		&gorm.Config{SkipDefaultTransaction: true})
 	if err != nil {
 		return err
 	}
