@@ -38,11 +38,11 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
 		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
-		return err
+		return fmt.Errorf("relay: %w", err)
 	}
 	defer d.Close()
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
-		return err
+		return fmt.Errorf("relay: %w", err)
 	}
 	// reg stays a nil interface without --metrics-addr: the relay then
 	// registers no metrics.
