@@ -60,7 +60,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if opsLn != nil {
-		stop := serveOps(opsLn, d, reg, log)
+		stop := serveOps(opsLn, d, reg, log, srv.Relay())
 		defer stop()
 		log.Info("idem metrics", "addr", opsLn.Addr().String())
 	}

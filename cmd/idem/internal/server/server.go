@@ -232,7 +232,7 @@ func (s *Server) routes() http.Handler {
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(s.d, s.log))
+	mux.Handle("GET /readyz", readyz(s.d, s.log, s.relay))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	// With --metrics-addr, /metrics is served there only (serve.go), so
 	// that the public port does not show it.
@@ -308,6 +308,10 @@ func tenantFrom(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
 }
+
+// Relay is the relay serve runs (nil with --relay=false), for the
+// /readyz of --metrics-addr.
+func (s *Server) Relay() *outbox.Relay { return s.relay }
 
 // Run serves on ln until ctx is done, then stops accepting, drains the
 // requests in flight (bounded by ShutdownTimeout) and returns.
