@@ -254,7 +254,11 @@ func wrap(b block, given string) (string, error) {
 		}
 	}
 	body := stmts.String()
-	src := "package doc\n\n" + decls.String() + "\n" + given + "\n"
+	src := "package doc\n\n" + decls.String() + "\n"
+	if given != "" {
+		// At the marker's line, the one before the fence.
+		src += fmt.Sprintf("//line %s:%d\n%s\n", b.page, b.line-2, given)
+	}
 	if body != "" {
 		src += "func _() {\n" + body + "}\n"
 	}
