@@ -47,8 +47,13 @@ func ScopeFrom(ctx context.Context) string {
 // outcome, so that all of it commits together or not at all. The handler
 // must not commit or roll it back. Tx is nil outside a guarded request (for
 // example for a method Config.Methods lets through). Code written against
-// pgx or database/sql (sqlc's queries, CopyFrom) gets the same transaction
-// with postgres.PgxFromTx or sqlite.StdSQLFromTx.
+// pgx or database/sql (sqlc's queries, CopyFrom, GORM, sqlx) gets the same
+// transaction as its own type: postgres.PgxFromTx (a pgx.Tx, on a driver
+// opened on a pgx pool), postgres.StdSQLFromTx (a *sql.Tx, on a driver
+// opened on a *sql.DB) or sqlite.StdSQLFromTx. The other way,
+// postgres.TxFromPgx, postgres.TxFromStdSQL and sqlite.TxFromStdSQL adapt
+// a transaction you began for Keeper.DoTx and the ledger, outbox and inbox
+// methods.
 //
 // Tx, KeyFrom and MarkInvalid read the same guard in a handler that the
 // gRPC and Connect interceptors (modules idemgrpc and idemconnect) run.

@@ -31,8 +31,9 @@ const (
 // orders is a guarded handler that inserts one order row through
 // idemhttp.Tx and answers 201 with headers that must not all be replayed.
 // A body with "status" makes it answer that status instead: 422 without a
-// row (a business failure), 5xx after inserting a row (which must then be
-// rolled back). A body with "invalid" makes it insert a row, then mark the
+// row (a business failure), 409 after inserting a row (a business refusal
+// decided after a write, which commits), 5xx after inserting a row (which
+// must then be rolled back). A body with "invalid" makes it insert a row, then mark the
 // request invalid (idemhttp.MarkInvalid) and answer 400, or go on to its
 // "status" when one is given.
 type orders struct {
@@ -96,6 +97,10 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.Status >= 500 {
 		http.Error(w, "try again", in.Status)
+		return
+	}
+	if in.Status == http.StatusConflict {
+		problem.Write(w, in.Status, "sold_out", "sold out")
 		return
 	}
 	h := w.Header()

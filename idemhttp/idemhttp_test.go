@@ -304,6 +304,24 @@ func TestBusinessFailureStored(t *testing.T) {
 	})
 }
 
+// TestBusinessFailureCommitsWrites: a 4xx business answer is an outcome
+// like a 201: what the handler wrote before it commits with the stored
+// answer, once, and a replay writes nothing (docs/idemhttp.md: decide
+// before writing).
+func TestBusinessFailureCommitsWrites(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		e := newEnv(t, d, idem.Config{}, idemhttp.Config{ReplayCache: -1})
+		body := `{"amount": 100, "status": 409}`
+		first := post(t, e.srv, "/orders", body, "k")
+		wantProblem(t, first, http.StatusConflict, "sold_out")
+		assertReplay(t, first, post(t, e.srv, "/orders", body, "k"))
+		if n := countOrders(t, d); n != 1 {
+			t.Fatalf("%d order rows after a 409 answered after the insert, want 1 (it commits)", n)
+		}
+	})
+}
+
 // TestInvalidNotStored: a request the handler marks invalid and answers
 // 400 rolls back its row and stores nothing, twice over; the corrected
 // request under the same key then does the work once and is replayed. A

@@ -57,7 +57,7 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 	case errors.Is(err, idem.ErrKeyMissing):
 		return Problem{Status: http.StatusBadRequest, Code: CodeKeyMissing, Detail: "this request needs an Idempotency-Key header"}
 	case errors.Is(err, idem.ErrKeyInvalid):
-		return Problem{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Detail: err.Error()}
+		return Problem{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Detail: keyInvalidDetail(err)}
 	case errors.Is(err, idem.ErrInvalidBody):
 		return Problem{Status: http.StatusBadRequest, Code: CodeInvalidBody, Detail: "the body is not valid JSON"}
 	case errors.Is(err, idem.ErrKeyReused):
@@ -109,4 +109,13 @@ func (p Problem) Write(w http.ResponseWriter) {
 // at least 1.
 func retryAfterSeconds(d time.Duration) string {
 	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
+}
+
+// keyInvalidDetail says, for a client, why its Idempotency-Key header was
+// refused: the *idem.KeyError's reason, without the Go error's prefix.
+func keyInvalidDetail(err error) string {
+	if ke, ok := errors.AsType[*idem.KeyError](err); ok && ke.Reason != "" {
+		return "the Idempotency-Key header is invalid: " + ke.Reason
+	}
+	return "the Idempotency-Key header is invalid"
 }

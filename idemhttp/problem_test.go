@@ -27,7 +27,9 @@ func TestProblemFor(t *testing.T) {
 		code, detail, retry string
 	}{
 		{"key missing", idem.ErrKeyMissing, 400, "idempotency_key_missing", "this request needs an Idempotency-Key header", ""},
-		{"key invalid", keyErr, 400, "idempotency_key_invalid", keyErr.Error(), ""},
+		{"key invalid", keyErr, 400, "idempotency_key_invalid", "the Idempotency-Key header is invalid: empty", ""},
+		{"key invalid, wrapped", fmt.Errorf("claim: %w", &idem.KeyError{Reason: "longer than 255 characters"}), 400,
+			"idempotency_key_invalid", "the Idempotency-Key header is invalid: longer than 255 characters", ""},
 		{"body", fmt.Errorf("%w: eof", idem.ErrInvalidBody), 400, "invalid_request", "the body is not valid JSON", ""},
 		{"reused", &idem.ReusedError{}, 422, "idempotency_key_reused",
 			"this Idempotency-Key was already used with a different request (method, path or body)", ""},

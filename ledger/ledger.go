@@ -19,9 +19,9 @@
 // rolls it back. A refusal (*Error) writes nothing and leaves the
 // transaction usable, so a caller can record the refusal in the same
 // transaction. The seam for messages is that same transaction: right after
-// Post or Reverse succeeds, the caller enqueues its event
-// (outbox.Enqueue(ctx, tx, …): transfer.created, or transfer.reversed for a
-// reversal) and commits once, so the ledger lines and the message exist
+// Post or Reverse succeeds, the caller enqueues its event with the
+// *outbox.Outbox that outbox.New made (ob.Enqueue(ctx, tx, …):
+// transfer.created, or transfer.reversed for a reversal) and commits once, so the ledger lines and the message exist
 // together or not at all. Skip the enqueue when Transfer.Existing is set:
 // the first post already enqueued it.
 //

@@ -74,7 +74,7 @@ func (l *Ledger) transferRow(tenant string, t NewTransfer) (driver.LedgerTransfe
 	}
 	if t.DebitAccountID == t.CreditAccountID {
 		return driver.LedgerTransfer{}, false, newError(ErrSameAccount.Code, "credit_account_id",
-			fmt.Sprintf("transfer %q debits and credits the same account %q", t.ID, t.DebitAccountID))
+			fmt.Sprintf("the transfer debits and credits the same account %q: it must move money between two accounts", t.DebitAccountID))
 	}
 	if t.Amount <= 0 {
 		return driver.LedgerTransfer{}, false, newError(ErrInvalidAmount.Code, "amount",

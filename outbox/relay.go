@@ -185,6 +185,13 @@ type Relay struct {
 	// An outage is logged when it begins, once a minute while it lasts and
 	// when it ends, not at every retry.
 	dbOutage, pubOutage *outage.Log
+	// replOutage is a database that answers but does not confirm the
+	// relay's commits replicated (driver.ErrUnreplicated): after a
+	// failover to a primary that still requires a synchronous standby it
+	// lacks. Reads succeed meanwhile, so it is not dbOutage, which a
+	// successful cycle ends: only a confirmed commit (a lease renewal)
+	// ends it.
+	replOutage *outage.Log
 
 	// Owned only by the Run goroutine.
 	shards     []int
@@ -206,8 +213,13 @@ func NewRelay(d driver.Driver, cfg RelayConfig) (*Relay, error) {
 	}
 	log := cfg.Logger.With("relay", cfg.Owner)
 	return &Relay{d: d, cfg: cfg, wake: make(chan struct{}, 1), metrics: m, log: log,
-		tracer:    cfg.TracerProvider.Tracer(tracing.Module + "/outbox"),
-		dbOutage:  outage.New("outbox relay: database", log, cfg.Clock),
+		tracer:   cfg.TracerProvider.Tracer(tracing.Module + "/outbox"),
+		dbOutage: outage.New("outbox relay: database", log, cfg.Clock),
+		replOutage: outage.NewWords("outbox relay: database commits", outage.Words{
+			Down:  " not confirmed replicated: the primary waits for a synchronous standby it lacks, so leases and sent marks are not acknowledged",
+			Still: " still not confirmed replicated",
+			Up:    " confirmed replicated again",
+		}, log, cfg.Clock),
 		pubOutage: outage.New("outbox relay: broker", log, cfg.Clock),
 	}, nil
 }
@@ -248,7 +260,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		now := r.cfg.Clock()
 		if !now.Before(r.leaseAt) {
 			r.leaseAt = now.Add(r.cfg.LeaseTTL / 3)
-			if err := r.manageLeases(ctx, now); err != nil && ctx.Err() == nil {
+			switch err := r.manageLeases(ctx, now); {
+			case err == nil:
+				r.replOutage.OK()
+			case ctx.Err() == nil:
 				r.leaseFailed(now, err)
 			}
 		}
@@ -268,9 +283,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if driver.IsRetryable(err) {
+			switch {
+			case errors.Is(err, driver.ErrUnreplicated):
+				r.replOutage.Fail("cycle", err)
+			case driver.IsRetryable(err):
 				r.dbOutage.Fail("cycle", err)
-			} else {
+			default:
 				r.log.Warn("outbox relay: cycle", "err", err)
 			}
 			wait = max(wait, time.Second)
@@ -296,6 +314,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// Unreplicated reports whether the database has stopped confirming the
+// relay's commits replicated, and since when: its primary waits for a
+// synchronous standby it lacks. The relay goes on reading, but neither
+// its leases nor its sent marks are acknowledged until a commit is
+// confirmed again. /readyz shows it.
+func (r *Relay) Unreplicated() (since time.Time, ok bool) { return r.replOutage.Down() }
+
 // leaseFailed handles a renewal that failed: it is tried again in a
 // second, and once the leases last renewed have ended the relay publishes
 // nothing until a renewal succeeds (another relay may hold its shards by
@@ -304,7 +329,11 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) leaseFailed(now time.Time, err error) {
 	r.leaseAt = now.Add(min(time.Second, r.cfg.LeaseTTL/3))
 	if len(r.shards) == 0 || now.Before(r.leaseUntil) {
-		r.dbOutage.Fail("leases", err)
+		if errors.Is(err, driver.ErrUnreplicated) {
+			r.replOutage.Fail("leases", err)
+		} else {
+			r.dbOutage.Fail("leases", err)
+		}
 		return
 	}
 	r.log.Error("outbox relay: leases expired without renewal; publishing nothing until they are renewed",

@@ -86,3 +86,23 @@ func TestDatabaseDown(t *testing.T) {
 		t.Errorf("the recovery line does not count the five 503s:\n%s", logs)
 	}
 }
+
+// serve and relay started on a database that cannot be reached fail at
+// once, naming the command that failed: "idem: migrate: …" read as if
+// idem migrate had run.
+func TestStartOnDatabaseDown(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"serve", "relay"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runIdem(t, noEnv, cmd, "--db", "postgres://idem@127.0.0.1:1/idem", "--db-connect-timeout", "200ms")
+			last := strings.TrimSpace(stderr)
+			if i := strings.LastIndex(last, "\n"); i >= 0 {
+				last = last[i+1:]
+			}
+			if code != 1 || !strings.HasPrefix(last, "idem: "+cmd+": ") {
+				t.Fatalf("idem %s on a database that is down: exit %d, last line %q, want exit 1 and \"idem: %s: …\"\n%s", cmd, code, last, cmd, stderr)
+			}
+		})
+	}
+}

@@ -13,9 +13,11 @@ import (
 // promoted node still naming its lost standby): a transfer is answered 503
 // with Retry-After by its deadline, not acknowledged although the primary
 // committed it, logged and counted; the relay's lease renewals fail loudly
-// instead of hanging it. When the standby requirement goes, the retry with
-// the same key replays the transfer, which exists once, and the relay
-// publishes its event.
+// instead of hanging it, and the relay says what blocks it once (its
+// commits are not confirmed replicated), not "database unavailable" and
+// "available again after=0s" at each renewal, while /readyz shows it.
+// When the standby requirement goes, the retry with the same key replays
+// the transfer, which exists once, and the relay publishes its event.
 func TestUnreplicatedCommitNotAcknowledged(t *testing.T) {
 	t.Parallel()
 	pg := testpg.NewCluster(t)
@@ -41,8 +43,22 @@ func TestUnreplicatedCommitNotAcknowledged(t *testing.T) {
 	if !strings.Contains(p.Stderr(), "commit not confirmed replicated") {
 		t.Fatalf("no log line for the unreplicated commit:\n%s", p.Stderr())
 	}
+	ready := call(t, "GET", u+"/readyz", "", nil)
+	if ready.Status != http.StatusServiceUnavailable || !strings.Contains(string(ready.Body), "database commits not confirmed replicated") {
+		t.Fatalf("/readyz while the relay's commits are not confirmed replicated: %d %s", ready.Status, ready.Body)
+	}
+	for msg, want := range map[string]int{`msg="outbox relay: database commits not confirmed replicated`: 1,
+		`msg="outbox relay: database unavailable"`: 0, `msg="outbox relay: database available again"`: 0} {
+		if n := strings.Count(p.Stderr(), msg); n != want {
+			t.Errorf("%d log lines with %s, want %d:\n%s", n, msg, want, p.Stderr())
+		}
+	}
 
 	pg.RequireStandby(t, false)
+	waitFor(t, func() bool { return call(t, "GET", u+"/readyz", "", nil).Status == http.StatusOK })
+	if !strings.Contains(p.Stderr(), `msg="outbox relay: database commits confirmed replicated again"`) {
+		t.Errorf("no log line for the relay's commits confirmed again:\n%s", p.Stderr())
+	}
 	r = call(t, "POST", u+"/v1/transfers", "unreplicated-1", body)
 	mustStatus(t, r, http.StatusCreated)
 	if r.Header.Get("Idempotent-Replayed") != "true" {

@@ -58,6 +58,14 @@ func (l *loadFlags) str(name, def, help string) *string {
 	return l.fs.String(name, def, fmt.Sprintf("%s (env %s)", help, l.env(name)))
 }
 
+// given reports whether the user set the flag, on the command line or in
+// its environment variable.
+func (l *loadFlags) given(name string) bool {
+	set := l.getenv(l.env(name)) != ""
+	l.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func (l *loadFlags) int(name string, def int, help string) *int {
 	if v := l.getenv(l.env(name)); v != "" {
 		n, err := strconv.Atoi(v)
@@ -124,8 +132,8 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		retries     = l.int("retries", def.Retries, "retries of one copy after a transport error, 409, 425, 429, 502, 503 or 504 (0: none)")
 
 		accounts   = l.int("accounts", def.Accounts, "accounts the run creates")
-		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries")
-		duration   = l.dur("duration", def.Duration, "stop sending new operations after this long")
+		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries; the run ends at the first of --operations and --duration (not bounded when --duration is given without it)")
+		duration   = l.dur("duration", def.Duration, "stop sending new operations after this long; given without --operations, the run sends for this long")
 		duplicates = l.float("duplicates", def.Duplicates, "share of requests that are extra copies (0..0.9)")
 		burst      = l.int("burst", def.Burst, "most copies of one operation sent at the same instant")
 		rate       = l.float("rate", def.Rate, "requests per second (0: as fast as the clients go)")
@@ -168,6 +176,11 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// as 0 means 0.
 	cfg := def
 	cfg.APIKey, cfg.Accounts, cfg.Operations, cfg.Duration = *apiKey, *accounts, *operations, *duration
+	// --duration alone reads as the run's length: --operations' default
+	// would end a run of more than a few seconds first.
+	if l.given("duration") && !l.given("operations") {
+		cfg.Operations = loadrun.MaxOperations
+	}
 	cfg.Duplicates, cfg.Burst, cfg.Concurrency = *duplicates, *burst, *concurrency
 	cfg.Rate, cfg.Retries, cfg.Timeout, cfg.Settle, cfg.RefusedShare = *rate, *retries, *timeout, *settle, *refused
 	cfg.Seed, cfg.Probes, cfg.CheckEvents, cfg.NATS, cfg.EventsWait = int64(*seed), *probes, *checkEvents, *natsURL, *eventsWait

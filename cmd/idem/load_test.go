@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/load"
 	loadrun "github.com/idemhq/idem/cmd/idem/internal/load/run"
@@ -288,5 +290,31 @@ func TestLoadExplicitZero(t *testing.T) {
 	}
 	if r.Refused != 0 || r.Applied != r.Acknowledged || r.Operations[loadrun.KindTransfer] == 0 || r.Probes != 0 {
 		t.Errorf("--refused 0 --probes 0: report %+v", r)
+	}
+}
+
+// --duration alone is the run's length: the main phase sends for that
+// long, past --operations' default of 1000 that ended it first. The
+// target answers every write 201 at once, so a second holds far more than
+// 1000 operations; its answers fail verification, which is not the
+// subject here.
+func TestLoadDurationAlone(t *testing.T) {
+	var transfers atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/transfers") {
+			transfers.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(srv.Close)
+	began := time.Now()
+	r, _ := loadRun(t, "--target", srv.URL, "--duration", "3s", "--rate", "2000", "--duplicates", "0",
+		"--settle", "0", "--probes", "0", "--check-events=false", "--progress=false")
+	ops := r.Operations[loadrun.KindTransfer] + r.Operations[loadrun.KindReversal]
+	if ops <= 1000 || time.Since(began) < 3*time.Second {
+		t.Fatalf("--duration 3s alone: %d transfers and reversals (%d POSTs) in %s, want a 3 s main phase past 1000",
+			ops, transfers.Load(), time.Since(began).Round(time.Millisecond))
 	}
 }

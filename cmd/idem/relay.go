@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/storage"
+	"github.com/idemhq/idem/outbox"
 )
 
 // relay runs the outbox relay alone, for deployments that run it apart from
@@ -38,11 +39,11 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
 		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
-		return err
+		return fmt.Errorf("relay: %w", err)
 	}
 	defer d.Close()
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
-		return err
+		return fmt.Errorf("relay: %w", err)
 	}
 	// reg stays a nil interface without --metrics-addr: the relay then
 	// registers no metrics.
@@ -68,7 +69,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer closePub()
 	if ln != nil {
-		stop := serveOps(ln, d, gatherer, log)
+		stop := serveOps(ln, d, gatherer, log, r)
 		defer stop()
 		log.Info("idem relay metrics", "addr", ln.Addr().String())
 	}
@@ -78,9 +79,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // serveOps serves /metrics, /healthz and /readyz on ln (--metrics-addr of
 // relay and serve) until the returned stop is called.
-func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog.Logger) (stop func()) {
+func serveOps(ln net.Listener, d driver.Driver, g prometheus.Gatherer, log *slog.Logger, relay *outbox.Relay) (stop func()) {
 	srv := &http.Server{
-		Handler:           server.OpsHandler(d, g, log),
+		Handler:           server.OpsHandler(d, g, log, relay),
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

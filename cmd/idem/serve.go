@@ -54,11 +54,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	d, err := storage.OpenServing(ctx, cfg.DB, storage.Limits{
 		Timeout: cfg.DBTimeout, ConnectTimeout: cfg.DBConnectTimeout, Logger: log})
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
 	defer d.Close()
+	// The command's name leads: "migrate" alone would read as idem migrate.
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(ctx, cfg, d, log, reg)
@@ -66,7 +67,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if opsLn != nil {
-		stop := serveOps(opsLn, d, reg, log)
+		stop := serveOps(opsLn, d, reg, log, srv.Relay())
 		defer stop()
 		log.Info("idem metrics", "addr", opsLn.Addr().String())
 	}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -413,5 +416,54 @@ func TestReversalOfMissingTransferNotStored(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// After SIGINT serve says how many requests it drains, then when the drain
+// finished, and that it stopped: the log no longer ends at "shutting down".
+// The request in flight is one whose handler is reading its body (its
+// "100 Continue" came back) when the signal arrives; it completes.
+func TestShutdownLogsTheDrain(t *testing.T) {
+	t.Parallel()
+	p, _ := serveDB(t, "sqlite", nil)
+	account(t, p.URL, "a", "EUR")
+	account(t, p.URL, "b", "EUR")
+	addr := strings.TrimPrefix(p.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"id":"drained","debit_account_id":"a","credit_account_id":"b","amount":1,"currency":"EUR"}`
+	fmt.Fprintf(conn, "POST /v1/transfers HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nIdempotency-Key: drain-1\r\n"+
+		"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n", addr, len(body))
+	br := bufio.NewReader(conn)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("want 100 Continue once the handler reads the body: %q %v", line, err)
+	}
+	_, _ = br.ReadString('\n') // the blank line after the interim response
+	p.signal(syscall.SIGINT)
+	waitFor(t, func() bool {
+		return strings.Contains(p.Stderr(), `msg="idem: shutting down, draining requests" requests=1`)
+	})
+	if _, err := io.WriteString(conn, body); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("the drained request: %d, want 201", res.StatusCode)
+	}
+	if err := p.wait(60 * time.Second); err != nil {
+		t.Fatalf("exit after SIGINT: %v\n%s", err, p.Stderr())
+	}
+	logs := p.Stderr()
+	drained := strings.Index(logs, `msg="idem: drained" requests=1 took=`)
+	stopped := strings.Index(logs, `msg="idem: stopped"`)
+	if drained < 0 || stopped < drained {
+		t.Fatalf("want \"idem: drained\" requests=1, then \"idem: stopped\":\n%s", logs)
 	}
 }

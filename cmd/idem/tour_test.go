@@ -2,6 +2,9 @@ package main
 
 import (
 	"net/http"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,7 +13,7 @@ import (
 // retry, a reversal, and the balance as believed before the reversal.
 func TestTour(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dialect string) {
-		p, _ := serveDB(t, dialect, nil)
+		p, db := serveDB(t, dialect, nil)
 		u := p.URL
 		mustStatus(t, call(t, "POST", u+"/v1/accounts", "create-alice", `{"id":"alice","currency":"EUR"}`), 201)
 		mustStatus(t, call(t, "POST", u+"/v1/accounts", "create-bob", `{"id":"bob","currency":"EUR"}`), 201)
@@ -43,5 +46,76 @@ func TestTour(t *testing.T) {
 		if revs, _ := tr.json(t)["reversals"].([]any); len(revs) != 1 || tr.json(t)["amount"] != float64(1250) {
 			t.Fatalf("transfer with reversals: %s", tr.Body)
 		}
+
+		// The operators' commands the README names after the tour, on the
+		// tour's database.
+		fill := strings.NewReplacer("KEY", "order-1042", "ACCOUNT", "bob", "TIME", beforeReversal.Format(time.RFC3339Nano))
+		for _, c := range readmeOperatorCommands(t) {
+			args := append(strings.Fields(fill.Replace(c)), "--db", db)
+			out, errOut, code := runIdem(t, nil, args...)
+			if code != 0 {
+				t.Errorf("README's `idem %s`: exit %d\n%s%s", c, code, out, errOut)
+			}
+			if strings.HasPrefix(c, "ledger balance") && !strings.Contains(out, "1250") {
+				t.Errorf("README's `idem %s` as of before the reversal: %s, want bob's 1250", c, out)
+			}
+		}
 	})
+}
+
+// readmeOperatorCommands is the `idem …` commands of the README's
+// "Operators:" paragraph, without "idem ". The paragraph must say where
+// the binary comes from: nothing in the tour installs it.
+func readmeOperatorCommands(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, para, ok := strings.Cut(string(readme), "\nOperators: ")
+	para, _, _ = strings.Cut(para, "\n\n")
+	if !ok {
+		t.Fatal(`README.md has no "Operators: " paragraph`)
+	}
+	for _, want := range []string{"`go install ./cmd/idem`", "`$(go env GOPATH)/bin`", "`go run ./cmd/idem "} {
+		if !strings.Contains(para, want) {
+			t.Errorf("README's Operators paragraph does not say %s: a reader after the tour has no idem binary", want)
+		}
+	}
+	var cmds []string
+	for _, m := range regexp.MustCompile("`idem ([^`]+)`").FindAllStringSubmatch(strings.ReplaceAll(para, "\n", " "), -1) {
+		cmds = append(cmds, m[1])
+	}
+	if len(cmds) < 4 {
+		t.Fatalf("README's Operators paragraph names %d idem commands, want the 4 it shows: %q", len(cmds), para)
+	}
+	return cmds
+}
+
+// The README keeps two set-up commands, one that runs idem and one that
+// runs every test, and says beside the first how long its first compile
+// takes: minutes on a small machine, which would otherwise look hung.
+func TestReadmeSetUpCommands(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		if strings.Contains(block[1], "curl ") { // the tour
+			continue
+		}
+		for line := range strings.Lines(block[1]) {
+			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+				cmds = append(cmds, l)
+			}
+		}
+	}
+	if len(cmds) != 2 || !strings.HasPrefix(cmds[0], "go run ./cmd/idem serve") || cmds[1] != "make test" {
+		t.Fatalf("README's set-up commands are %q, want go run ./cmd/idem serve and make test", cmds)
+	}
+	if !strings.Contains(cmds[0], "# the first run compiles idem: about 4 minutes") {
+		t.Errorf("README's %q does not say beside it how long the first compile takes", cmds[0])
+	}
 }

@@ -340,48 +340,48 @@ func yamlScalar(v any) (string, error) {
 func (c Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1<<10 || c.MaxBodyBytes > 64<<20:
-		return fmt.Errorf("config: max body bytes %d is outside 1 KiB..64 MiB", c.MaxBodyBytes)
+		return fmt.Errorf("config: %s %d is outside 1 KiB..64 MiB", named("max-body-bytes"), c.MaxBodyBytes)
 	case c.KeyRetention < time.Minute || c.KeyRetention > 400*24*time.Hour:
-		return fmt.Errorf("config: key retention %s is outside 1m..400 days", c.KeyRetention)
+		return fmt.Errorf("config: %s %s is outside 1m..400 days", named("key-retention"), c.KeyRetention)
 	case c.InFlightWait < time.Millisecond || c.InFlightWait > time.Minute:
-		return fmt.Errorf("config: in-flight wait %s is outside 1ms..60s", c.InFlightWait)
+		return fmt.Errorf("config: %s %s is outside 1ms..60s", named("in-flight-wait"), c.InFlightWait)
 	case c.BatchMax < 1 || c.BatchMax > 1000:
-		return fmt.Errorf("config: batch max %d is outside 1..1000", c.BatchMax)
+		return fmt.Errorf("config: %s %d is outside 1..1000", named("batch-max"), c.BatchMax)
 	case c.BatchConcurrency < 0 || c.BatchConcurrency > 64:
-		return fmt.Errorf("config: batch concurrency %d is outside 0..64", c.BatchConcurrency)
+		return fmt.Errorf("config: %s %d is outside 0..64", named("batch-concurrency"), c.BatchConcurrency)
 	case !(c.BatchShare >= 0 && c.BatchShare <= 1):
-		return fmt.Errorf("config: batch share %v is outside 0..1", c.BatchShare)
+		return fmt.Errorf("config: %s %v is outside 0..1", named("batch-share"), c.BatchShare)
 	case c.ShutdownTimeout < time.Second || c.ShutdownTimeout > 10*time.Minute:
-		return fmt.Errorf("config: shutdown timeout %s is outside 1s..10m", c.ShutdownTimeout)
+		return fmt.Errorf("config: %s %s is outside 1s..10m", named("shutdown-timeout"), c.ShutdownTimeout)
 	case c.TenantRate < 0 || c.TenantRate > 1e6 || c.TenantRate != c.TenantRate:
-		return fmt.Errorf("config: tenant rate %v is outside 0..1000000 requests a second", c.TenantRate)
+		return fmt.Errorf("config: %s %v is outside 0..1000000 requests a second", named("tenant-rate"), c.TenantRate)
 	case c.TenantBurst < 0 || c.TenantBurst > 1_000_000:
-		return fmt.Errorf("config: tenant burst %d is outside 0..1000000", c.TenantBurst)
+		return fmt.Errorf("config: %s %d is outside 0..1000000", named("tenant-burst"), c.TenantBurst)
 	case c.TenantConcurrency < 0 || c.TenantConcurrency > 100_000:
-		return fmt.Errorf("config: tenant concurrency %d is outside 0..100000", c.TenantConcurrency)
+		return fmt.Errorf("config: %s %d is outside 0..100000", named("tenant-concurrency"), c.TenantConcurrency)
 	case c.RelayBatch < 1 || c.RelayBatch > 10000:
-		return fmt.Errorf("config: relay batch %d is outside 1..10000", c.RelayBatch)
+		return fmt.Errorf("config: %s %d is outside 1..10000", named("relay-batch"), c.RelayBatch)
 	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:
-		return fmt.Errorf("config: relay poll %s is outside 1ms..1m", c.RelayPoll)
+		return fmt.Errorf("config: %s %s is outside 1ms..1m", named("relay-poll"), c.RelayPoll)
 	case c.RelayLease < time.Second || c.RelayLease > 10*time.Minute:
-		return fmt.Errorf("config: relay lease %s is outside 1s..10m", c.RelayLease)
+		return fmt.Errorf("config: %s %s is outside 1s..10m", named("relay-lease"), c.RelayLease)
 	case c.RelayMaxAttempts < 1 || c.RelayMaxAttempts > 1000:
-		return fmt.Errorf("config: relay max attempts %d is outside 1..1000", c.RelayMaxAttempts)
+		return fmt.Errorf("config: %s %d is outside 1..1000", named("relay-max-attempts"), c.RelayMaxAttempts)
 	case c.DBTimeout < 100*time.Millisecond || c.DBTimeout > 10*time.Minute:
-		return fmt.Errorf("config: db timeout %s is outside 100ms..10m", c.DBTimeout)
+		return fmt.Errorf("config: %s %s is outside 100ms..10m", named("db-timeout"), c.DBTimeout)
 	case c.DBConnectTimeout < 100*time.Millisecond || c.DBConnectTimeout > 10*time.Minute:
-		return fmt.Errorf("config: db connect timeout %s is outside 100ms..10m", c.DBConnectTimeout)
+		return fmt.Errorf("config: %s %s is outside 100ms..10m", named("db-connect-timeout"), c.DBConnectTimeout)
 	}
 	if c.IdempotencyKey != KeyRequired && c.IdempotencyKey != KeyOptional {
-		return fmt.Errorf("config: idempotency key %q: want %s or %s", c.IdempotencyKey, KeyRequired, KeyOptional)
+		return fmt.Errorf("config: %s %q: want %s or %s", named("idempotency-key"), c.IdempotencyKey, KeyRequired, KeyOptional)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("config: log level %q: want debug, info, warn or error", c.LogLevel)
+		return fmt.Errorf("config: %s %q: want debug, info, warn or error", named("log-level"), c.LogLevel)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return fmt.Errorf("config: log format %q: want text or json", c.LogFormat)
+		return fmt.Errorf("config: %s %q: want text or json", named("log-format"), c.LogFormat)
 	}
 	if c.AdminKeyHash != nil {
 		for _, k := range c.APIKeys {
@@ -392,7 +392,7 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			return fmt.Errorf("config: metrics-addr %q: %w", c.MetricsAddr, err)
+			return fmt.Errorf("config: %s %q: %w", named("metrics-addr"), c.MetricsAddr, err)
 		}
 	}
 	if c.DebugAddr != "" {
@@ -406,13 +406,23 @@ func (c Config) Validate() error {
 	}
 	host, _, err := net.SplitHostPort(c.Addr)
 	if err != nil {
-		return fmt.Errorf("config: addr %q: %w", c.Addr, err)
+		return fmt.Errorf("config: %s %q: %w", named("addr"), c.Addr, err)
 	}
 	if len(c.APIKeys) == 0 && !IsLoopback(host) {
-		return fmt.Errorf("config: addr %q is not loopback and no API keys are configured: "+
-			"set IDEM_API_KEYS (tenant:key,…) before serving beyond this machine", c.Addr)
+		return fmt.Errorf("config: %s %q is not loopback and no API keys are configured: "+
+			"set --api-keys (IDEM_API_KEYS, tenant:key,…) before serving beyond this machine", named("addr"), c.Addr)
 	}
 	return nil
+}
+
+// named names a setting as the user types it: its flag and its
+// environment variable, "--relay-poll (IDEM_RELAY_POLL)".
+func named(flag string) string {
+	s, ok := settingByFlag[flag]
+	if !ok {
+		panic("config: no setting " + flag)
+	}
+	return "--" + s.flag + " (" + s.env + ")"
 }
 
 // IsLoopback reports whether host names only this machine.

@@ -14,9 +14,19 @@ import (
 // ReportEvery is the most often a continuing outage is logged.
 const ReportEvery = time.Minute
 
+// Words are what a Log says of its dependency after its name: when it
+// goes away, while it stays away, and when it is back.
+type Words struct {
+	Down, Still, Up string
+}
+
+// unavailable is the words of a dependency that answers no longer.
+var unavailable = Words{Down: " unavailable", Still: " still unavailable", Up: " available again"}
+
 // Log tracks one dependency. Its methods are safe for concurrent use.
 type Log struct {
 	name  string // what is unavailable: "database", "broker"
+	words Words
 	log   *slog.Logger
 	clock func() time.Time
 
@@ -31,10 +41,24 @@ type Log struct {
 // New returns a Log of the dependency name, writing to log; clock nil is
 // time.Now.
 func New(name string, log *slog.Logger, clock func() time.Time) *Log {
+	return NewWords(name, unavailable, log, clock)
+}
+
+// NewWords is New for a dependency that fails otherwise than by going
+// away (a database whose commits are not confirmed replicated): words say
+// what its lines say after name.
+func NewWords(name string, words Words, log *slog.Logger, clock func() time.Time) *Log {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Log{name: name, log: log, clock: clock}
+	return &Log{name: name, words: words, log: log, clock: clock}
+}
+
+// Down reports whether an outage is going on, and since when.
+func (l *Log) Down() (since time.Time, down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since, l.down
 }
 
 // Fail records a failure caused by the dependency being unavailable. The
@@ -49,9 +73,9 @@ func (l *Log) Fail(what string, err error) {
 	switch {
 	case !l.down:
 		l.down, l.since, l.reportedAt, l.failures = true, now, now, 0
-		l.log.Warn(l.name+" unavailable", "what", what, "err", oneLine(err))
+		l.log.Warn(l.name+l.words.Down, "what", what, "err", oneLine(err))
 	case now.Sub(l.reportedAt) >= ReportEvery:
-		l.log.Warn(l.name+" still unavailable", "for", now.Sub(l.since).Round(time.Second).String(),
+		l.log.Warn(l.name+l.words.Still, "for", now.Sub(l.since).Round(time.Second).String(),
 			"failures", l.failures, "what", what, "err", oneLine(err))
 		l.reportedAt, l.failures = now, 0
 	}
@@ -65,7 +89,7 @@ func (l *Log) OK() {
 		return
 	}
 	now := l.clock()
-	l.log.Info(l.name+" available again", "after", now.Sub(l.since).Round(time.Second).String(), "failures", l.total)
+	l.log.Info(l.name+l.words.Up, "after", now.Sub(l.since).Round(time.Second).String(), "failures", l.total)
 	l.down, l.failures, l.total = false, 0, 0
 }
 

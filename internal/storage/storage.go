@@ -237,7 +237,7 @@ func Redact(dbURL string) string {
 func Prepare(ctx context.Context, d driver.Driver, migrate bool) error {
 	if migrate {
 		if err := d.Migrate(ctx); err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			return fmt.Errorf("apply the pending migrations: %w", err)
 		}
 	}
 	st, err := d.MigrationStatus(ctx)

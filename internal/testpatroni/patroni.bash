@@ -48,8 +48,13 @@
 # IDEM_PATRONI_NO_INSTALL is set (as the tests set it: they never install).
 # PostgreSQL is the newest major version installed (scripts/pg's choice).
 # Running as root, every server runs as the postgres user (PostgreSQL
-# refuses root), so DIR's parent must be traversable by it.
+# refuses root), so DIR's parent must be traversable by it. Nothing else
+# of the caller's needs to be: the script leaves the directory it was run
+# from (a checkout inside a home only root may enter, whose Patroni's
+# Python subprocesses could not return to) for /, and each server runs in
+# its own directory under DIR, which the postgres user owns.
 set -euo pipefail
+self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 
 find_bindir() {
   if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
@@ -113,11 +118,11 @@ as_owner() {
 nodes="node1 node2"
 
 # spawn starts a server detached (its own session, output to LOG) as the
-# owner and records its pid in PIDFILE: the pid of the server itself, which
-# bash execs, never of runuser.
+# owner, in LOG's directory, and records its pid in PIDFILE: the pid of
+# the server itself, which bash execs, never of runuser.
 spawn() {
   local pidfile=$1 log=$2; shift 2
-  as_owner setsid bash -c 'echo $$ >"$1"; shift; log=$1; shift; exec "$@" >>"$log" 2>&1 </dev/null' \
+  as_owner setsid bash -c 'echo $$ >"$1"; shift; log=$1; shift; cd "$(dirname "$log")"; exec "$@" >>"$log" 2>&1 </dev/null' \
     spawn "$pidfile" "$log" "$@" </dev/null >/dev/null 2>&1 &
   local i
   for i in $(seq 100); do [ -s "$pidfile" ] && return; sleep 0.05; done
@@ -185,6 +190,16 @@ wait_healthy() {
   done
 }
 
+# show_logs prints the end of each log named, under its name: one tail
+# per file, as tail's obsolete -N form refuses several.
+show_logs() {
+  local f
+  for f in "$@"; do
+    echo "== $f"
+    tail -n 30 "$f" 2>&1 || true
+  done
+}
+
 start_patroni() { spawn "$dir/$1/patroni.pid" "$dir/$1/patroni.log" patroni "$dir/$1/patroni.yml"; }
 
 url() {
@@ -202,6 +217,7 @@ fi
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
 shift 2
 case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+cd /
 
 case "$cmd" in
 start)
@@ -232,7 +248,7 @@ start)
     --initial-cluster "idem=http://127.0.0.1:$peer_port"
   for i in $(seq 150); do
     curl -s -m 1 "http://127.0.0.1:$etcd_port/health" | grep -q '"health":"true"' && break
-    [ "$i" = 150 ] && { echo "scripts/patroni: etcd did not start:" >&2; tail -20 "$dir/etcd.log" >&2; exit 1; }
+    [ "$i" = 150 ] && { echo "scripts/patroni: etcd did not start:" >&2; show_logs "$dir/etcd.log" >&2; exit 1; }
     sleep 0.2
   done
   sync_mode=false; [ "$mode" = sync ] && sync_mode=true
@@ -298,9 +314,9 @@ EOF
     # A test process that panics or is killed never runs its cleanup: the
     # cluster must not outlive it.
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 2; done; bash "$2" stop "$3"' \
-      watch "$watch" "${BASH_SOURCE[0]}" "$dir" >/dev/null 2>&1 </dev/null &
+      watch "$watch" "$self" "$dir" >/dev/null 2>&1 </dev/null &
   fi
-  wait_healthy 120 || { tail -30 "$dir"/node*/patroni.log >&2; exit 1; }
+  wait_healthy 120 || { show_logs "$dir/etcd.log" "$dir"/node*/patroni.log >&2; exit 1; }
   url
   ;;
 url)

@@ -110,6 +110,10 @@ func Start(tb testing.TB, cfg Config) *Cluster {
 func (c *Cluster) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command("bash", append([]string{c.script()}, args...)...)
 	cmd.Env = append(os.Environ(), "IDEM_PATRONI_NO_INSTALL=1")
+	// From /: a server started as the postgres user inherits the working
+	// directory, and the test's (a checkout under a home only root may
+	// enter) may be closed to it.
+	cmd.Dir = "/"
 	return cmd
 }
 

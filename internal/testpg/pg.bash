@@ -91,6 +91,11 @@ if [ "$cmd" = install ]; then
   exit 0
 fi
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/pg install|start|stop|pause|resume|restart DIR [--durable|--crash-safe]" >&2; exit 2; }
+# From /, with DIR absolute: the servers run as the postgres user, who may
+# not enter the directory the script was run from (a checkout in a home
+# only root may enter).
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+cd /
 
 case "$cmd" in
 start)

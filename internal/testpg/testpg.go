@@ -144,6 +144,10 @@ func script(parent string) string { return filepath.Join(parent, "pg.bash") }
 func pg(parent string, args ...string) *exec.Cmd {
 	cmd := exec.Command("bash", append([]string{script(parent)}, args...)...)
 	cmd.Env = append(os.Environ(), "IDEM_PG_NO_INSTALL=1")
+	// From /: a server started as the postgres user inherits the working
+	// directory, and the test's (a checkout under a home only root may
+	// enter) may be closed to it.
+	cmd.Dir = "/"
 	return cmd
 }
 

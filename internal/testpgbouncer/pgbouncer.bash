@@ -131,6 +131,10 @@ if [ "$cmd" = install ]; then
   exit 0
 fi
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
+# From /, with DIR absolute: pgbouncer runs as the postgres user, who may
+# not enter the directory the script was run from.
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+cd /
 
 case "$cmd" in
 start)

@@ -118,6 +118,10 @@ func (b *Bouncer) Log() string {
 func (b *Bouncer) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command("bash", append([]string{filepath.Join(filepath.Dir(b.dir), "pgbouncer.bash")}, args...)...)
 	cmd.Env = append(os.Environ(), "IDEM_PG_NO_INSTALL=1")
+	// From /: a server started as the postgres user inherits the working
+	// directory, and the test's (a checkout under a home only root may
+	// enter) may be closed to it.
+	cmd.Dir = "/"
 	return cmd
 }
 

@@ -123,6 +123,10 @@ func start(files *TLSFiles) (*Node, error) {
 func (n *Node) script(args ...string) *exec.Cmd {
 	cmd := exec.Command("bash", append([]string{filepath.Join(filepath.Dir(n.dir), "rabbitmq.bash")}, args...)...)
 	cmd.Env = append(os.Environ(), "IDEM_RABBITMQ_NO_INSTALL=1")
+	// From /: a server started as the postgres user inherits the working
+	// directory, and the test's (a checkout under a home only root may
+	// enter) may be closed to it.
+	cmd.Dir = "/"
 	return cmd
 }
 

@@ -30,7 +30,8 @@ var bunDB = bun.NewDB(&sql.DB{}, pgdialect.New())
 
 // saveOrder writes the order with bun in idem's transaction.
 func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
-	_, err := bunDB.NewInsert().Conn(tx).Model(&Order{ID: o.ID, Customer: o.Customer, Amount: o.Amount}).Exec(ctx)
+	_, err := bunDB.NewInsert().Conn(tx).
+		Model(&Order{ID: o.ID, Customer: o.Customer, Amount: o.Amount}).Exec(ctx)
 	return err
 }
 

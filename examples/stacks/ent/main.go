@@ -21,8 +21,10 @@ import (
 // saveOrder writes the order with ent in idem's transaction: the client's
 // driver is the *sql.Tx, so it never begins or commits one of its own.
 func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
-	client := ent.NewClient(ent.Driver(entsql.NewDriver(dialect.Postgres, entsql.Conn{ExecQuerier: tx})))
-	return client.Order.Create().SetID(o.ID).SetCustomer(o.Customer).SetAmount(o.Amount).Exec(ctx)
+	drv := entsql.NewDriver(dialect.Postgres, entsql.Conn{ExecQuerier: tx})
+	client := ent.NewClient(ent.Driver(drv))
+	return client.Order.Create().SetID(o.ID).SetCustomer(o.Customer).
+		SetAmount(o.Amount).Exec(ctx)
 }
 
 var stack = shop.Stack{Name: "ent", SQLDriver: "pgx", Save: saveOrder}

@@ -23,14 +23,27 @@ type Order struct {
 	Amount   int64
 }
 
-// saveOrder writes the order with GORM in idem's transaction. GORM's own
-// transaction around a write is off: idem's transaction is the one.
-func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: tx}), &gorm.Config{SkipDefaultTransaction: true})
+// gormDB maps the models once. Each write runs in a session on the *sql.Tx
+// it is given, so the *sql.DB under it is never used for a query here and
+// is not pinged; a service opens it on its own *sql.DB.
+var gormDB = openGORM()
+
+func openGORM() *gorm.DB {
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: &sql.DB{}}),
+		&gorm.Config{SkipDefaultTransaction: true, DisableAutomaticPing: true})
 	if err != nil {
-		return err
+		panic(err) // only a bad configuration fails: nothing is dialled
 	}
-	return db.WithContext(ctx).Create(&Order{ID: o.ID, Customer: o.Customer, Amount: o.Amount}).Error
+	return db
+}
+
+// saveOrder writes the order with GORM in idem's transaction: a session of
+// gormDB whose connection is the *sql.Tx. GORM's own transaction around a
+// write is off: idem's transaction is the one.
+func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
+	db := gormDB.Session(&gorm.Session{NewDB: true, Context: ctx})
+	db.Statement.ConnPool = tx // as GORM's own Begin does with its *sql.Tx
+	return db.Create(&Order{ID: o.ID, Customer: o.Customer, Amount: o.Amount}).Error
 }
 
 var stack = shop.Stack{Name: "gorm", SQLDriver: "pgx", Save: saveOrder}

@@ -195,6 +195,9 @@ func Main(sqlDriver string, save SaveOrder) {
 }
 
 func serve(ctx context.Context, sqlDriver string, save SaveOrder) error {
+	if err := migrate(ctx, os.Getenv("DATABASE_URL")); err != nil {
+		return err
+	}
 	db, err := sql.Open(sqlDriver, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		return err
@@ -221,6 +224,18 @@ func serve(ctx context.Context, sqlDriver string, save SaveOrder) error {
 		return err
 	}
 	return <-relayErr
+}
+
+// migrate brings idem's tables up to date on a driver opened on the URL:
+// Migrate on a *sql.DB needs pgx's stdlib under it, and the sqlx and sqlc
+// stacks run on lib/pq.
+func migrate(ctx context.Context, url string) error {
+	d, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Migrate(ctx)
 }
 
 // Relay publishes the outbox to NATS until ctx ends.

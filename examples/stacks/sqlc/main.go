@@ -18,7 +18,8 @@ import (
 
 // saveOrder writes the order with sqlc's queries in idem's transaction.
 func saveOrder(ctx context.Context, tx *sql.Tx, o shop.Order) error {
-	_, err := db.New(tx).InsertOrder(ctx, db.InsertOrderParams{ID: o.ID, Customer: o.Customer, Amount: o.Amount})
+	_, err := db.New(tx).InsertOrder(ctx, db.InsertOrderParams{
+		ID: o.ID, Customer: o.Customer, Amount: o.Amount})
 	return err
 }
 

@@ -96,7 +96,7 @@ func TestValidationRefusalNotStored(t *testing.T) {
 	cases := []struct {
 		name, path, refused, want, corrected string
 	}{
-		{"unknown field", "/v1/transfers", `{"id":"ID","debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR","colour":"red"}`, `unknown field "colour"`, ok},
+		{"unknown field", "/v1/transfers", `{"id":"ID","debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR","colour":"red"}`, `unknown field "colour": the body has a member this route does not take`, ok},
 		{"zero amount", "/v1/transfers", `{"id":"ID","debit_account_id":"a","credit_account_id":"b","amount":0,"currency":"EUR"}`, "amount", ok},
 		{"lowercase currency", "/v1/transfers", `{"id":"ID","debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"eur"}`, "currency", ok},
 		{"amount as a string", "/v1/transfers", `{"id":"ID","debit_account_id":"a","credit_account_id":"b","amount":"5","currency":"EUR"}`, "amount: want a JSON number, not a string", ok},
@@ -279,6 +279,43 @@ func TestAccountIDRoundTrip(t *testing.T) {
 			if res.StatusCode != http.StatusOK || err != nil || got.ID != id {
 				t.Fatalf("GET %s: %d %q %v, want account %q", r.Header.Get("Location"), res.StatusCode, got.ID, err, id)
 			}
+		}
+	})
+}
+
+// A problem's detail is a sentence for the client: no Go package prefix,
+// no Go error text, and nothing the client did not send (a transfer id the
+// server generated).
+func TestDetailsAreForClients(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ts := inputServer(t, d)
+		for _, id := range []string{"a", "b"} {
+			if r := sendJSON(t, ts, "/v1/accounts", "acct-"+id, `{"id":"`+id+`","currency":"EUR"}`); r.Status != http.StatusCreated {
+				t.Fatalf("account %s: %d %s", id, r.Status, r.Body)
+			}
+		}
+		cases := []struct {
+			name, key, body string
+			status          int
+			code, detail    string
+		}{
+			{"same account, no id sent", "same", `{"debit_account_id":"a","credit_account_id":"a","amount":5,"currency":"EUR"}`,
+				http.StatusUnprocessableEntity, "same_account", `the transfer debits and credits the same account "a": it must move money between two accounts`},
+			{"unknown field", "memo", `{"debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR","memo":"x"}`,
+				http.StatusBadRequest, "invalid_request", `unknown field "memo": the body has a member this route does not take`},
+			{"key too long", strings.Repeat("k", 256), `{"debit_account_id":"a","credit_account_id":"b","amount":5,"currency":"EUR"}`,
+				http.StatusBadRequest, "idempotency_key_invalid", "the Idempotency-Key header is invalid: longer than 255 characters"},
+		}
+		for _, tc := range cases {
+			r := sendJSON(t, ts, "/v1/transfers", tc.key, tc.body)
+			var p struct{ Code, Detail string }
+			if err := json.Unmarshal(r.Body, &p); err != nil || r.Status != tc.status || p.Code != tc.code || p.Detail != tc.detail {
+				t.Errorf("%s: %d %s, want %d %s with the detail %q", tc.name, r.Status, r.Body, tc.status, tc.code, tc.detail)
+			}
+		}
+		if n := countRows(t, d, `SELECT count(*) FROM ledger_transfers`); n != 0 {
+			t.Fatalf("%d transfers written, want 0", n)
 		}
 	})
 }

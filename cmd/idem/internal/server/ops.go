@@ -13,16 +13,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/outbox"
 )
 
 // OpsHandler serves what an orchestrator and Prometheus ask of a process
 // that has no API of its own (idem relay): GET /metrics from g, /healthz and
-// /readyz as serve answers them.
-func OpsHandler(d driver.Driver, g prometheus.Gatherer, log *slog.Logger) http.Handler {
+// /readyz as serve answers them. relay, when not nil, is the process's
+// relay, whose unreplicated commits /readyz reports.
+func OpsHandler(d driver.Driver, g prometheus.Gatherer, log *slog.Logger, relay *outbox.Relay) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(d, log))
+	mux.Handle("GET /readyz", readyz(d, log, relay))
 	return mux
 }
 
@@ -38,13 +40,18 @@ func healthz(w http.ResponseWriter, r *http.Request) {
 // readyz answers 200 when the database answers and the binary can run on
 // its schema: fully migrated, or newer but compatible. A database that
 // cannot be used is logged once when the reason changes, not at each poll.
-func readyz(d driver.Driver, log *slog.Logger) http.HandlerFunc {
+func readyz(d driver.Driver, log *slog.Logger, relay *outbox.Relay) http.HandlerFunc {
 	var last notReady
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		st, err := d.MigrationStatus(ctx)
 		last.note(log, err)
+		var unreplicatedSince time.Time
+		unreplicated := false
+		if relay != nil {
+			unreplicatedSince, unreplicated = relay.Unreplicated()
+		}
 		switch {
 		case err != nil:
 			w.Header().Set("Retry-After", "1")
@@ -54,6 +61,13 @@ func readyz(d driver.Driver, log *slog.Logger) http.HandlerFunc {
 		case st.TooNew():
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema too new for this binary",
 				"migration": st.Applied, "latest": st.Latest, "required": st.Required})
+		case unreplicated:
+			// The database reads, but a commit is not acknowledged: the
+			// relay's log says so once, this says so while it lasts.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",
+				"reason": "database commits not confirmed replicated: the primary waits for a synchronous standby it lacks",
+				"since":  unreplicatedSince.UTC().Format(time.RFC3339)})
 		default:
 			// A schema newer than the binary but compatible with it (an
 			// expand step of a rolling upgrade) is ready too.

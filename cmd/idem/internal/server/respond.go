@@ -68,7 +68,12 @@ func decode(r *http.Request, v any) error {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			return fmt.Errorf("%s: want %s, not %s", te.Field, jsonKind(te.Type), article(te.Value))
 		}
-		return fmt.Errorf("body: %w", err)
+		// encoding/json says "json: unknown field \"memo\"": the detail is
+		// for the client, in its words, not Go's.
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return fmt.Errorf("unknown field %s: the body has a member this route does not take", name)
+		}
+		return errors.New("the body is not the JSON object this route takes")
 	}
 	return nil
 }

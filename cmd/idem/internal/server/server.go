@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -234,7 +235,7 @@ func (s *Server) routes() http.Handler {
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(s.d, s.log))
+	mux.Handle("GET /readyz", readyz(s.d, s.log, s.relay))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	// With --metrics-addr, /metrics is served there only (serve.go), so
 	// that the public port does not show it. Without it, and with API
@@ -339,11 +340,22 @@ func tenantFrom(ctx context.Context) string {
 	return t
 }
 
+// Relay is the relay serve runs (nil with --relay=false), for the
+// /readyz of --metrics-addr.
+func (s *Server) Relay() *outbox.Relay { return s.relay }
+
 // Run serves on ln until ctx is done, then stops accepting, drains the
 // requests in flight (bounded by ShutdownTimeout) and returns.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	// active counts the requests a handler is running, so that shutdown
+	// can say how many it waited for.
+	var active atomic.Int64
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			active.Add(1)
+			defer active.Add(-1)
+			s.handler.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -383,6 +395,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		if s.closeRelay != nil {
 			s.closeRelay()
 		}
+		s.log.Info("idem: stopped")
 	}()
 
 	errc := make(chan error, 1)
@@ -392,10 +405,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.log.Info("idem: shutting down, draining requests", "timeout", s.cfg.ShutdownTimeout)
+	draining, began := active.Load(), time.Now()
+	s.log.Info("idem: shutting down, draining requests", "requests", draining, "timeout", s.cfg.ShutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
+		s.log.Warn("idem: drain cut short by --shutdown-timeout", "requests", draining,
+			"unfinished", active.Load(), "took", time.Since(began).Round(time.Millisecond))
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if s.writes != nil {
@@ -403,6 +419,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			s.log.Warn("idem: shutting down", "err", err)
 		}
 	}
+	s.log.Info("idem: drained", "requests", draining, "took", time.Since(began).Round(time.Millisecond))
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -128,6 +128,10 @@ type Config struct {
 	Explicit bool
 }
 
+// MaxOperations bounds Config.Operations; a run given a --duration and no
+// --operations sends until the duration ends, bounded by it.
+const MaxOperations = 10_000_000
+
 // Defaults and bounds.
 const (
 	defaultAccounts     = 16
@@ -234,8 +238,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Accounts < 2 || c.Accounts > 10000:
 		return fmt.Errorf("load: accounts %d is outside 2..10000", c.Accounts)
-	case c.Operations < 1 || c.Operations > 10_000_000:
-		return fmt.Errorf("load: operations %d is outside 1..10000000", c.Operations)
+	case c.Operations < 1 || c.Operations > MaxOperations:
+		return fmt.Errorf("load: operations %d is outside 1..%d", c.Operations, MaxOperations)
 	case c.Duration < time.Second || c.Duration > 24*time.Hour:
 		return fmt.Errorf("load: duration %s is outside 1s..24h", c.Duration)
 	case c.Duplicates < 0 || c.Duplicates > 0.9:
