@@ -32,6 +32,8 @@ var (
 	// the titles that follow it (`, "B"`, ` and "C"`, `, and "D"`).
 	citeQuoted = regexp.MustCompile(`([A-Za-z0-9_.-]+/)*([a-z0-9_-]+\.md)(?:[,:] ?| \(| )"([^"\n]+)"`)
 	citeMore   = regexp.MustCompile(`^(?:,| and|, and) "([^"\n]+)"`)
+	// docsPage is a page of docs/ named by its path, cited whole or not.
+	docsPage = regexp.MustCompile(`docs/([a-z0-9_-]+\.md)`)
 	// lineJoin is a line break with what continues a comment or a
 	// paragraph on the next line: a citation may be wrapped anywhere.
 	lineJoin = regexp.MustCompile(`[ \t]*\n[ \t]*(?:(?://|#|--|\*)[ \t]*)?`)
@@ -244,7 +246,7 @@ func TestDocsCitationsName(t *testing.T) {
 }
 
 // TestDocsCitationsResolve fails on a citation, in a page, in code or in a
-// script, of a docs section that does not exist.
+// script, of a docs section or a docs page that does not exist.
 func TestDocsCitationsResolve(t *testing.T) {
 	t.Parallel()
 	pages := citedPages(t)
@@ -253,6 +255,11 @@ func TestDocsCitationsResolve(t *testing.T) {
 	checked := 0
 	for _, file := range citingFiles(t) {
 		text := citingText(t, file)
+		for _, m := range docsPage.FindAllStringSubmatch(text, -1) {
+			if _, ok := pages[m[1]]; !ok {
+				t.Errorf("%s names docs/%s: no such page", file, m[1])
+			}
+		}
 		for _, c := range citations(text) {
 			path, ok := pages[c.page]
 			if !ok {
