@@ -698,7 +698,7 @@ func TestBatcherAmbiguousCommit(t *testing.T) {
 				return err
 			}
 			if commits++; commits == 2 {
-				return fmt.Errorf("%w: connection lost before COMMIT's answer", driver.ErrUnavailable)
+				return fmt.Errorf("%w: connection lost before COMMIT's answer", driver.ErrCommitUnknown)
 			}
 			return nil
 		})

@@ -55,6 +55,14 @@ var (
 	// request may be sent again: it replays what the server holds, or,
 	// after a failover that lost the commit, does the work once.
 	ErrUnreplicated = errors.New("idem/driver: commit not confirmed replicated")
+	// ErrCommitUnknown: COMMIT was sent and its answer never came (the
+	// connection broke, or the context ended, while it was awaited): the
+	// transaction may have committed or not, and nobody can tell from
+	// here. It is not ErrUnavailable and not IsRetryable, which promise
+	// that nothing was committed; like ErrUnreplicated it is not to be
+	// acknowledged as done, and a keyed request may be sent again with
+	// the same key: it replays what committed, or does the work once.
+	ErrCommitUnknown = errors.New("idem/driver: commit outcome unknown: the database's answer was lost")
 	// ErrReadOnlyServer: the server takes no writes (a standby, or
 	// default_transaction_read_only on), so no connection to it was kept.
 	// Always with ErrUnavailable.

@@ -39,6 +39,8 @@ func TestProblemFor(t *testing.T) {
 			"the service cannot reach its database; nothing was done, retry later", "3"},
 		{"unreplicated, the connection lost too", fmt.Errorf("%w: canceling wait (%w)", driver.ErrUnreplicated, driver.ErrUnavailable), 503, "unavailable",
 			"the database committed this request but could not confirm it reached its standbys; it is not acknowledged: retry with the same Idempotency-Key", "3"},
+		{"commit unknown, the context ended meanwhile", fmt.Errorf("%w: %w", driver.ErrCommitUnknown, context.Canceled), 503, "unavailable",
+			"the database's answer to this request's commit was lost: it may have committed; it is not acknowledged: retry with the same Idempotency-Key, which replays it if it committed", "3"},
 		{"serialization", driver.ErrSerialization, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
 		{"deadline", context.DeadlineExceeded, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
 		{"canceled", context.Canceled, 503, "unavailable", "request canceled", "3"},

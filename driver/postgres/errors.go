@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -80,4 +82,23 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	return err
+}
+
+// commitErr maps the error of a COMMIT that was sent. The server's own
+// refusal (an SQLSTATE) and database/sql's refusals before sending
+// (ErrBadConn, ErrTxDone) leave nothing committed; any other failure came
+// while the answer was awaited, so the transaction may have committed:
+// driver.ErrCommitUnknown, with the original kept. pgx's SafeToRetry is no
+// guide here: a read that fails after COMMIT went out surfaces as "conn
+// closed", which it marks safe to retry. mapped maps the definite ones
+// (mapErr, mapStdErr).
+func commitErr(err error, mapped func(error) error) error {
+	if err == nil {
+		return nil
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) || errors.Is(err, sql.ErrTxDone) || errors.Is(err, sqldriver.ErrBadConn) {
+		return mapped(err)
+	}
+	return fmt.Errorf("%w: %w", driver.ErrCommitUnknown, err)
 }

@@ -179,7 +179,7 @@ func (t *stdOwnedTx) Commit(ctx context.Context) error {
 		return mapStdErr(sql.ErrTxDone)
 	}
 	t.done = true
-	return mapStdErr(t.tx.Commit())
+	return commitErr(t.tx.Commit(), mapStdErr)
 }
 
 func (t *stdOwnedTx) Rollback(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -215,9 +216,17 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	if len(t.opening) > 0 {
 		return nil // nothing was sent: there is nothing to commit
 	}
+	// Refused before anything is sent, the transaction ends with the
+	// connection (the rollback closes or releases it): nothing committed.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.conn.Conn().IsClosed() {
+		return mapErr(pgconn.ErrConnClosed)
+	}
 	tag, err := t.conn.Exec(ctx, "COMMIT")
 	if err != nil {
-		return mapErr(err)
+		return commitErr(err, mapErr)
 	}
 	if tag.String() == "ROLLBACK" { // a statement failed and aborted it
 		return mapErr(pgx.ErrTxCommitRollback)
