@@ -533,8 +533,9 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering
 
 // itemMayCause reports whether err may be one request's doing, so that
 // trying the requests apart can help: a failed commit (it may have
-// happened, and the halves' claims then find their records), but not an
-// ended context nor an unavailable database, which fail every half alike.
+// happened, and the halves' claims then find their records), a statement
+// timeout (one request's slow work), but not an ended context nor an
+// unavailable database, which fail every half alike.
 func itemMayCause(err error) bool {
 	var c *commitError
 	switch {

@@ -34,6 +34,13 @@ var (
 	// ErrSerialization: the transaction lost a serialization or deadlock
 	// check and was rolled back by the database. Retryable.
 	ErrSerialization = errors.New("idem/driver: serialization failure")
+	// ErrStatementTimeout: the server canceled a statement that ran
+	// longer than its statement_timeout, or on a cancel request (which
+	// the driver sends when a statement's context ends), and with it the
+	// transaction. One request's slow work may cause it, so a
+	// batch that meets it splits and only the slow request fails.
+	// Retryable: nothing was committed.
+	ErrStatementTimeout = errors.New("idem/driver: statement canceled: it ran past statement_timeout")
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")
@@ -96,7 +103,7 @@ func CheckTx(d Driver, tx Tx) error {
 // the same work may be tried again: nothing was committed.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLockTimeout) ||
-		errors.Is(err, ErrSerialization)
+		errors.Is(err, ErrSerialization) || errors.Is(err, ErrStatementTimeout)
 }
 
 // Tx is a database transaction as business packages see it: execute, query,

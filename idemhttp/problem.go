@@ -40,6 +40,7 @@ type Problem struct {
 //	idem.ErrCommitUnknown               503 unavailable, Retry-After: the commit's answer
 //	                                        was lost, it may have committed; the retry
 //	                                        with the same key replays it or does it once
+//	driver.ErrStatementTimeout          503 unavailable, Retry-After: nothing was stored
 //	database unavailable, lock or       503 unavailable, Retry-After: nothing was
 //	serialization timeout, deadline         stored, a retry may succeed
 //	context.Canceled                    503 unavailable, Retry-After (the client went away)
@@ -83,6 +84,10 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// committed, so "nothing was done" would be false.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: commitUnknownDetail, RetryAfter: retryAfter}
+	case errors.Is(err, driver.ErrStatementTimeout):
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail:     "the request's database work ran past its time limit; nothing was done, retry later",
+			RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: unavailableDetail, RetryAfter: retryAfter}

@@ -61,8 +61,10 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
 		case codeTooManyConnections:
 			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
+		case codeQueryCanceled:
+			return fmt.Errorf("%w: %w", driver.ErrStatementTimeout, err)
 		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
-			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
+			codeIdleInTransaction, codeIdleSessionTimeout:
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)

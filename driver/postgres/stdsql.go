@@ -233,6 +233,8 @@ func codeSentinel(code string) error {
 		return driver.ErrLockTimeout
 	case codeSerializationFailure, codeDeadlockDetected:
 		return driver.ErrSerialization
+	case codeQueryCanceled:
+		return driver.ErrStatementTimeout
 	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections, codeReadOnlyTransaction:
 		return driver.ErrUnavailable
 	case codeImmutable:
