@@ -190,7 +190,11 @@ func Underlying(tx Tx) Tx {
 type TxCloser interface {
 	Tx
 	Commit(ctx context.Context) error
-	// Rollback is safe to call after Commit; it is then a no-op.
+	// Rollback is safe to call after Commit; it is then a no-op. It runs
+	// even when ctx has ended (on ctx's values, under a short bound of the
+	// driver's), since a caller that gave up is the usual reason to roll
+	// back: the connection then returns to its pool instead of being
+	// destroyed.
 	Rollback(ctx context.Context) error
 }
 

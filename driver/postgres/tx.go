@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -243,8 +244,24 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 	if len(t.opening) > 0 {
 		return nil // nothing was sent: nothing to undo
 	}
+	ctx, cancel := rollbackContext(ctx)
+	defer cancel()
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
 	return mapErr(err)
+}
+
+// rollbackTimeout bounds a ROLLBACK: the server answers one at once
+// unless it is out of reach, and then the connection is lost anyway.
+const rollbackTimeout = 2 * time.Second
+
+// rollbackContext is the context a rollback runs on: ctx's values without
+// its end, bounded by rollbackTimeout. A transaction is rolled back most
+// often because its caller gave up (a client gone, a deadline passed);
+// on the caller's ended context pgx would send no ROLLBACK, and the pool
+// would destroy the connection it got back inside a transaction, so every
+// abandoned request would cost a new connection.
+func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 }
 
 // batchRows closes the batch its rows came from with them.
