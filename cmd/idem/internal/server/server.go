@@ -309,7 +309,9 @@ func tenantFrom(ctx context.Context) string {
 }
 
 // Run serves on ln until ctx is done, then stops accepting, drains the
-// requests in flight (bounded by ShutdownTimeout) and returns.
+// requests in flight (bounded by ShutdownTimeout), waits for the background
+// work (the janitor's batch in progress commits: the caller closes the
+// driver next) and returns.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -322,7 +324,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	go s.keeper.RunJanitor(bgCtx)
+	// The janitor's batch in progress ends before the driver closes.
+	janitorDone := make(chan struct{})
+	go func() {
+		defer close(janitorDone)
+		s.keeper.RunJanitor(bgCtx)
+	}()
 	// The console's outbox sampler lives as long as the server.
 	samplerDone := make(chan struct{})
 	go func() {
@@ -347,6 +354,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	// unsent, the next relay publishes.
 	defer func() {
 		stopBackground()
+		<-janitorDone
 		<-samplerDone
 		<-relayDone
 		if s.closeRelay != nil {
