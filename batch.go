@@ -586,7 +586,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T])
 	for i, p := range ps {
 		cs[i] = p.claimant
 	}
-	answers, write, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
+	answers, write, err := k.transact(ctx, tx, cs, nil, func(ctx context.Context, todo []int) ([]ItemResult, error) {
 		items := make([]T, len(todo))
 		for j, i := range todo {
 			items[j] = ps[i].item

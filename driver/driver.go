@@ -41,6 +41,11 @@ var (
 	// batch that meets it splits and only the slow request fails.
 	// Retryable: nothing was committed.
 	ErrStatementTimeout = errors.New("idem/driver: statement canceled: it ran past statement_timeout")
+	// ErrClaimNotFirst: a claim in the caller's own transaction found it
+	// unfit: not READ COMMITTED, or it wrote before its first claim (see
+	// ClaimGuard). Nothing was claimed; the transaction is to be rolled
+	// back.
+	ErrClaimNotFirst = errors.New("idem/driver: the claim must come before the transaction's first write, in a READ COMMITTED transaction")
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")

@@ -33,6 +33,8 @@ const (
 	codeIdleSessionTimeout = "57P05"
 	// codeImmutable is raised by idem's triggers on append-only tables.
 	codeImmutable = "IDM01"
+	// codeClaimNotFirst is raised by sqlClaimCheck.
+	codeClaimNotFirst = "IDM02"
 )
 
 // mapErr wraps err with the driver sentinel it corresponds to. The original
@@ -68,6 +70,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
+		case codeClaimNotFirst:
+			return fmt.Errorf("%w: %w", driver.ErrClaimNotFirst, err)
 		}
 		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)

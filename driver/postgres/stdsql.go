@@ -239,6 +239,8 @@ func codeSentinel(code string) error {
 		return driver.ErrUnavailable
 	case codeImmutable:
 		return driver.ErrImmutable
+	case codeClaimNotFirst:
+		return driver.ErrClaimNotFirst
 	}
 	if strings.HasPrefix(code, "08") { // connection exception class
 		return driver.ErrUnavailable
