@@ -335,7 +335,10 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	go func() {
 		defer close(samplerDone)
 		if s.console != nil {
-			_ = s.console.Run(bgCtx) // it only returns when bgCtx ends
+			// It returns when bgCtx ends, with nil: any error is a fault.
+			if err := s.console.Run(bgCtx); err != nil {
+				s.log.Error("idem: console sampler stopped", "err", err)
+			}
 		}
 	}()
 	relayDone := make(chan struct{})
