@@ -41,6 +41,20 @@ var (
 	// batch that meets it splits and only the slow request fails.
 	// Retryable: nothing was committed.
 	ErrStatementTimeout = errors.New("idem/driver: statement canceled: it ran past statement_timeout")
+	// ErrReadOnlyTransaction: the server refused a write because the
+	// transaction is read-only (PostgreSQL's SQLSTATE 25006): one begun
+	// READ ONLY, or a session on a server that stopped taking writes
+	// after it connected (a primary a failover demoted, or
+	// default_transaction_read_only turned on). Nothing was committed. It
+	// is not ErrUnavailable and not IsRetryable: on the same connection
+	// every write fails alike. The postgres driver closes a connection
+	// that meets it while its server reports itself read-only, so the
+	// pool's next connection reaches the primary the URL leads to
+	// (target_session_attrs) or fails to connect saying so
+	// (ErrReadOnlyServer): after a failover, send the request again once
+	// the URL leads to the new primary; if it persists, the URL names a
+	// standby.
+	ErrReadOnlyTransaction = errors.New("idem/driver: the server refused a write: the transaction is read-only")
 	// ErrClaimNotFirst: a claim in the caller's own transaction found it
 	// unfit: not READ COMMITTED, or it wrote before its first claim (see
 	// ClaimGuard). Nothing was claimed; the transaction is to be rolled

@@ -41,6 +41,7 @@ type Problem struct {
 //	                                        was lost, it may have committed; the retry
 //	                                        with the same key replays it or does it once
 //	driver.ErrStatementTimeout          503 unavailable, Retry-After: nothing was stored
+//	driver.ErrReadOnlyTransaction       503 unavailable, Retry-After: nothing was stored
 //	database unavailable, lock or       503 unavailable, Retry-After: nothing was
 //	serialization timeout, deadline         stored, a retry may succeed
 //	context.Canceled                    503 unavailable, Retry-After (the client went away)
@@ -84,6 +85,12 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// committed, so "nothing was done" would be false.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: commitUnknownDetail, RetryAfter: retryAfter}
+	case errors.Is(err, driver.ErrReadOnlyTransaction):
+		// Not IsRetryable (the same connection refuses alike), but the
+		// driver dropped it: a later try reaches the primary, if any.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail:     "the database refused the write: it is read-only (a failover in progress?); nothing was stored, retry later",
+			RetryAfter: retryAfter}
 	case errors.Is(err, driver.ErrStatementTimeout):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail:     "the request's database work ran past its time limit; nothing was done, retry later",

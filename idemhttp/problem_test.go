@@ -41,6 +41,8 @@ func TestProblemFor(t *testing.T) {
 			"the database committed this request but could not confirm it reached its standbys; it is not acknowledged: retry with the same Idempotency-Key", "3"},
 		{"commit unknown, the context ended meanwhile", fmt.Errorf("%w: %w", driver.ErrCommitUnknown, context.Canceled), 503, "unavailable",
 			"the database's answer to this request's commit was lost: it may have committed; it is not acknowledged: retry with the same Idempotency-Key, which replays it if it committed", "3"},
+		{"read-only server", fmt.Errorf("insert: %w", driver.ErrReadOnlyTransaction), 503, "unavailable",
+			"the database refused the write: it is read-only (a failover in progress?); nothing was stored, retry later", "3"},
 		{"serialization", driver.ErrSerialization, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
 		{"deadline", context.DeadlineExceeded, 503, "unavailable", "the service cannot reach its database; nothing was done, retry later", "3"},
 		{"canceled", context.Canceled, 503, "unavailable", "request canceled", "3"},

@@ -65,7 +65,9 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
 		case codeQueryCanceled:
 			return fmt.Errorf("%w: %w", driver.ErrStatementTimeout, err)
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
+		case codeReadOnlyTransaction:
+			return fmt.Errorf("%w: %w", driver.ErrReadOnlyTransaction, err)
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow,
 			codeIdleInTransaction, codeIdleSessionTimeout:
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:

@@ -235,7 +235,9 @@ func codeSentinel(code string) error {
 		return driver.ErrSerialization
 	case codeQueryCanceled:
 		return driver.ErrStatementTimeout
-	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections, codeReadOnlyTransaction:
+	case codeReadOnlyTransaction:
+		return driver.ErrReadOnlyTransaction
+	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
 		return driver.ErrUnavailable
 	case codeImmutable:
 		return driver.ErrImmutable
