@@ -382,15 +382,24 @@ func (b *Batcher[T]) run(g *gathering[T]) {
 			panic(v)
 		}
 	}()
-	b.attempt(ctx, nil, g)
+	b.attempt(ctx, nil, g, nil)
 }
 
 // attempt tries ps in one transaction (g's batch when g is set: the
 // batch's first attempt). When that fails for a reason one of them may
 // have caused, it tries each half in turn, down to single requests, which
-// get the error.
-func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering[T]) {
+// get the error. unsure is set when an earlier attempt of ps sent a
+// commit whose answer was lost (ErrCommitUnknown): a failure that comes
+// before this attempt's claims could find what that commit stored says
+// nothing of it, so the requests get unsure, never "nothing stored".
+func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering[T], unsure error) {
 	ps, answers, whole, err := b.try(ctx, ps, g)
+	if err != nil && unsure != nil && (whole || !itemMayCause(err)) {
+		err = unsure
+	}
+	if errors.Is(err, ErrCommitUnknown) {
+		unsure = err
+	}
 	switch {
 	case err == nil:
 		for i, p := range ps {
@@ -409,15 +418,16 @@ func (b *Batcher[T]) attempt(ctx context.Context, ps []*pending[T], g *gathering
 				attribute.Int("idem.batch.size", len(ps)), attribute.String("error", err.Error())))
 		}
 		half := len(ps) / 2
-		b.attempt(ctx, ps[:half], nil)
-		b.attempt(ctx, ps[half:], nil)
+		b.attempt(ctx, ps[:half], nil, unsure)
+		b.attempt(ctx, ps[half:], nil, unsure)
 	}
 }
 
 // itemMayCause reports whether err may be one request's doing, so that
 // trying the requests apart can help: a failed commit (it may have
-// happened, and the halves' claims then find their records), but not an
-// ended context nor an unavailable database, which fail every half alike.
+// happened, and the halves' claims then find their records), a statement
+// timeout (one request's slow work), but not an ended context nor an
+// unavailable database, which fail every half alike.
 func itemMayCause(err error) bool {
 	var c *commitError
 	switch {
@@ -468,7 +478,7 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T])
 	for i, p := range ps {
 		cs[i] = p.claimant
 	}
-	answers, store, err := k.transact(ctx, tx, cs, func(ctx context.Context, todo []int) ([]ItemResult, error) {
+	answers, store, err := k.transact(ctx, tx, cs, nil, func(ctx context.Context, todo []int) ([]ItemResult, error) {
 		items := make([]T, len(todo))
 		for j, i := range todo {
 			items[j] = ps[i].item
@@ -485,8 +495,9 @@ func (b *Batcher[T]) try(ctx context.Context, ps []*pending[T], g *gathering[T])
 		commit = func(ctx context.Context) error { return h(ctx, inner) }
 	}
 	if err := commit(ctx); err != nil {
-		// A commit lost on the way back may have happened: the halves'
-		// claims then find the records and replay them. Not one that
+		// A commit lost on the way back (ErrCommitUnknown) may have
+		// happened: the halves' claims then find the records and replay
+		// them. Not one that
 		// happened without its standbys: a replay would acknowledge what
 		// a failover may lose.
 		if errors.Is(err, ErrUnreplicated) {

@@ -20,7 +20,9 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/driver/postgres"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/testpg"
 )
 
 // thing is the item of the batch tests' work: its key and what the work
@@ -32,6 +34,7 @@ type thing struct {
 	fail   bool   // the work fails for any batch that holds it
 	panic  bool   // the work panics for any batch that holds it
 	down   bool   // the work fails for any batch that holds it, the database unavailable
+	slow   bool   // the work's statement for it outlasts the database's statement_timeout
 }
 
 var (
@@ -108,6 +111,11 @@ func (r *rig) work(ctx context.Context, tx driver.Tx, items []thing) ([]idem.Ite
 		if it.refuse {
 			out[i].Err = errRefused
 			continue
+		}
+		if it.slow {
+			if _, err := tx.Exec(ctx, `SELECT pg_sleep(5)`); err != nil {
+				return nil, err
+			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO biz (k, note) VALUES ($1, $2)`, it.key, it.body); err != nil {
 			return nil, err
@@ -698,7 +706,7 @@ func TestBatcherAmbiguousCommit(t *testing.T) {
 				return err
 			}
 			if commits++; commits == 2 {
-				return fmt.Errorf("%w: connection lost before COMMIT's answer", driver.ErrUnavailable)
+				return fmt.Errorf("%w: connection lost before COMMIT's answer", driver.ErrCommitUnknown)
 			}
 			return nil
 		})
@@ -1028,4 +1036,44 @@ func TestBatcherClaimFindsRecord(t *testing.T) {
 			t.Fatalf("runs %d %d, biz rows %d; want 0, 0, 2 (the other keeper's)", r.runsOf("same"), r.runsOf("other"), countRows(t, d, "biz"))
 		}
 	})
+}
+
+// One request whose work outlasts PostgreSQL's statement_timeout fails
+// alone: the timeout is a fault one request may cause, so its batch
+// splits, the neighbours commit, and only the slow request gets
+// ErrStatementTimeout (retryable, nothing stored for it). Postgres only:
+// SQLite has no statement timeout.
+func TestBatcherStatementTimeoutSplits(t *testing.T) {
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, postgres.Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), StatementTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1})
+	release := r.hold("hold")
+	wait := r.do(thing{key: "a", body: `{"a":1}`}, thing{key: "slow", body: `{"slow":1}`, slow: true},
+		thing{key: "b", body: `{"b":1}`}, thing{key: "c", body: `{"c":1}`})
+	release()
+	results, errs := wait()
+	for i, key := range []string{"a", "slow", "b", "c"} {
+		if key == "slow" {
+			if !errors.Is(errs[i], driver.ErrStatementTimeout) || !idem.IsRetryable(errs[i]) || errors.Is(errs[i], idem.ErrUnavailable) {
+				t.Fatalf("slow: %v; want ErrStatementTimeout", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || results[i].Replayed || string(results[i].Body) != `{"`+key+`":1}` {
+			t.Fatalf("%s beside the slow one: %v %+v", key, errs[i], results[i])
+		}
+	}
+	if got := r.bizRows(); !slices.Equal(got, []string{"a", "b", "c", "hold"}) {
+		t.Fatalf("biz rows %q, want every request's but the slow one's", got)
+	}
+	if got := r.stored("slow"); got != "" {
+		t.Fatalf("the slow request stored %q", got)
+	}
 }

@@ -44,6 +44,19 @@ var (
 	// failover that lost it, does the work once). It is
 	// driver.ErrUnreplicated; IsRetryable is false (something committed).
 	ErrUnreplicated = driver.ErrUnreplicated
+	// ErrClaimNotFirst: DoTx was given a transaction that is not READ
+	// COMMITTED or wrote before its first claim (checked on PostgreSQL).
+	// Nothing was claimed or run; roll the transaction back and call DoTx
+	// before the transaction's first write.
+	// It is driver.ErrClaimNotFirst.
+	ErrClaimNotFirst = driver.ErrClaimNotFirst
+	// ErrCommitUnknown: COMMIT was sent but its answer was lost (the
+	// connection broke, or the context ended, while it was awaited), so the
+	// work may have committed. It is not acknowledged. A retry with the
+	// same key replays what committed, or does the work once if nothing
+	// did. It is driver.ErrCommitUnknown; IsRetryable is false (something
+	// may have committed), and it is not ErrUnavailable.
+	ErrCommitUnknown = driver.ErrCommitUnknown
 )
 
 // KeyError says why a key is invalid. errors.Is(err, ErrKeyInvalid) holds.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/failpoint"
 )
 
 // DeleteExpired deletes one batch (at most Config.JanitorBatch) of records
@@ -16,6 +17,7 @@ func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	failpoint.Hit("janitor.before_delete")
 	n, err := k.d.KeyDeleteExpired(ctx, tx, &driver.KeyDeleteExpiredParams{
 		Now: k.cfg.Clock(), Limit: k.cfg.JanitorBatch,
 	})
@@ -25,26 +27,29 @@ func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 	return n, tx.Commit(ctx)
 }
 
-// RunJanitor deletes expired records every Config.JanitorInterval, batch
-// after batch while full batches come back, until ctx is done. Each batch
-// ends by Config.JanitorTimeout, so a database that stops answering fails
-// a batch instead of hanging the loop. Errors are logged and retried at
-// the next interval.
+// RunJanitor deletes expired records when it starts and then every
+// Config.JanitorInterval, batch after batch while full batches come back,
+// until ctx is done. Each batch ends by Config.JanitorTimeout, so a
+// database that stops answering fails a batch instead of hanging the loop.
+// A batch once begun runs to its end, even when ctx ends meanwhile: ctx
+// stops the loop between batches, and RunJanitor returns only then, so
+// whoever closes the driver after it returns closes none under a DELETE.
+// Errors are logged and retried at the next interval.
 func (k *Keeper) RunJanitor(ctx context.Context) {
 	t := time.NewTicker(k.cfg.JanitorInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-		for {
+		for ctx.Err() == nil {
 			n, err := k.deleteExpired(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
-					k.cfg.Logger.Warn("idem: janitor", "err", err)
-				}
+				k.cfg.Logger.Warn("idem: janitor", "err", err)
 				break
 			}
 			if n < k.cfg.JanitorBatch {
@@ -54,9 +59,10 @@ func (k *Keeper) RunJanitor(ctx context.Context) {
 	}
 }
 
-// deleteExpired is DeleteExpired bounded by Config.JanitorTimeout.
+// deleteExpired is DeleteExpired bounded by Config.JanitorTimeout alone:
+// ctx's end does not cut it short (see RunJanitor).
 func (k *Keeper) deleteExpired(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, k.cfg.JanitorTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.JanitorTimeout)
 	defer cancel()
 	return k.DeleteExpired(ctx)
 }

@@ -205,14 +205,21 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, c claiman
 	return f.res, f.err
 }
 
-// DoTx is Do inside the caller's transaction, which must be a new
-// READ COMMITTED transaction (the claim must be its first statement: it may
-// wait on a twin's row, and under REPEATABLE READ it cannot see the twin's
-// outcome). DoTx does not commit: the key, the work and the outcome are
-// stored when the caller commits. A replay does not run work and writes
-// nothing. A panic in work is recovered and returned as a *PanicError, as
-// in Do; on that error, as on any other, the caller must roll back. A nil
-// tx, or one of another database than the keeper's, is refused before
+// DoTx is Do inside the caller's transaction, which must be READ
+// COMMITTED and must not have written before its first claim (reads
+// before it are fine, and so are further DoTx calls after it): a replay
+// does not run work, but what the caller wrote before would commit with
+// it; and under REPEATABLE READ the claim cannot see a twin's outcome. On PostgreSQL both are checked in the claim's round trip
+// and a transaction that breaks them gets ErrClaimNotFirst, nothing
+// claimed; SQLite cannot see what a transaction wrote, so there the rule
+// is the caller's to keep. DoTx does not commit: the key, the work and the
+// outcome are stored when the caller commits. A replay does not run work
+// and writes nothing. A copy in flight in another transaction is waited
+// for up to Config.Wait, as in Do, then ErrInFlight (on PostgreSQL the
+// claim sets its own lock_timeout and restores the transaction's after
+// it). A panic in work is recovered and returned as a *PanicError, as in
+// Do; on that error, as on any other, the caller must roll back. A nil tx,
+// or one of another database than the keeper's, is refused before
 // anything runs (driver.ErrNoTx, driver.ErrWrongDialect, wrapped).
 func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work) (res Result, err error) {
 	if err := driver.CheckTx(k.d, tx); err != nil {
@@ -224,7 +231,13 @@ func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work)
 	if err != nil {
 		return Result{}, err
 	}
-	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work)
+	// The caller's transaction: the claim checks that it comes first and
+	// bounds its wait for a twin's row by Wait, as Do's does.
+	guard := &driver.ClaimGuard{LockTimeout: k.cfg.Wait}
+	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work, guard)
+	if errors.Is(err, driver.ErrClaimNotFirst) {
+		err = fmt.Errorf("idem: DoTx: %w", err)
+	}
 	if err != nil || store == nil {
 		return res, err
 	}
@@ -255,7 +268,7 @@ func (k *Keeper) run(ctx context.Context, c claimant, work Work, lockWait time.D
 		return Result{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	res, store, err := k.claimAndWork(ctx, tx, c, work)
+	res, store, err := k.claimAndWork(ctx, tx, c, work, nil)
 	if err != nil || store == nil {
 		return res, err
 	}
@@ -268,9 +281,10 @@ func (k *Keeper) run(ctx context.Context, c claimant, work Work, lockWait time.D
 
 // claimAndWork is one request's claim → work in tx: the core Do and DoTx
 // share with the Batcher (transact), for a batch of one. store is the
-// outcome to store, nil when there is none (a replay).
-func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, work Work) (Result, *driver.KeyRecordBatchParams, error) {
-	answers, store, err := k.transact(ctx, tx, []claimant{c}, func(ctx context.Context, _ []int) ([]ItemResult, error) {
+// outcome to store, nil when there is none (a replay). guard is set when
+// tx is the caller's (DoTx).
+func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, work Work, guard *driver.ClaimGuard) (Result, *driver.KeyRecordBatchParams, error) {
+	answers, store, err := k.transact(ctx, tx, []claimant{c}, guard, func(ctx context.Context, _ []int) ([]ItemResult, error) {
 		out, err := k.runWork(ctx, tx, c.key, work)
 		return []ItemResult{{Outcome: out}}, err
 	})
@@ -301,8 +315,9 @@ type answer struct {
 // ones' claims to release, for one statement. The caller stores them
 // (driver.RecordCommit with the commit, or RecordBatch in a caller's
 // transaction); when store is nil there is nothing to store and it rolls
-// back, which also releases refused claims.
-func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, store *driver.KeyRecordBatchParams, err error) {
+// back, which also releases refused claims. guard is the claim's when tx
+// is the caller's own (DoTx), else nil.
+func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guard *driver.ClaimGuard, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, store *driver.KeyRecordBatchParams, err error) {
 	now := k.cfg.Clock()
 	expires := now.Add(k.cfg.Retention)
 	claims := make([]driver.KeyClaimItem, len(cs))
@@ -312,7 +327,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires, Guard: guard})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
 	}

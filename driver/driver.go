@@ -34,6 +34,32 @@ var (
 	// ErrSerialization: the transaction lost a serialization or deadlock
 	// check and was rolled back by the database. Retryable.
 	ErrSerialization = errors.New("idem/driver: serialization failure")
+	// ErrStatementTimeout: the server canceled a statement that ran
+	// longer than its statement_timeout, or on a cancel request (which
+	// the driver sends when a statement's context ends), and with it the
+	// transaction. One request's slow work may cause it, so a
+	// batch that meets it splits and only the slow request fails.
+	// Retryable: nothing was committed.
+	ErrStatementTimeout = errors.New("idem/driver: statement canceled: it ran past statement_timeout")
+	// ErrReadOnlyTransaction: the server refused a write because the
+	// transaction is read-only (PostgreSQL's SQLSTATE 25006): one begun
+	// READ ONLY, or a session on a server that stopped taking writes
+	// after it connected (a primary a failover demoted, or
+	// default_transaction_read_only turned on). Nothing was committed. It
+	// is not ErrUnavailable and not IsRetryable: on the same connection
+	// every write fails alike. The postgres driver closes a connection
+	// that meets it while its server reports itself read-only, so the
+	// pool's next connection reaches the primary the URL leads to
+	// (target_session_attrs) or fails to connect saying so
+	// (ErrReadOnlyServer): after a failover, send the request again once
+	// the URL leads to the new primary; if it persists, the URL names a
+	// standby.
+	ErrReadOnlyTransaction = errors.New("idem/driver: the server refused a write: the transaction is read-only")
+	// ErrClaimNotFirst: a claim in the caller's own transaction found it
+	// unfit: not READ COMMITTED, or it wrote before its first claim (see
+	// ClaimGuard). Nothing was claimed; the transaction is to be rolled
+	// back.
+	ErrClaimNotFirst = errors.New("idem/driver: the claim must come before the transaction's first write, in a READ COMMITTED transaction")
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")
@@ -55,6 +81,14 @@ var (
 	// request may be sent again: it replays what the server holds, or,
 	// after a failover that lost the commit, does the work once.
 	ErrUnreplicated = errors.New("idem/driver: commit not confirmed replicated")
+	// ErrCommitUnknown: COMMIT was sent and its answer never came (the
+	// connection broke, or the context ended, while it was awaited): the
+	// transaction may have committed or not, and nobody can tell from
+	// here. It is not ErrUnavailable and not IsRetryable, which promise
+	// that nothing was committed; like ErrUnreplicated it is not to be
+	// acknowledged as done, and a keyed request may be sent again with
+	// the same key: it replays what committed, or does the work once.
+	ErrCommitUnknown = errors.New("idem/driver: commit outcome unknown: the database's answer was lost")
 	// ErrReadOnlyServer: the server takes no writes (a standby, or
 	// default_transaction_read_only on), so no connection to it was kept.
 	// Always with ErrUnavailable.
@@ -88,7 +122,7 @@ func CheckTx(d Driver, tx Tx) error {
 // the same work may be tried again: nothing was committed.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLockTimeout) ||
-		errors.Is(err, ErrSerialization)
+		errors.Is(err, ErrSerialization) || errors.Is(err, ErrStatementTimeout)
 }
 
 // Tx is a database transaction as business packages see it: execute, query,
@@ -175,7 +209,11 @@ func Underlying(tx Tx) Tx {
 type TxCloser interface {
 	Tx
 	Commit(ctx context.Context) error
-	// Rollback is safe to call after Commit; it is then a no-op.
+	// Rollback is safe to call after Commit; it is then a no-op. It runs
+	// even when ctx has ended (on ctx's values, under a short bound of the
+	// driver's), since a caller that gave up is the usual reason to roll
+	// back: the connection then returns to its pool instead of being
+	// destroyed.
 	Rollback(ctx context.Context) error
 }
 

@@ -169,6 +169,27 @@ type KeyClaimBatchParams struct {
 	Claims    []KeyClaimItem
 	Now       time.Time
 	ExpiresAt time.Time
+	// Guard is set when tx is the caller's own (Keeper.DoTx), which the
+	// keeper did not begin and so cannot vouch for.
+	Guard *ClaimGuard
+}
+
+// ClaimGuard is what a claim in the caller's own transaction checks and
+// bounds. A driver that can check (Postgres) refuses, before the claim
+// runs, a transaction that is not READ COMMITTED or wrote before its first
+// claim (ErrClaimNotFirst): a replay does not run the work, but whatever
+// the caller wrote before the claim would commit with it. Claims after the
+// first, and what the caller writes after one, are the caller's to answer
+// for: it sees whether each replayed. SQLite cannot see
+// what a transaction wrote and checks nothing: there the rule is the
+// caller's to keep.
+type ClaimGuard struct {
+	// LockTimeout bounds the claim's wait for a twin's row (a copy in
+	// flight in another transaction) when positive; the transaction's own
+	// bound applies again to the statements after the claim. SQLite has
+	// no row locks (the caller's transaction holds the one writer) and
+	// ignores it.
+	LockTimeout time.Duration
 }
 
 // KeyClaimItem is one key of a KeyClaimBatch.

@@ -145,7 +145,8 @@ func (c Config) withDefaults() Config {
 
 // Interceptor guards unary calls. It is safe for concurrent use.
 type Interceptor struct {
-	g *rpcguard.Guard
+	g   *rpcguard.Guard
+	log *slog.Logger
 }
 
 // New returns an Interceptor, or an error naming the Config field out of
@@ -160,7 +161,7 @@ func New(cfg Config) (*Interceptor, error) {
 	if err := rc.Validate(); err != nil {
 		return nil, err
 	}
-	return &Interceptor{g: rpcguard.New(rc)}, nil
+	return &Interceptor{g: rpcguard.New(rc), log: cfg.Logger}, nil
 }
 
 // Unguarded returns, per operation, how many calls ran unguarded because
@@ -194,7 +195,12 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		case rpcguard.Handled:
 			return resp, herr
 		case rpcguard.Replay:
-			_ = grpc.SetHeader(ctx, metadata.Pairs(MetadataReplayed, "true"))
+			// The replay is answered without its marker rather than not
+			// at all: the header fails only on a stream already sending.
+			if err := grpc.SetHeader(ctx, metadata.Pairs(MetadataReplayed, "true")); err != nil {
+				i.log.WarnContext(ctx, "idemgrpc: replay answered without its "+MetadataReplayed+" header",
+					"method", info.FullMethod, "err", err)
+			}
 			return replayOf(d.Reply)
 		}
 		return nil, refusal(d.Refusal)

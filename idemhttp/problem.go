@@ -37,6 +37,11 @@ type Problem struct {
 //	idem.ErrUnreplicated                503 unavailable, Retry-After: committed on the
 //	                                        primary only, not acknowledged; the retry
 //	                                        with the same key replays it
+//	idem.ErrCommitUnknown               503 unavailable, Retry-After: the commit's answer
+//	                                        was lost, it may have committed; the retry
+//	                                        with the same key replays it or does it once
+//	driver.ErrStatementTimeout          503 unavailable, Retry-After: nothing was stored
+//	driver.ErrReadOnlyTransaction       503 unavailable, Retry-After: nothing was stored
 //	database unavailable, lock or       503 unavailable, Retry-After: nothing was
 //	serialization timeout, deadline         stored, a retry may succeed
 //	context.Canceled                    503 unavailable, Retry-After (the client went away)
@@ -75,6 +80,21 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// Before the retryable faults: it committed, on the primary only.
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: unreplicatedDetail, RetryAfter: retryAfter}
+	case errors.Is(err, idem.ErrCommitUnknown):
+		// Before the retryable faults and the context's end: it may have
+		// committed, so "nothing was done" would be false.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail: commitUnknownDetail, RetryAfter: retryAfter}
+	case errors.Is(err, driver.ErrReadOnlyTransaction):
+		// Not IsRetryable (the same connection refuses alike), but the
+		// driver dropped it: a later try reaches the primary, if any.
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail:     "the database refused the write: it is read-only (a failover in progress?); nothing was stored, retry later",
+			RetryAfter: retryAfter}
+	case errors.Is(err, driver.ErrStatementTimeout):
+		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail:     "the request's database work ran past its time limit; nothing was done, retry later",
+			RetryAfter: retryAfter}
 	case driver.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded):
 		return Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Detail: unavailableDetail, RetryAfter: retryAfter}
@@ -91,6 +111,11 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 // could not confirm reached its synchronous standbys (idem.ErrUnreplicated).
 const unreplicatedDetail = "the database committed this request but could not confirm it reached its standbys; " +
 	"it is not acknowledged: retry with the same Idempotency-Key"
+
+// commitUnknownDetail is the answer to a request whose commit was sent
+// but whose answer from the database was lost (idem.ErrCommitUnknown).
+const commitUnknownDetail = "the database's answer to this request's commit was lost: it may have committed; " +
+	"it is not acknowledged: retry with the same Idempotency-Key, which replays it if it committed"
 
 // unavailableDetail is every 503 of an unreachable database, reads and
 // writes alike: one wording for one condition.

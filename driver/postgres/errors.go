@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +36,8 @@ const (
 	// codeClaimMissing is raised by idem_expect: an outcome or a release
 	// found no claim of its transaction's.
 	codeClaimMissing = "IDM02"
+	// codeClaimNotFirst is raised by sqlClaimCheck.
+	codeClaimNotFirst = "IDM03"
 )
 
 // mapErr wraps err with the driver sentinel it corresponds to. The original
@@ -62,13 +66,19 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrSerialization, err)
 		case codeTooManyConnections:
 			return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, driver.ErrTooManyConnections, err)
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeReadOnlyTransaction,
-			codeQueryCanceled, codeIdleInTransaction, codeIdleSessionTimeout:
+		case codeQueryCanceled:
+			return fmt.Errorf("%w: %w", driver.ErrStatementTimeout, err)
+		case codeReadOnlyTransaction:
+			return fmt.Errorf("%w: %w", driver.ErrReadOnlyTransaction, err)
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow,
+			codeIdleInTransaction, codeIdleSessionTimeout:
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		case codeImmutable:
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
 		case codeClaimMissing:
 			return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
+		case codeClaimNotFirst:
+			return fmt.Errorf("%w: %w", driver.ErrClaimNotFirst, err)
 		}
 		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
@@ -85,4 +95,23 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	return err
+}
+
+// commitErr maps the error of a COMMIT that was sent. The server's own
+// refusal (an SQLSTATE) and database/sql's refusals before sending
+// (ErrBadConn, ErrTxDone) leave nothing committed; any other failure came
+// while the answer was awaited, so the transaction may have committed:
+// driver.ErrCommitUnknown, with the original kept. pgx's SafeToRetry is no
+// guide here: a read that fails after COMMIT went out surfaces as "conn
+// closed", which it marks safe to retry. mapped maps the definite ones
+// (mapErr, mapStdErr).
+func commitErr(err error, mapped func(error) error) error {
+	if err == nil {
+		return nil
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) || errors.Is(err, sql.ErrTxDone) || errors.Is(err, sqldriver.ErrBadConn) {
+		return mapped(err)
+	}
+	return fmt.Errorf("%w: %w", driver.ErrCommitUnknown, err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -136,7 +137,7 @@ func (d *Driver) KeyRelease(ctx context.Context, tx driver.Tx, p *driver.KeyGetP
 
 func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyClaimBatchParams) ([]driver.KeyClaimResult, error) {
 	n := len(p.Claims)
-	if n == 1 {
+	if n == 1 && p.Guard == nil {
 		// The single claim's statement has a cached plan: a batch of one
 		// costs what Do's claim costs.
 		c := p.Claims[0]
@@ -173,7 +174,7 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		}
 		return nil
 	}}
-	if err := pipeline(ctx, tx, generic(claim)...); err != nil {
+	if err := pipeline(ctx, tx, guarded(p.Guard, generic(claim))...); err != nil {
 		return nil, err
 	}
 	if claimed == n {
@@ -205,6 +206,47 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 	}
 	return out, nil
 }
+
+// guarded surrounds the claim's steps with a ClaimGuard's, in the same
+// round trip: the check that the caller's transaction is fit for a claim
+// (its first write, READ COMMITTED: sqlClaimCheck), and its lock bound,
+// set before the claim and the transaction's own restored after.
+func guarded(g *driver.ClaimGuard, claim []step) []step {
+	if g == nil {
+		return claim
+	}
+	out := []step{unread(sqlClaimCheck)}
+	if g.LockTimeout > 0 {
+		ms := strconv.FormatInt(max(g.LockTimeout.Milliseconds(), 1), 10)
+		out = append(out, unread(sqlClaimLockOn, ms))
+		return append(append(out, claim...), unread(sqlClaimLockOff))
+	}
+	return append(out, claim...)
+}
+
+// sqlClaimCheck refuses a transaction that is not READ COMMITTED, or that
+// wrote before its first claim (it has a transaction id: only a write, or
+// a row lock, assigns one; idem.claimed marks a transaction that claimed
+// already), with idem's SQLSTATE IDM03, so that the statements behind it
+// in the round trip are skipped and nothing is claimed. What follows a
+// claim is the caller's, who sees whether it replayed.
+const sqlClaimCheck = `DO $$BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION USING ERRCODE = 'IDM03',
+      MESSAGE = 'idem: the claim needs a READ COMMITTED transaction, this one is ' || current_setting('transaction_isolation');
+  END IF;
+  IF txid_current_if_assigned() IS NOT NULL AND current_setting('idem.claimed', true) IS DISTINCT FROM 'on' THEN
+    RAISE EXCEPTION USING ERRCODE = 'IDM03',
+      MESSAGE = 'idem: the claim must come before the transaction''s first write: this transaction wrote before it';
+  END IF;
+  PERFORM set_config('idem.claimed', 'on', true);
+END$$`
+
+const (
+	sqlClaimLockOn = `SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true),
+       set_config('lock_timeout', $1, true)`
+	sqlClaimLockOff = `SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)`
+)
 
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
 	if len(p.Records) == 0 && len(p.Release) == 0 {

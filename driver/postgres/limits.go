@@ -76,6 +76,9 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 		// connect, saying so, instead of sending writes that fail.
 		cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
+	if !cfg.ReadOnly {
+		cc.OnPgError = dropReadOnly(cc.OnPgError)
+	}
 	if cfg.ReadOnly && strings.Contains(cfg.URL, "target_session_attrs=read-write") {
 		// pgx's read-write check asks transaction_read_only, which the
 		// read-only session default makes "on" on every server: an
@@ -87,6 +90,22 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 	w := &replicationWatch{log: cfg.Logger}
 	cc.OnNotice = w.onNotice
 	return w
+}
+
+// dropReadOnly wraps a connection's error handler: a write refused as
+// read-only (25006) on a session whose server now reports itself
+// read-only (default_transaction_read_only, or in_hot_standby: a primary
+// that became a standby) closes the connection, so the pool does not hand
+// it out again; its next connection is checked read-write at connect. A
+// transaction begun READ ONLY on a writable server keeps its connection.
+func dropReadOnly(next pgconn.PgErrorHandler) pgconn.PgErrorHandler {
+	return func(c *pgconn.PgConn, e *pgconn.PgError) bool {
+		if e.Code == codeReadOnlyTransaction &&
+			(c.ParameterStatus("default_transaction_read_only") == "on" || c.ParameterStatus("in_hot_standby") == "on") {
+			return false
+		}
+		return next == nil || next(c, e)
+	}
 }
 
 // unbounded lifts the session's statement and idle-in-transaction

@@ -90,7 +90,7 @@ func TestMigrateUnbounded(t *testing.T) {
 	// as the previous statement ends cancels this one "due to user
 	// request".
 	_, err = d.Reader().Exec(ctx, `SELECT pg_sleep(0.2)`)
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !errors.Is(err, driver.ErrUnavailable) || !ok || pgErr.Code != codeQueryCanceled {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !errors.Is(err, driver.ErrStatementTimeout) || !ok || pgErr.Code != codeQueryCanceled {
 		t.Fatalf("a statement longer than the timeout after migrating: %v", err)
 	}
 }

@@ -80,7 +80,7 @@ func TestThroughTransactionPooler(t *testing.T) {
 	if got := settings(tx); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("a transaction's settings through the pooler: %v, want %v", got, want)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_sleep(3)`); sqlstate(err) != "57014" || !errors.Is(err, driver.ErrUnavailable) {
+	if _, err := tx.Exec(ctx, `SELECT pg_sleep(3)`); sqlstate(err) != "57014" || !errors.Is(err, driver.ErrStatementTimeout) {
 		t.Errorf("a statement sleeping past statement_timeout in a transaction: %v, want 57014 (canceled by statement_timeout)", err)
 	}
 	_ = tx.Rollback(ctx)

@@ -179,7 +179,7 @@ func (t *stdOwnedTx) Commit(ctx context.Context) error {
 		return mapStdErr(sql.ErrTxDone)
 	}
 	t.done = true
-	return mapStdErr(t.tx.Commit())
+	return commitErr(t.tx.Commit(), mapStdErr)
 }
 
 func (t *stdOwnedTx) Rollback(ctx context.Context) error {
@@ -233,10 +233,16 @@ func codeSentinel(code string) error {
 		return driver.ErrLockTimeout
 	case codeSerializationFailure, codeDeadlockDetected:
 		return driver.ErrSerialization
-	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections, codeReadOnlyTransaction:
+	case codeQueryCanceled:
+		return driver.ErrStatementTimeout
+	case codeReadOnlyTransaction:
+		return driver.ErrReadOnlyTransaction
+	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
 		return driver.ErrUnavailable
 	case codeImmutable:
 		return driver.ErrImmutable
+	case codeClaimNotFirst:
+		return driver.ErrClaimNotFirst
 	}
 	if strings.HasPrefix(code, "08") { // connection exception class
 		return driver.ErrUnavailable

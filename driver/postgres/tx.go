@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver"
@@ -219,9 +221,17 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	if len(t.opening) > 0 {
 		return nil // nothing was sent: there is nothing to commit
 	}
+	// Refused before anything is sent, the transaction ends with the
+	// connection (the rollback closes or releases it): nothing committed.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.conn.Conn().IsClosed() {
+		return mapErr(pgconn.ErrConnClosed)
+	}
 	tag, err := t.conn.Exec(ctx, "COMMIT")
 	if err != nil {
-		return mapErr(err)
+		return commitErr(err, mapErr)
 	}
 	if tag.String() == "ROLLBACK" { // a statement failed and aborted it
 		return mapErr(pgx.ErrTxCommitRollback)
@@ -229,10 +239,12 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	return nil
 }
 
-// commitAfter sends steps and COMMIT in one round trip. Each step answers
-// its own error; when one fails the server skips COMMIT, and t stays open
-// (aborted) for Rollback to end. Once COMMIT ran, t is done, and Commit
-// answers nil, so that the wrappers around t see their Commit.
+// commitAfter sends steps and COMMIT in one round trip (with the opening,
+// if unsent). Each step answers its own error; when one fails the server
+// skips COMMIT, and t stays open (aborted) for Rollback to end. Once the
+// round trip is sent COMMIT may have run: a failure without an SQLSTATE
+// is driver.ErrCommitUnknown (commitErr). Once COMMIT ran, t is done, and
+// Commit answers nil, so that the wrappers around t see their Commit.
 func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	if t.done {
 		return mapErr(pgx.ErrTxClosed)
@@ -240,24 +252,43 @@ func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	if len(t.opening) > 0 && len(steps) == 0 {
 		return t.Commit(ctx) // nothing was sent: there is nothing to commit
 	}
-	b := &pgx.Batch{}
+	// Refused before anything is sent: nothing committed.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.conn.Conn().IsClosed() {
+		return mapErr(pgconn.ErrConnClosed)
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.opening)+len(steps)+1)}
+	opening := t.opening
+	t.opening = nil
+	for _, q := range opening {
+		b.Queue(q.sql, q.args...)
+	}
 	for _, s := range steps {
 		b.Queue(s.sql, s.args...)
 	}
 	b.Queue("COMMIT")
 	replicated := checkReplicated(t.conn)
-	br, err := t.send(ctx, b)
-	if err != nil {
-		return err
+	br := t.conn.SendBatch(ctx, b)
+	for range opening {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("postgres: begin: %w", commitErr(err, mapErr))
+		}
 	}
 	for _, s := range steps {
 		rows, err := br.Query()
 		if err == nil {
-			err = readAll(pgRows{rows}, s.read)
+			err = s.read(rows) // pgx's own rows: their errors unmapped, for commitErr
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
 		}
 		if err != nil {
 			_ = br.Close()
-			return mapErr(err)
+			return commitErr(err, mapErr)
 		}
 	}
 	t.done = true
@@ -268,7 +299,7 @@ func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 		err = cerr
 	}
 	if err != nil {
-		return mapErr(err)
+		return commitErr(err, mapErr)
 	}
 	if tag.String() == "ROLLBACK" {
 		return mapErr(pgx.ErrTxCommitRollback)
@@ -286,8 +317,24 @@ func (t *ownedTx) Rollback(ctx context.Context) error {
 	if len(t.opening) > 0 {
 		return nil // nothing was sent: nothing to undo
 	}
+	ctx, cancel := rollbackContext(ctx)
+	defer cancel()
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
 	return mapErr(err)
+}
+
+// rollbackTimeout bounds a ROLLBACK: the server answers one at once
+// unless it is out of reach, and then the connection is lost anyway.
+const rollbackTimeout = 2 * time.Second
+
+// rollbackContext is the context a rollback runs on: ctx's values without
+// its end, bounded by rollbackTimeout. A transaction is rolled back most
+// often because its caller gave up (a client gone, a deadline passed);
+// on the caller's ended context pgx would send no ROLLBACK, and the pool
+// would destroy the connection it got back inside a transaction, so every
+// abandoned request would cost a new connection.
+func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 }
 
 // batchRows closes the batch its rows came from with them.

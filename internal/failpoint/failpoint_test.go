@@ -70,3 +70,14 @@ func TestOtherOrUnknownFailpointPasses(t *testing.T) {
 		t.Fatalf("a misspelt failpoint: exit %d\n%s", code, out)
 	}
 }
+
+// With ThenEnv=continue a hit failpoint holds, then lets the process go on.
+func TestFailpointThenContinue(t *testing.T) {
+	t.Parallel()
+	out, code := child(t, childEnv+"=janitor.before_delete", failpoint.Env+"=janitor.before_delete",
+		failpoint.HoldEnv+"=1s", failpoint.ThenEnv+"=continue")
+	if code != 0 || !strings.Contains(out, "goes on after 1s") || !strings.Contains(out, "held 1s: going on") ||
+		!strings.Contains(out, "passed the failpoint") {
+		t.Fatalf("exit %d, want 0 past the failpoint after its hold:\n%s", code, out)
+	}
+}

@@ -3,9 +3,12 @@
 // directions without closing anything, as a network that drops packets
 // does (nobody is told; every wait is the waiter's to bound), and Heal
 // delivers what was held, late, as TCP does once the network returns.
+// DropAnswer loses one answer: the server gets a request and acts on it,
+// the client never hears back, as when a connection breaks in between.
 package netfault
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -21,11 +24,15 @@ type Proxy struct {
 	healed *sync.Cond // broadcast when blackholed turns false or the proxy closes
 	holed  bool
 	closed bool
+	marker []byte // DropAnswer's, while armed
 	pairs  map[*pair]struct{}
 	wg     sync.WaitGroup
 }
 
-type pair struct{ client, server net.Conn }
+type pair struct {
+	client, server net.Conn
+	dropNext       bool // the server's next bytes to the client are lost, and the connection with them
+}
 
 // Start listens on a free loopback port and forwards to target (host:port).
 func Start(target string) (*Proxy, error) {
@@ -50,6 +57,16 @@ func (p *Proxy) Blackhole() { p.set(true) }
 
 // Heal forwards again, held bytes first.
 func (p *Proxy) Heal() { p.set(false) }
+
+// DropAnswer arms the proxy once: the first client message that contains
+// marker reaches the server, and the server's answer to it never reaches
+// the client, whose connection is closed instead (the server's too, once
+// it answered). The server acts on the message as it would on any.
+func (p *Proxy) DropAnswer(marker []byte) {
+	p.mu.Lock()
+	p.marker = bytes.Clone(marker)
+	p.mu.Unlock()
+}
 
 func (p *Proxy) set(holed bool) {
 	p.mu.Lock()
@@ -125,8 +142,8 @@ func (p *Proxy) serve(pr *pair) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { p.pump(s, pr.client); done <- struct{}{} }()
-	go func() { p.pump(pr.client, s); done <- struct{}{} }()
+	go func() { p.pump(s, pr.client, pr, true); done <- struct{}{} }()
+	go func() { p.pump(pr.client, s, pr, false); done <- struct{}{} }()
 	<-done
 	// One side ended: end the other, so its pump returns too.
 	pr.client.Close()
@@ -144,6 +161,25 @@ func (p *Proxy) drop(pr *pair) {
 	}
 }
 
+// arm marks pr's next answer as lost when chunk, sent to the server,
+// carries the armed DropAnswer marker. A marker split across two reads is
+// missed: tests mark short messages, which travel in one.
+func (p *Proxy) arm(pr *pair, chunk []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.marker != nil && bytes.Contains(chunk, p.marker) {
+		p.marker = nil
+		pr.dropNext = true
+	}
+}
+
+// dropped reports whether the server's bytes now read are pr's lost answer.
+func (p *Proxy) dropped(pr *pair) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return pr.dropNext
+}
+
 // wait blocks while the network is blackholed; false once the proxy closed.
 func (p *Proxy) wait() bool {
 	p.mu.Lock()
@@ -155,14 +191,20 @@ func (p *Proxy) wait() bool {
 }
 
 // pump copies src to dst, holding each chunk while the network is
-// blackholed.
-func (p *Proxy) pump(dst, src net.Conn) {
+// blackholed. up is the client-to-server direction of pr.
+func (p *Proxy) pump(dst, src net.Conn, pr *pair, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if !p.wait() {
 				return
+			}
+			if !up && p.dropped(pr) {
+				return // serve closes both ends: the answer is lost
+			}
+			if up { // before the server can answer
+				p.arm(pr, buf[:n])
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

@@ -273,9 +273,24 @@ func (g *Guard) refuseErr(ctx context.Context, method string, err error) Decisio
 			return g.refuse(ctx, method, idemhttp.KindUnavailable, Refusal{Code: Canceled, Reason: ReasonUnavailable, Message: "call canceled"})
 		}
 		return g.refuse(ctx, method, idemhttp.KindUnavailable, Refusal{Code: Unavailable, Reason: ReasonUnavailable,
-			Message: "the service cannot reach its database; nothing was done, retry later", RetryAfter: g.cfg.RetryAfter})
+			Message: unavailableMessage(err), RetryAfter: g.cfg.RetryAfter})
 	}
 	return g.fail(ctx, method, err)
+}
+
+// unavailableMessage says what an Unavailable refusal left behind: nothing,
+// unless the commit was sent (its answer lost, or its standbys not
+// confirmed), when a retry with the same key is the way to learn it.
+func unavailableMessage(err error) string {
+	switch {
+	case errors.Is(err, idem.ErrCommitUnknown):
+		return "the database's answer to this call's commit was lost: it may have committed; " +
+			"retry with the same idempotency-key, which replays it if it committed"
+	case errors.Is(err, idem.ErrUnreplicated):
+		return "the database committed this call but could not confirm it reached its standbys; " +
+			"retry with the same idempotency-key"
+	}
+	return "the service cannot reach its database; nothing was done, retry later"
 }
 
 // fail answers an unexpected error: Internal, nothing stored, logged

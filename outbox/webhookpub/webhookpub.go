@@ -154,7 +154,17 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	sem := make(chan struct{}, p.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i, m := range msgs {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			// The relay gave up on the batch: what was not started is
+			// not sent, and says why.
+			for j := i; j < len(msgs); j++ {
+				errs[j] = ctx.Err()
+			}
+			wg.Wait()
+			return errs
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()

@@ -144,6 +144,12 @@ func (g *tenantGate) acquire(ctx context.Context, tenant string, waits *promethe
 	case <-expired:
 		err = context.DeadlineExceeded
 	}
+	// A caller that went away is no sign of the database's pressure, as a
+	// wait past its deadline is: counted apart.
+	outcome := "expired"
+	if errors.Is(err, context.Canceled) {
+		outcome = "canceled"
+	}
 	g.mu.Lock()
 	if w.granted { // granted as the wait ended: give it back
 		g.mu.Unlock()
@@ -156,7 +162,7 @@ func (g *tenantGate) acquire(ctx context.Context, tenant string, waits *promethe
 		g.serve() // its leaving may make a slot it kept for nothing grantable
 		g.mu.Unlock()
 	}
-	waits.WithLabelValues(tenant, "expired").Inc()
+	waits.WithLabelValues(tenant, outcome).Inc()
 	return nil, fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errTenantGate, err)
 }
 
@@ -326,7 +332,7 @@ func newGatedDriver(d driver.Driver, share float64, maxWait time.Duration, reg p
 func waitCounter(kind, what string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_tenant_" + kind + "_waits_total",
-		Help: what + " transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired).",
+		Help: what + " transactions that waited for a slot of the database's connections while other tenants held theirs, by tenant and outcome (granted, expired, canceled).",
 	}, []string{"tenant", "outcome"})
 }
 

@@ -302,6 +302,15 @@ func TestTenantWriteGateWaitEnds(t *testing.T) {
 	if !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, errTenantGate) {
 		t.Fatalf("acquire after its context ended: %v, want ErrUnavailable and context.Canceled", err)
 	}
+	if got, expired := testutil.ToFloat64(waits.WithLabelValues("b", "canceled")), testutil.ToFloat64(waits.WithLabelValues("b", "expired")); got != 1 || expired != 0 {
+		t.Fatalf("B's canceled waits %v, expired %v; want 1 canceled (its caller went away), none expired", got, expired)
+	}
+	// A wait that outlasts its deadline expires.
+	short, stop := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer stop()
+	if _, err := g.acquire(short, "b", waits); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire past its deadline: %v", err)
+	}
 	if got := testutil.ToFloat64(waits.WithLabelValues("b", "expired")); got != 1 {
 		t.Fatalf("B's expired waits %v, want 1", got)
 	}

@@ -106,8 +106,9 @@ func (b *bound[K, V]) get(k K) V {
 }
 
 // errUnavailable is what a 503 says: the database, or the service's own
-// queue for it, cannot take the request now (idemhttp.ProblemFor).
-var errUnavailable = errors.New("answered 503: the database is unavailable or the service too busy; nothing was stored")
+// queue for it, cannot take the request now, or a commit's outcome is not
+// confirmed (idemhttp.ProblemFor); its problem's detail says which.
+var errUnavailable = errors.New("answered 503: the database is unavailable, the service too busy, or a commit unconfirmed")
 
 // statusWriter remembers the status a handler wrote.
 type statusWriter struct {

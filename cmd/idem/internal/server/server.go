@@ -345,7 +345,9 @@ func tenantFrom(ctx context.Context) string {
 func (s *Server) Relay() *outbox.Relay { return s.relay }
 
 // Run serves on ln until ctx is done, then stops accepting, drains the
-// requests in flight (bounded by ShutdownTimeout) and returns.
+// requests in flight (bounded by ShutdownTimeout), waits for the background
+// work (the janitor's batch in progress commits: the caller closes the
+// driver next) and returns.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	// active counts the requests a handler is running, so that shutdown
 	// can say how many it waited for.
@@ -365,13 +367,21 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	go s.keeper.RunJanitor(bgCtx)
+	// The janitor's batch in progress ends before the driver closes.
+	janitorDone := make(chan struct{})
+	go func() {
+		defer close(janitorDone)
+		s.keeper.RunJanitor(bgCtx)
+	}()
 	// The console's outbox sampler lives as long as the server.
 	samplerDone := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
 		if s.console != nil {
-			_ = s.console.Run(bgCtx) // it only returns when bgCtx ends
+			// It returns when bgCtx ends, with nil: any error is a fault.
+			if err := s.console.Run(bgCtx); err != nil {
+				s.log.Error("idem: console sampler stopped", "err", err)
+			}
 		}
 	}()
 	relayDone := make(chan struct{})
@@ -390,6 +400,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	// unsent, the next relay publishes.
 	defer func() {
 		stopBackground()
+		<-janitorDone
 		<-samplerDone
 		<-relayDone
 		if s.closeRelay != nil {
