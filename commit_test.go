@@ -85,8 +85,8 @@ func TestBatcherCommitUnknownThenDown(t *testing.T) {
 		dd := &downAfter{Driver: d}
 		r := newRig(t, dd, idem.Config{}, idem.BatchConfig{Concurrency: 1})
 		var commits int
-		idem.SetCommitHook(r.b, func(ctx context.Context, tx driver.TxCloser) error {
-			if err := tx.Commit(ctx); err != nil {
+		idem.SetCommitHook(r.b, func(ctx context.Context, commit func(context.Context) error) error {
+			if err := commit(ctx); err != nil {
 				return err
 			}
 			if commits++; commits == 2 {
