@@ -11,8 +11,9 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// GetTransfer reads a transfer with its reversals, oldest first;
-// ErrNotFound when the tenant has no such transfer.
+// GetTransfer reads a transfer with its reversals, oldest first, and for a
+// hold, its status and the transfer that settled it; ErrNotFound when the
+// tenant has no such transfer.
 func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery) (Transfer, error) {
 	tenant, id := q.Tenant, q.ID
 	if err := l.checkTx(tx); err != nil {
@@ -24,14 +25,14 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery)
 	if checkID("id", id) != nil {
 		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
 	}
-	found, err := l.d.LedgerTransfersGet(ctx, tx, &driver.LedgerTransfersGetParams{Tenant: tenant, IDs: []string{id}})
+	found, err := l.d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: []driver.LedgerKey{{Tenant: tenant, ID: id}}})
 	if err != nil {
 		return Transfer{}, fmt.Errorf("ledger: read transfer %q: %w", id, err)
 	}
 	if len(found) == 0 {
 		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
 	}
-	t := transferFromRow(&found[0])
+	t := transferFound(&found[0].LedgerTransfer, found[0].SettledBy, found[0].Settled)
 	revs, err := l.d.LedgerReversals(ctx, tx, &driver.LedgerReversalsParams{Tenant: tenant, TransferID: id})
 	if err != nil {
 		return Transfer{}, fmt.Errorf("ledger: read reversals of %q: %w", id, err)
@@ -71,8 +72,9 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Bal
 		return Balance{}, err
 	}
 	if asOf == nil {
-		return Balance{AccountID: acct.ID, AsOf: l.now(), DebitsPosted: acct.DebitsPosted,
-			CreditsPosted: acct.CreditsPosted, Balance: acct.CreditsPosted - acct.DebitsPosted}, nil
+		b := Balance{AccountID: acct.ID, AsOf: l.now()}
+		totals(&b, acct.DebitsPosted, acct.CreditsPosted, acct.DebitsPending, acct.CreditsPending)
+		return b, nil
 	}
 	at := asOf.Truncate(time.Microsecond) // entries are recorded in microseconds
 	if err := l.settle(ctx, tx, acct, at); err != nil {
@@ -86,7 +88,7 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Bal
 	if err != nil {
 		return Balance{}, fmt.Errorf("ledger: balance of %q: %w", accountID, err)
 	}
-	b.DebitsPosted, b.CreditsPosted, b.Balance = e.DebitsPosted, e.CreditsPosted, e.CreditsPosted-e.DebitsPosted
+	totals(&b, e.DebitsPosted, e.CreditsPosted, e.DebitsPending, e.CreditsPending)
 	return b, nil
 }
 
