@@ -95,6 +95,11 @@ type LedgerDriver interface {
 	// first, at most Limit, across tenants. It locks nothing: two workers
 	// may both find a hold, and the ledger settles it once.
 	LedgerHoldsDue(ctx context.Context, tx Tx, p *LedgerHoldsDueParams) ([]LedgerHold, error)
+	// LedgerTransfersList lists a tenant's transfers by id, after After,
+	// at most Limit, each with what settled it when it is a hold. With
+	// Status "pending" it reads the open holds only; another status keeps
+	// the transfers of that status (see ledger.Status), read in id order.
+	LedgerTransfersList(ctx context.Context, tx Tx, p *LedgerTransfersListParams) ([]LedgerFoundTransfer, error)
 	// LedgerScan streams every row Verify needs, in orders it can check
 	// without holding the ledger in memory. fn's error stops the scan.
 	LedgerScan(ctx context.Context, tx Tx, p *LedgerScanParams) error
@@ -339,5 +344,17 @@ type LedgerHoldsDueParams struct {
 	// Now is the clock for drivers without their own.
 	Now time.Time
 	// Limit bounds the holds returned.
+	Limit int
+}
+
+type LedgerTransfersListParams struct {
+	Tenant string
+	// AccountID keeps the transfers on this account, either side; "": all.
+	AccountID string
+	// Status keeps the transfers of this status: "pending", "posted",
+	// "voided" or "expired"; "": all.
+	Status string
+	// After keeps the transfers whose id sorts after it; "": from the first.
+	After string
 	Limit int
 }

@@ -471,3 +471,59 @@ func TestVerifyFindsPendingCorruption(t *testing.T) {
 		}
 	})
 }
+
+// Transfers lists by id, with statuses, the open holds alone for
+// pending, and a cursor.
+func TestTransfersList(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		l := newLedger(t, d)
+		fundedWallet(t, d, l)
+		post(t, d, l, tenant, hold("h1", 10), hold("h2", 20), hold("h3", 30))
+		if _, err := settle(t, d, l, ledger.NewSettlement{PendingID: "h1", Settles: ledger.SettlePost, ID: "p1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := settle(t, d, l, ledger.NewSettlement{PendingID: "h2", Settles: ledger.SettleVoid, ID: "v2"}); err != nil {
+			t.Fatal(err)
+		}
+		list := func(q ledger.TransfersQuery) ([]string, string) {
+			t.Helper()
+			q.Tenant = tenant
+			var ts []ledger.Transfer
+			var next string
+			must(t, d, func(tx driver.Tx) (err error) {
+				ts, next, err = l.Transfers(context.Background(), tx, q)
+				return err
+			})
+			var ids []string
+			for _, tr := range ts {
+				ids = append(ids, tr.ID+":"+string(tr.Status))
+			}
+			return ids, next
+		}
+		for _, c := range []struct {
+			q    ledger.TransfersQuery
+			want string
+		}{
+			{ledger.TransfersQuery{}, "[fund:posted h1:posted h2:voided h3:pending p1:posted v2:voided]"},
+			{ledger.TransfersQuery{Status: ledger.StatusPending}, "[h3:pending]"},
+			{ledger.TransfersQuery{Status: ledger.StatusPending, AccountID: "bank"}, "[]"},
+			{ledger.TransfersQuery{Status: ledger.StatusVoided}, "[h2:voided v2:voided]"},
+			{ledger.TransfersQuery{AccountID: "bank"}, "[fund:posted]"},
+		} {
+			if got, _ := list(c.q); fmt.Sprint(got) != c.want && !(c.want == "[]" && got == nil) {
+				t.Errorf("%+v: %v, want %s", c.q, got, c.want)
+			}
+		}
+		page, next := list(ledger.TransfersQuery{Limit: 4})
+		rest, last := list(ledger.TransfersQuery{Limit: 4, After: next})
+		if len(page) != 4 || next != "h3" || fmt.Sprint(rest) != "[p1:posted v2:voided]" || last != "" {
+			t.Fatalf("pages %v %q, %v %q", page, next, rest, last)
+		}
+		err := inTx(t, d, func(tx driver.Tx) error {
+			_, _, err := l.Transfers(context.Background(), tx, ledger.TransfersQuery{Tenant: tenant, Status: "held"})
+			return err
+		})
+		wantCode(t, err, "invalid_request")
+	})
+}

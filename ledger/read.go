@@ -155,3 +155,65 @@ func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, q EntriesQuery) ([]E
 	}
 	return out, next, nil
 }
+
+// TransfersQuery selects a page of a tenant's transfers, by id.
+type TransfersQuery struct {
+	// Tenant owns the transfers. Required.
+	Tenant string
+	// AccountID keeps the transfers on this account, either side; "": all.
+	AccountID string
+	// Status keeps the transfers of this status; "": all. StatusPending
+	// lists the open holds, from the open holds alone, however many
+	// transfers the tenant has; another status is a filter on a walk of
+	// the tenant's transfers by id.
+	Status Status
+	// Limit bounds the page. Default 100; bound 1..1000.
+	Limit int
+	// After is the cursor a previous page returned; empty: the first.
+	After string
+}
+
+// Transfers lists a tenant's transfers by id, each with its status (a
+// hold's, with the transfer that settled it), and returns the cursor of
+// the next page, or "" when this is the last.
+func (l *Ledger) Transfers(ctx context.Context, tx driver.Tx, q TransfersQuery) ([]Transfer, string, error) {
+	if err := l.checkTx(tx); err != nil {
+		return nil, "", err
+	}
+	if err := checkTenant(q.Tenant); err != nil {
+		return nil, "", err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = defaultEntriesLimit
+	}
+	if limit < 1 || limit > maxEntriesLimit {
+		return nil, "", invalid("limit", fmt.Sprintf("limit %d is outside 1..%d", q.Limit, maxEntriesLimit))
+	}
+	switch q.Status {
+	case "", StatusPending, StatusPosted, StatusVoided, StatusExpired:
+	default:
+		return nil, "", invalid("status", fmt.Sprintf("status %q is not pending, posted, voided or expired", q.Status))
+	}
+	if q.After != "" && checkID("after", q.After) != nil {
+		return nil, "", invalid("after", fmt.Sprintf("cursor %q is not one this ledger returned", q.After))
+	}
+	if q.AccountID != "" && checkID("account_id", q.AccountID) != nil {
+		return []Transfer{}, "", nil // an id we would never have stored names no account
+	}
+	rows, err := l.d.LedgerTransfersList(ctx, tx, &driver.LedgerTransfersListParams{Tenant: q.Tenant,
+		AccountID: q.AccountID, Status: string(q.Status), After: q.After, Limit: limit + 1})
+	if err != nil {
+		return nil, "", fmt.Errorf("ledger: list transfers: %w", err)
+	}
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = rows[limit-1].ID
+	}
+	out := make([]Transfer, len(rows))
+	for i := range rows {
+		out[i] = transferFound(&rows[i].LedgerTransfer, rows[i].SettledBy, rows[i].Settled)
+	}
+	return out, next, nil
+}

@@ -90,6 +90,33 @@ const ledgerFoundCols = ledgerTransferCols + `,
 
 var sqlLedgerTransfersFind = `SELECT ` + ledgerFoundCols + fmt.Sprintf(ledgerByKeys, "ledger_transfers", "")
 
+// A tenant's transfers, by the primary key, from the cursor on; the
+// filters are applied as the key is walked. A transfer's status is its
+// kind's, or for a hold its settlement's (ledger.Status).
+const sqlLedgerTransfersList = `
+SELECT ` + ledgerFoundCols + `
+  FROM ledger_transfers x
+ WHERE x.tenant = $1 AND x.id > $2
+   AND ($3 = '' OR x.debit_account_id = $3 OR x.credit_account_id = $3)
+   AND ($4 = '' OR $4 = CASE
+         WHEN x.pending THEN coalesce((SELECT CASE s.settles WHEN 'post' THEN 'posted' WHEN 'void' THEN 'voided' ELSE 'expired' END
+                                         FROM ledger_transfers s WHERE s.tenant = x.tenant AND s.pending_id = x.id), 'pending')
+         WHEN x.settles = 'void' THEN 'voided'
+         WHEN x.settles = 'expire' THEN 'expired'
+         ELSE 'posted' END)
+ ORDER BY x.id LIMIT $5`
+
+// A tenant's open holds, by the primary key of ledger_holds, each joined
+// to its transfer by key.
+const sqlLedgerHoldsList = `
+SELECT ` + ledgerFoundCols + `
+  FROM (SELECT t.* FROM ledger_holds h
+          JOIN ledger_transfers t ON t.tenant = h.tenant AND t.id = h.transfer_id
+         WHERE h.tenant = $1 AND h.transfer_id > $2
+           AND ($3 = '' OR h.debit_account_id = $3 OR h.credit_account_id = $3)
+         ORDER BY h.transfer_id LIMIT $4) AS x
+ ORDER BY x.id`
+
 const sqlLedgerReversals = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
  WHERE tenant = $1 AND reverses_id = $2
@@ -298,6 +325,23 @@ func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
 	tenants, ids := keyArrays(p.Keys)
 	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, tenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out, err := scanFoundTransfers(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
+func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
+	sql, args := sqlLedgerTransfersList, []any{p.Tenant, p.After, p.AccountID, p.Status, p.Limit}
+	if p.Status == "pending" {
+		sql, args = sqlLedgerHoldsList, []any{p.Tenant, p.After, p.AccountID, p.Limit}
+	}
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

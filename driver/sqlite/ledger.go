@@ -56,16 +56,41 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
 
 // A hold's settlement is a search of the unique (tenant, pending_id)
 // index.
-const sqlLedgerTransfersFind = `
-SELECT ` + ledgerTransferCols + `,
+const ledgerFoundCols = ledgerTransferCols + `,
        coalesce((SELECT r.reversed FROM ledger_reversed_totals r
                   WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0),
        coalesce((SELECT s.id FROM ledger_transfers s
                   WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), ''),
        coalesce((SELECT s.settles FROM ledger_transfers s
-                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), '')
+                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), '')`
+
+const sqlLedgerTransfersFind = `
+SELECT ` + ledgerFoundCols + `
   FROM ledger_transfers x
  WHERE (tenant, id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))`
+
+// As on Postgres: by the primary key from the cursor on, filtered.
+const sqlLedgerTransfersList = `
+SELECT ` + ledgerFoundCols + `
+  FROM ledger_transfers x
+ WHERE x.tenant = ?1 AND x.id > ?2
+   AND (?3 = '' OR x.debit_account_id = ?3 OR x.credit_account_id = ?3)
+   AND (?4 = '' OR ?4 = CASE
+         WHEN x.pending THEN coalesce((SELECT CASE s.settles WHEN 'post' THEN 'posted' WHEN 'void' THEN 'voided' ELSE 'expired' END
+                                         FROM ledger_transfers s WHERE s.tenant = x.tenant AND s.pending_id = x.id), 'pending')
+         WHEN x.settles = 'void' THEN 'voided'
+         WHEN x.settles = 'expire' THEN 'expired'
+         ELSE 'posted' END)
+ ORDER BY x.id LIMIT ?5`
+
+const sqlLedgerHoldsList = `
+SELECT ` + ledgerFoundCols + `
+  FROM (SELECT t.* FROM ledger_holds h
+          JOIN ledger_transfers t ON t.tenant = h.tenant AND t.id = h.transfer_id
+         WHERE h.tenant = ?1 AND h.transfer_id > ?2
+           AND (?3 = '' OR h.debit_account_id = ?3 OR h.credit_account_id = ?3)
+         ORDER BY h.transfer_id LIMIT ?4) AS x
+ ORDER BY x.id`
 
 const sqlLedgerReversals = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
@@ -223,7 +248,18 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, keys)
+	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersFind, keys)
+}
+
+func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
+	if p.Status == "pending" {
+		return queryFoundTransfers(ctx, tx, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
+	}
+	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
+}
+
+func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

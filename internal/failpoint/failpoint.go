@@ -28,7 +28,7 @@ const (
 const ExitCode = 3
 
 // Names are the failpoints there are.
-var Names = []string{"keeper.before_commit", "relay.before_publish", "relay.after_publish"}
+var Names = []string{"keeper.before_commit", "relay.before_publish", "relay.after_publish", "ledger.before_expiry_commit"}
 
 const (
 	defaultHold = 5 * time.Minute
