@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Holds expire while the server expiring them is killed just before its
+// commit: the next server releases each once, and each one's
+// transfer.expired event exists once.
+func TestHoldExpiryUnderSIGKILL(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dialect string) {
+		db := dbURL(t, dialect)
+		stuck := start(t, []string{"IDEM_FAILPOINT=ledger.before_expiry_commit"},
+			"serve", "--addr", "127.0.0.1:0", "--db", db, "--hold-expiry-period", "50ms", "--relay-lease", "1s")
+		account(t, stuck.URL, "w", "EUR")
+		account(t, stuck.URL, "m", "EUR")
+		const holds = 5
+		for i := range holds {
+			h := transfer("w", "m", 10)
+			h["id"], h["pending"], h["timeout_seconds"] = fmt.Sprintf("h%d", i), true, 1
+			mustStatus(t, call(t, "POST", stuck.URL+"/v1/transfers", fmt.Sprintf("hold-%d", i), h), http.StatusCreated)
+		}
+		// The expiry of the due holds stops before its commit; kill it
+		// there. (Its relay's leases last 1s: the next relay takes over
+		// its shards soon after.)
+		waitFor(t, func() bool { return strings.Contains(stuck.Stderr(), "failpoint: ledger.before_expiry_commit") })
+		if err := stuck.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		stuck.wait(30 * time.Second)
+
+		after := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--hold-expiry-period", "50ms", "--relay-lease", "1s")
+		expired := func() []map[string]any {
+			var page struct {
+				Data []map[string]any `json:"data"`
+			}
+			r := call(t, "GET", after.URL+"/v1/events?limit=1000", "", nil)
+			mustStatus(t, r, http.StatusOK)
+			if err := json.Unmarshal(r.Body, &page); err != nil {
+				t.Fatal(err)
+			}
+			var out []map[string]any
+			for _, e := range page.Data {
+				if e["type"] == "transfer.expired" && e["published_at"] != nil {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for len(expired()) < holds {
+			if time.Now().After(deadline) {
+				t.Fatalf("events: %s\nh0: %s", call(t, "GET", after.URL+"/v1/events?limit=1000", "", nil).Body,
+					call(t, "GET", after.URL+"/v1/transfers/h0", "", nil).Body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // a few more expiry passes: nothing more to expire
+		events := expired()
+		keys := map[any]bool{}
+		for _, e := range events {
+			p, _ := e["payload"].(map[string]any)
+			keys[p["pending_id"]] = true
+		}
+		if len(events) != holds || len(keys) != holds {
+			t.Fatalf("%d transfer.expired events for %d holds (of holds %v)", len(events), holds, keys)
+		}
+		for i := range holds {
+			h := call(t, "GET", fmt.Sprintf("%s/v1/transfers/h%d", after.URL, i), "", nil).json(t)
+			if h["status"] != "expired" {
+				t.Fatalf("h%d: %v", i, h)
+			}
+		}
+		w := call(t, "GET", after.URL+"/v1/accounts/w", "", nil).json(t)
+		if w["debits_pending"] != float64(0) || w["debits_posted"] != float64(0) {
+			t.Fatalf("w: %v", w)
+		}
+		open := call(t, "GET", after.URL+"/v1/transfers?status=pending", "", nil).json(t)
+		if d, _ := open["data"].([]any); len(d) != 0 {
+			t.Fatalf("open holds: %v", open)
+		}
+	})
+}
