@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/idemclient"
 )
 
 // Holds expire while the server expiring them is killed just before its
@@ -83,6 +86,47 @@ func TestHoldExpiryUnderSIGKILL(t *testing.T) {
 		open := call(t, "GET", after.URL+"/v1/transfers?status=pending", "", nil).json(t)
 		if d, _ := open["data"].([]any); len(d) != 0 {
 			t.Fatalf("open holds: %v", open)
+		}
+	})
+}
+
+// The Go client's hold calls: reserve, list the open holds, post part,
+// and a second settlement refused with its code.
+func TestClientHolds(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dialect string) {
+		p, _ := serveDB(t, dialect, nil)
+		ctx := t.Context()
+		c, err := idemclient.New(idemclient.Config{BaseURL: p.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"w", "m"} {
+			if _, err := c.CreateAccount(ctx, idemclient.AccountParams{ID: id, Currency: "EUR"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := c.CreateTransfer(ctx, idemclient.TransferParams{ID: "h1", DebitAccountID: "w", CreditAccountID: "m",
+			Amount: 80, Currency: "EUR", Pending: true, TimeoutSeconds: 3600})
+		if err != nil || h.State != "pending" || !h.Pending || h.ExpiresAt == nil {
+			t.Fatalf("hold: %+v, %v", h, err)
+		}
+		open, err := c.Transfers(ctx, idemclient.TransfersParams{Status: "pending", AccountID: "w"})
+		if err != nil || len(open.Data) != 1 || open.Data[0].ID != "h1" {
+			t.Fatalf("open holds: %+v, %v", open, err)
+		}
+		if w, err := c.GetAccount(ctx, "w"); err != nil || w.DebitsPending != 80 || w.Available != -80 {
+			t.Fatalf("w: %+v, %v", w, err)
+		}
+		amount := int64(65)
+		post, err := c.PostPending(ctx, "h1", idemclient.SettleParams{Amount: &amount}, idemclient.WithKey("capture-h1"))
+		if err != nil || post.State != "posted" || post.PendingID != "h1" || post.Amount != 65 {
+			t.Fatalf("post: %+v, %v", post, err)
+		}
+		if _, err := c.VoidPending(ctx, "h1", idemclient.SettleParams{}); !errors.Is(err, idemclient.ErrPendingAlreadyPosted) {
+			t.Fatalf("void after post: %v", err)
+		}
+		if b, err := c.Balance(ctx, "w", nil); err != nil || b.DebitsPending != 0 || b.DebitsPosted != 65 || b.Available != -65 {
+			t.Fatalf("w balance: %+v, %v", b, err)
 		}
 	})
 }
