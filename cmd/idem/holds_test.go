@@ -130,3 +130,82 @@ func TestClientHolds(t *testing.T) {
 		}
 	})
 }
+
+// 50 posts and voids of one hold, each under its own key, race across two
+// serve processes on one database: exactly one settles it, every other
+// is refused with the code of what did, and one settlement row exists.
+func TestHoldSettlesOnceAcrossServers(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dialect string) {
+		db := dbURL(t, dialect)
+		a := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db)
+		// One relay is enough: the second would share the first's embedded
+		// broker directory.
+		b := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--relay=false")
+		account(t, a.URL, "w", "EUR")
+		account(t, a.URL, "m", "EUR")
+		for round := range 2 {
+			hold := fmt.Sprintf("h%d", round)
+			h := transfer("w", "m", 100)
+			h["id"], h["pending"] = hold, true
+			mustStatus(t, call(t, "POST", a.URL+"/v1/transfers", "hold-"+hold, h), http.StatusCreated)
+			const racers = 50
+			answers := make([]response, racers)
+			done := make(chan int, racers)
+			for i := range racers {
+				go func() {
+					base, path, body := a.URL, "/post", any(map[string]any{"amount": 60})
+					if i%2 == 1 {
+						base = b.URL
+					}
+					if i%4 >= 2 {
+						path, body = "/void", map[string]any{}
+					}
+					answers[i] = call(t, "POST", base+"/v1/transfers/"+hold+path, fmt.Sprintf("%s-settle-%d", hold, i), body)
+					done <- i
+				}()
+			}
+			for range racers {
+				<-done
+			}
+			winner := -1
+			for i, r := range answers {
+				if r.Status == http.StatusCreated {
+					if winner >= 0 {
+						t.Fatalf("round %d: racers %d and %d both settled the hold", round, winner, i)
+					}
+					winner = i
+				}
+			}
+			if winner < 0 {
+				t.Fatalf("round %d: nobody settled the hold: %d %s", round, answers[0].Status, answers[0].Body)
+			}
+			want := "pending_transfer_already_posted"
+			if winner%4 >= 2 {
+				want = "pending_transfer_already_voided"
+			}
+			for i, r := range answers {
+				if i != winner && (r.Status != http.StatusUnprocessableEntity || r.code(t) != want) {
+					t.Fatalf("round %d racer %d: %d %s, want 422 %s", round, i, r.Status, r.Body, want)
+				}
+			}
+			got := call(t, "GET", b.URL+"/v1/transfers/"+hold, "", nil).json(t)
+			if got["settled_by"] != answers[winner].json(t)["id"] {
+				t.Fatalf("round %d: hold %v, winner %s", round, got, answers[winner].Body)
+			}
+		}
+		w := call(t, "GET", b.URL+"/v1/accounts/w", "", nil).json(t)
+		if w["debits_pending"] != float64(0) {
+			t.Fatalf("w: %v", w)
+		}
+		all := call(t, "GET", a.URL+"/v1/transfers?limit=1000", "", nil).json(t)
+		settlements := 0
+		for _, x := range all["data"].([]any) {
+			if x.(map[string]any)["pending_id"] != nil {
+				settlements++
+			}
+		}
+		if settlements != 2 {
+			t.Fatalf("%d settlements of 2 holds: %v", settlements, all)
+		}
+	})
+}
