@@ -170,3 +170,53 @@ func TestHoldsOverHTTP(t *testing.T) {
 		}
 	})
 }
+
+// A currency exchange over HTTP, as docs/ledger.md describes it: both
+// legs reserved as holds in one batch, then both posted; and an exchange
+// whose EUR leg is refused, its USD hold voided, so nothing moves.
+func TestCurrencyExchangeOverHTTP(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		c, _ := newHoldServers(t, d)
+		for _, a := range []string{`{"id":"alice-usd","currency":"USD","flags":{"debits_must_not_exceed_credits":true}}`,
+			`{"id":"alice-eur","currency":"EUR"}`, `{"id":"fx-usd","currency":"USD"}`,
+			`{"id":"fx-eur","currency":"EUR","flags":{"debits_must_not_exceed_credits":true}}`,
+			`{"id":"bank-usd","currency":"USD"}`, `{"id":"bank-eur","currency":"EUR"}`} {
+			c.post("/v1/accounts", "acct-"+a[7:15], a, 201)
+		}
+		c.post("/v1/transfers/batch", "fund", `{"transfers":[
+			{"id":"f1","debit_account_id":"bank-usd","credit_account_id":"alice-usd","amount":50000,"currency":"USD"},
+			{"id":"f2","debit_account_id":"bank-eur","credit_account_id":"fx-eur","amount":15000,"currency":"EUR"}]}`, 200)
+		legs := func(id string) string {
+			return `{"transfers":[
+			{"id":"` + id + `-usd","debit_account_id":"alice-usd","credit_account_id":"fx-usd","amount":10000,"currency":"USD","pending":true,"timeout_seconds":60},
+			{"id":"` + id + `-eur","debit_account_id":"fx-eur","credit_account_id":"alice-eur","amount":9200,"currency":"EUR","pending":true,"timeout_seconds":60}]}`
+		}
+		type batch struct {
+			Data []struct {
+				Status string `json:"status"`
+			} `json:"data"`
+		}
+		if r := holdBody[batch](t, c.post("/v1/transfers/batch", "fx-1", legs("fx1"), 200)); r.Data[0].Status != "created" || r.Data[1].Status != "created" {
+			t.Fatalf("fx-1 legs: %+v", r)
+		}
+		c.post("/v1/transfers/fx1-usd/post", "fx-1-usd", `{}`, 201)
+		c.post("/v1/transfers/fx1-eur/post", "fx-1-eur", `{}`, 201)
+		// The EUR liquidity has 5800 left: the second exchange's EUR hold is
+		// refused, so its USD hold is voided.
+		r := holdBody[batch](t, c.post("/v1/transfers/batch", "fx-2", legs("fx2"), 200))
+		if r.Data[0].Status != "created" || r.Data[1].Status != "refused" {
+			t.Fatalf("fx-2 legs: %+v", r)
+		}
+		c.post("/v1/transfers/fx2-usd/void", "fx-2-usd", `{}`, 201)
+		for id, want := range map[string][2]int64{"alice-usd": {40000, 0}, "alice-eur": {9200, 0}, "fx-usd": {10000, 0}, "fx-eur": {5800, 0}} {
+			a := holdBody[holdAccount](t, c.get("/v1/accounts/"+id, 200))
+			if a.Balance != want[0] || a.DebitsPending != 0 || a.CreditsPending != 0 {
+				t.Errorf("%s: %+v, want balance %d and nothing pending", id, a, want[0])
+			}
+		}
+		if ev := eventsOf(t, d); ev["transfer.pending"] != 3 || ev["transfer.posted"] != 2 || ev["transfer.voided"] != 1 {
+			t.Errorf("events %v", ev)
+		}
+	})
+}
