@@ -9,15 +9,28 @@
 -- pending_id) is the database's last word that a hold settles once, beside
 -- the ledger's own check under the accounts' locks.
 --
--- Not compatible with older binaries: they would write transfers that
--- ignore the pending totals their accounts' flags must count.
+-- idem:compatible-from 6
+-- A binary of migration 6 or later keeps serving here during a rolling
+-- upgrade (migrations 7 and 8 are compatible from 6 too): it
+-- knows nothing of holds, so the database keeps it from breaking them.
+-- Its entries name no pending totals: a trigger fills them from the
+-- account (whose pending totals such a binary never moves). Its balance
+-- flags ignore pending amounts: CHECKs on the accounts refuse a write
+-- that would spend what a hold reserves (an error for that request,
+-- nothing written). It would reverse a hold: a trigger refuses that too.
+-- The new binary decides all of this before writing and never meets
+-- them. (It reads a hold as a plain transfer until it is replaced.)
 LOCK TABLE ledger_accounts, ledger_transfers, ledger_entries IN ACCESS EXCLUSIVE MODE;
 
 -- The accounts' pending totals are cached beside the posted ones, and
 -- written in the same statement, under the same lock.
 ALTER TABLE ledger_accounts
     ADD COLUMN debits_pending  bigint NOT NULL DEFAULT 0 CHECK (debits_pending >= 0),
-    ADD COLUMN credits_pending bigint NOT NULL DEFAULT 0 CHECK (credits_pending >= 0);
+    ADD COLUMN credits_pending bigint NOT NULL DEFAULT 0 CHECK (credits_pending >= 0),
+    ADD CONSTRAINT ledger_accounts_debits_flag
+        CHECK (NOT debits_must_not_exceed_credits OR debits_posted + debits_pending <= credits_posted),
+    ADD CONSTRAINT ledger_accounts_credits_flag
+        CHECK (NOT credits_must_not_exceed_debits OR credits_posted + credits_pending <= debits_posted);
 
 -- expires_at is the hold's recorded time plus its timeout, stored so that
 -- the expiry worker and the ledger compare one value.
@@ -47,6 +60,43 @@ ALTER TABLE ledger_entries
     ADD COLUMN pending_only    boolean NOT NULL DEFAULT false,
     ADD COLUMN debits_pending  bigint  NOT NULL DEFAULT 0 CHECK (debits_pending >= 0),
     ADD COLUMN credits_pending bigint  NOT NULL DEFAULT 0 CHECK (credits_pending >= 0);
+-- The existing entries got 0; a new one names its pending totals, or the
+-- trigger below fills them (NOT NULL is checked after it).
+ALTER TABLE ledger_entries
+    ALTER COLUMN debits_pending DROP DEFAULT,
+    ALTER COLUMN credits_pending DROP DEFAULT;
+
+-- An entry written by a binary that knows no holds carries its account's
+-- pending totals unchanged. WHEN keeps the function from running for the
+-- ledger's own entries, which always name them.
+CREATE FUNCTION idem_ledger_entry_pending() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT a.debits_pending, a.credits_pending INTO NEW.debits_pending, NEW.credits_pending
+      FROM ledger_accounts a WHERE a.tenant = NEW.tenant AND a.id = NEW.account_id;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER ledger_entries_pending_filled BEFORE INSERT ON ledger_entries
+    FOR EACH ROW WHEN (NEW.debits_pending IS NULL OR NEW.credits_pending IS NULL)
+    EXECUTE FUNCTION idem_ledger_entry_pending();
+
+-- A hold, a void and an expiry moved nothing posted: a reversal of one is
+-- refused here too, for a binary that knows no holds.
+CREATE FUNCTION idem_ledger_reverses_posted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ledger_transfers o
+                WHERE o.tenant = NEW.tenant AND o.id = NEW.reverses_id
+                  AND (o.pending OR o.settles IN ('void', 'expire'))) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'check_violation',
+            MESSAGE = format('idem: transfer %s moved nothing posted and cannot be reversed', NEW.reverses_id);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER ledger_transfers_reverse_posted BEFORE INSERT ON ledger_transfers
+    FOR EACH ROW WHEN (NEW.reverses_id IS NOT NULL)
+    EXECUTE FUNCTION idem_ledger_reverses_posted();
 
 -- The holds not settled yet: a cache like the accounts' totals, the one
 -- place the expiry worker and GET /v1/transfers?status=pending look, so
