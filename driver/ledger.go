@@ -90,6 +90,16 @@ type LedgerDriver interface {
 	// LedgerEntries lists an account's entries newest first, starting at
 	// MaxSequence, at most Limit.
 	LedgerEntries(ctx context.Context, tx Tx, p *LedgerEntriesParams) ([]LedgerEntry, error)
+	// LedgerHoldsDue lists open holds whose ExpiresAt the writers' clock
+	// (Postgres: clock_timestamp(); SQLite: Now) has reached, soonest
+	// first, at most Limit, across tenants. It locks nothing: two workers
+	// may both find a hold, and the ledger settles it once.
+	LedgerHoldsDue(ctx context.Context, tx Tx, p *LedgerHoldsDueParams) ([]LedgerHold, error)
+	// LedgerTransfersList lists a tenant's transfers by id, after After,
+	// at most Limit, each with what settled it when it is a hold. With
+	// Status "pending" it reads the open holds only; another status keeps
+	// the transfers of that status (see ledger.Status), read in id order.
+	LedgerTransfersList(ctx context.Context, tx Tx, p *LedgerTransfersListParams) ([]LedgerFoundTransfer, error)
 	// LedgerScan streams every row Verify needs, in orders it can check
 	// without holding the ledger in memory. fn's error stops the scan.
 	LedgerScan(ctx context.Context, tx Tx, p *LedgerScanParams) error
@@ -106,6 +116,8 @@ type LedgerAccount struct {
 	Metadata                   []byte // canonical JSON object, or nil
 	DebitsPosted               int64
 	CreditsPosted              int64
+	DebitsPending              int64
+	CreditsPending             int64
 	Sequence                   int64     // the newest entry's sequence; 0 when none
 	LastEntryAt                time.Time // the newest entry's time; zero when none
 	CreatedAt                  time.Time
@@ -122,21 +134,41 @@ type LedgerTransfer struct {
 	Metadata        []byte // canonical JSON object, or nil
 	ReversesID      string // "" unless a reversal
 	Reason          string
-	CreatedAt       time.Time
+	// Pending marks a hold: it moves its accounts' pending totals only.
+	Pending bool
+	// TimeoutSeconds is a hold's timeout; 0: none.
+	TimeoutSeconds int64
+	// ExpiresAt is a hold's recorded time plus its timeout; zero: none.
+	ExpiresAt time.Time
+	// PendingID names the hold a settlement settles; "" unless one.
+	PendingID string
+	// Settles is what a settlement does to its hold: "post", "void" or
+	// "expire"; "" unless one.
+	Settles   string
+	CreatedAt time.Time
 }
 
 // LedgerEntry is one side of a transfer on one account, with the account's
 // running totals after it.
 type LedgerEntry struct {
-	Tenant        string
-	AccountID     string
-	Sequence      int64
-	TransferID    string
-	Amount        int64
-	Credit        bool // false: a debit
-	DebitsPosted  int64
-	CreditsPosted int64
-	CreatedAt     time.Time
+	Tenant     string
+	AccountID  string
+	Sequence   int64
+	TransferID string
+	Amount     int64
+	Credit     bool // false: a debit
+	// PendingChange is the entry's change to its side's pending total:
+	// +Amount for a hold, minus the held amount for a settlement, 0
+	// otherwise.
+	PendingChange int64
+	// PendingOnly marks an entry that leaves the posted totals alone (a
+	// hold, a void, an expiry); any other adds Amount to its side's.
+	PendingOnly    bool
+	DebitsPosted   int64
+	CreditsPosted  int64
+	DebitsPending  int64
+	CreditsPending int64
+	CreatedAt      time.Time
 }
 
 // LedgerKey names a row of a tenant: an account or a transfer.
@@ -190,10 +222,13 @@ type LedgerTransfersFindParams struct {
 }
 
 // LedgerFoundTransfer is a stored transfer and its reversed total (0 when
-// nothing of it has been reversed).
+// nothing of it has been reversed); for a hold, the transfer that settled
+// it ("" while it is pending) and what that did.
 type LedgerFoundTransfer struct {
 	LedgerTransfer
-	Reversed int64
+	Reversed  int64
+	SettledBy string
+	Settled   string
 }
 
 type LedgerReversalsParams struct {
@@ -213,11 +248,32 @@ type LedgerWriteParams struct {
 	Accounts []LedgerAccount
 	// Reversed adds to the reversed totals of originals, each once.
 	Reversed []LedgerReversedAdd
+	// Holds are the holds among Transfers, to add to the open holds
+	// (ledger_holds), expiring TimeoutSeconds after At; not a hold that
+	// Transfers also settles.
+	Holds []LedgerHold
+	// Released are the holds settled by Transfers, to remove from the
+	// open holds; not one that Holds adds.
+	Released []LedgerKey
 	// At is when every transfer and entry is recorded, and each written
 	// account's LastEntryAt, in whole microseconds. The ledger makes it
 	// the later of the Clock its locks returned and the accounts' newest
 	// LastEntryAt, so that an account's time never goes backwards.
 	At time.Time
+}
+
+// LedgerHold is an open hold: one not settled yet.
+type LedgerHold struct {
+	Tenant          string
+	TransferID      string
+	DebitAccountID  string
+	CreditAccountID string
+	Amount          int64
+	// TimeoutSeconds is the hold's timeout, read by LedgerWrite, which
+	// records ExpiresAt from it; 0: none.
+	TimeoutSeconds int64
+	// ExpiresAt is when the hold expires, as read back; zero: never.
+	ExpiresAt time.Time
 }
 
 // LedgerReversedAdd adds Add to a transfer's reversed total. Amount is the
@@ -280,4 +336,25 @@ type LedgerScanParams struct {
 	Transfers func(*LedgerTransfer, []LedgerEntry) error
 	// ReversedTotals, by tenant and transfer id: the stored counters.
 	ReversedTotals func(tenant, transferID string, reversed int64) error
+	// Holds, by tenant and transfer id: the open holds stored.
+	Holds func(*LedgerHold) error
+}
+
+type LedgerHoldsDueParams struct {
+	// Now is the clock for drivers without their own.
+	Now time.Time
+	// Limit bounds the holds returned.
+	Limit int
+}
+
+type LedgerTransfersListParams struct {
+	Tenant string
+	// AccountID keeps the transfers on this account, either side; "": all.
+	AccountID string
+	// Status keeps the transfers of this status: "pending", "posted",
+	// "voided" or "expired"; "": all.
+	Status string
+	// After keeps the transfers whose id sorts after it; "": from the first.
+	After string
+	Limit int
 }

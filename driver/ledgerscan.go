@@ -6,7 +6,7 @@ import "context"
 // table, in the orders LedgerScanParams states, and how it decodes a row.
 // The walk itself is the same on every database, so it lives here once.
 type LedgerScanQueries struct {
-	Accounts, Entries, ReversedTotals string
+	Accounts, Entries, ReversedTotals, Holds string
 	// Transfers is one stream of two tables: every transfer followed by its
 	// entries, ordered by tenant and transfer id, the transfer first, then
 	// the entries by side (debit first) and account. A UNION ALL of both
@@ -18,6 +18,7 @@ type LedgerScanQueries struct {
 
 	Account func(Rows) (*LedgerAccount, error)
 	Entry   func(Rows) (*LedgerEntry, error)
+	Hold    func(Rows) (*LedgerHold, error)
 	// TransferRow decodes one row of Transfers: a transfer, or an entry
 	// (the other nil). An entry carries no running totals.
 	TransferRow func(Rows) (*LedgerTransfer, *LedgerEntry, error)
@@ -82,13 +83,24 @@ func ScanLedger(ctx context.Context, tx Tx, q *LedgerScanQueries, p *LedgerScanP
 		}
 	}
 	if p.ReversedTotals != nil {
-		return ScanEach(ctx, tx, q.ReversedTotals, func(r Rows) error {
+		if err := ScanEach(ctx, tx, q.ReversedTotals, func(r Rows) error {
 			var tenant, id string
 			var n int64
 			if err := r.Scan(&tenant, &id, &n); err != nil {
 				return err
 			}
 			return p.ReversedTotals(tenant, id, n)
+		}); err != nil {
+			return err
+		}
+	}
+	if p.Holds != nil {
+		return ScanEach(ctx, tx, q.Holds, func(r Rows) error {
+			h, err := q.Hold(r)
+			if err != nil {
+				return err
+			}
+			return p.Holds(h)
 		})
 	}
 	return nil

@@ -143,7 +143,12 @@ type Account struct {
 	DebitsPosted  int64           `json:"debits_posted"`
 	CreditsPosted int64           `json:"credits_posted"`
 	Balance       int64           `json:"balance"`
-	CreatedAt     time.Time       `json:"created_at"`
+	// DebitsPending and CreditsPending are what the account's open holds
+	// reserve; Available is Balance - DebitsPending.
+	DebitsPending  int64     `json:"debits_pending"`
+	CreditsPending int64     `json:"credits_pending"`
+	Available      int64     `json:"available"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // TransferParams is POST /v1/transfers's body, and one transfer of a
@@ -156,6 +161,11 @@ type TransferParams struct {
 	Amount          int64           `json:"amount"`
 	Currency        string          `json:"currency"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	// Pending makes the transfer a hold, settled later by PostPending or
+	// VoidPending, or released once TimeoutSeconds (1..34560000; 0: none)
+	// have passed.
+	Pending        bool  `json:"pending,omitempty"`
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
 }
 
 // Transfer is a posted transfer or reversal.
@@ -171,6 +181,17 @@ type Transfer struct {
 	// ReversesID and Reason are a reversal's.
 	ReversesID string `json:"reverses_id,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// State is the transfer's status: "pending" (a hold not settled yet),
+	// "posted", "voided" or "expired" (docs/api.md, Holds).
+	State string `json:"status"`
+	// Pending, TimeoutSeconds, ExpiresAt and SettledBy are a hold's;
+	// PendingID and Settles ("post", "void", "expire") a settlement's.
+	Pending        bool       `json:"pending,omitempty"`
+	TimeoutSeconds int64      `json:"timeout_seconds,omitempty"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+	SettledBy      string     `json:"settled_by,omitempty"`
+	PendingID      string     `json:"pending_id,omitempty"`
+	Settles        string     `json:"settles,omitempty"`
 	// Reversals is GetTransfer's: the transfer's reversals, oldest first.
 	Reversals []Transfer `json:"reversals,omitempty"`
 }
@@ -182,6 +203,32 @@ type ReversalParams struct {
 	Amount   *int64          `json:"amount,omitempty"`
 	Reason   string          `json:"reason,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// SettleParams is the body of POST /v1/transfers/{id}/post and /void. A
+// nil Amount posts all that is held; a void takes none.
+type SettleParams struct {
+	ID       string          `json:"id,omitempty"`
+	Amount   *int64          `json:"amount,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// TransfersParams pages a tenant's transfers: Status "pending" lists the
+// open holds; AccountID keeps one account's; Limit 0 is the server's
+// default (100), at most 1000; After is a previous page's NextCursor.
+type TransfersParams struct {
+	Status    string
+	AccountID string
+	Limit     int
+	After     string
+}
+
+// TransferPage is one page of transfers, by id; NextCursor is "" on the
+// last page.
+type TransferPage struct {
+	Answer
+	Data       []Transfer `json:"data"`
+	NextCursor string     `json:"next_cursor"`
 }
 
 // BatchResult is POST /v1/transfers/batch's answer: one result per
@@ -223,19 +270,27 @@ type Balance struct {
 	DebitsPosted  int64     `json:"debits_posted"`
 	CreditsPosted int64     `json:"credits_posted"`
 	Balance       int64     `json:"balance"`
+	// The pending totals and Available as of the same moment.
+	DebitsPending  int64 `json:"debits_pending"`
+	CreditsPending int64 `json:"credits_pending"`
+	Available      int64 `json:"available"`
 }
 
 // Entry is one entry of an account, with the account's totals after it.
 type Entry struct {
-	TransferID    string    `json:"transfer_id"`
-	AccountID     string    `json:"account_id"`
-	Sequence      int64     `json:"sequence"`
-	Amount        int64     `json:"amount"`
-	Direction     string    `json:"direction"`
-	DebitsPosted  int64     `json:"debits_posted"`
-	CreditsPosted int64     `json:"credits_posted"`
-	Balance       int64     `json:"balance"`
-	CreatedAt     time.Time `json:"created_at"`
+	TransferID    string `json:"transfer_id"`
+	AccountID     string `json:"account_id"`
+	Sequence      int64  `json:"sequence"`
+	Amount        int64  `json:"amount"`
+	Direction     string `json:"direction"`
+	DebitsPosted  int64  `json:"debits_posted"`
+	CreditsPosted int64  `json:"credits_posted"`
+	Balance       int64  `json:"balance"`
+	// DebitsPending and CreditsPending are the account's pending totals
+	// after the entry.
+	DebitsPending  int64     `json:"debits_pending"`
+	CreditsPending int64     `json:"credits_pending"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // EntriesParams pages an account's entries. A nil AsOf means now (the
@@ -348,6 +403,40 @@ func (c *Client) GetTransfer(ctx context.Context, id string) (*Transfer, error) 
 func (c *Client) ReverseTransfer(ctx context.Context, id string, p ReversalParams, opts ...CallOption) (*Transfer, error) {
 	var t Transfer
 	return result(&t, c.post(ctx, "/v1/transfers/"+url.PathEscape(id)+"/reversals", p, &t, opts))
+}
+
+// PostPending posts hold id, all of it or p.Amount, releasing the rest
+// (POST /v1/transfers/{id}/post). A hold settles once: a second
+// settlement is a *Problem matching ErrPendingAlreadyPosted, …Voided or
+// …Expired.
+func (c *Client) PostPending(ctx context.Context, id string, p SettleParams, opts ...CallOption) (*Transfer, error) {
+	var t Transfer
+	return result(&t, c.post(ctx, "/v1/transfers/"+url.PathEscape(id)+"/post", p, &t, opts))
+}
+
+// VoidPending releases hold id (POST /v1/transfers/{id}/void); p.Amount
+// must be nil.
+func (c *Client) VoidPending(ctx context.Context, id string, p SettleParams, opts ...CallOption) (*Transfer, error) {
+	if p.Amount != nil {
+		return nil, badInput("a void releases the whole hold and takes no amount")
+	}
+	var t Transfer
+	return result(&t, c.post(ctx, "/v1/transfers/"+url.PathEscape(id)+"/void", p, &t, opts))
+}
+
+// Transfers reads a page of the tenant's transfers (GET /v1/transfers).
+func (c *Client) Transfers(ctx context.Context, p TransfersParams) (*TransferPage, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": p.Status, "account_id": p.AccountID, "after": p.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	var tp TransferPage
+	return result(&tp, c.get(ctx, "/v1/transfers", q, &tp))
 }
 
 // Events reads a page of the tenant's events, oldest first.

@@ -113,6 +113,12 @@ const (
 	ErrAmountOverflow           = Code("amount_overflow")
 	ErrReversalExceedsRemaining = Code("reversal_exceeds_remaining")
 	ErrCannotReverseReversal    = Code("cannot_reverse_reversal")
+	ErrCannotReversePending     = Code("cannot_reverse_pending")
+	ErrTransferNotPending       = Code("transfer_not_pending")
+	ErrAmountExceedsPending     = Code("amount_exceeds_pending")
+	ErrPendingAlreadyPosted     = Code("pending_transfer_already_posted")
+	ErrPendingAlreadyVoided     = Code("pending_transfer_already_voided")
+	ErrPendingAlreadyExpired    = Code("pending_transfer_already_expired")
 )
 
 // Problem is a final answer that is not 2xx: an RFC 9457 problem, or the

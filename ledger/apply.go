@@ -13,12 +13,13 @@ import (
 )
 
 // Op is one operation of an Apply, in Tenant: exactly one of Account,
-// Transfer and Reversal is set.
+// Transfer, Reversal and Settlement is set.
 type Op struct {
-	Tenant   string
-	Account  *NewAccount
-	Transfer *NewTransfer
-	Reversal *NewReversal
+	Tenant     string
+	Account    *NewAccount
+	Transfer   *NewTransfer
+	Reversal   *NewReversal
+	Settlement *NewSettlement
 }
 
 // OpResult is what became of one Op. On success Account (for an Op's
@@ -134,12 +135,15 @@ const (
 	opAccount opKind = iota
 	opTransfer
 	opReversal
+	opSettlement
 )
 
 // op is an operation validated in Go and ready to be decided against the
 // ledger. A reversal's row holds only what the request says: its ID,
 // ReversesID (the original), Amount (0: all that remains), Reason and
-// Metadata; the rest comes from the original.
+// Metadata; the rest comes from the original. So does a settlement's: its
+// ID, PendingID (the hold), Settles, Amount (0: all that is held) and
+// Metadata.
 type op struct {
 	kind    opKind
 	err     *Error // refused by validation
@@ -158,13 +162,13 @@ func refused(err error) op {
 
 func (l *Ledger) checkOp(o Op) op {
 	n := 0
-	for _, set := range []bool{o.Account != nil, o.Transfer != nil, o.Reversal != nil} {
+	for _, set := range []bool{o.Account != nil, o.Transfer != nil, o.Reversal != nil, o.Settlement != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return op{err: invalid("op", fmt.Sprintf("an operation sets exactly one of account, transfer and reversal, not %d", n))}
+		return op{err: invalid("op", fmt.Sprintf("an operation sets exactly one of account, transfer, reversal and settlement, not %d", n))}
 	}
 	switch {
 	case o.Account != nil:
@@ -174,6 +178,8 @@ func (l *Ledger) checkOp(o Op) op {
 			return refused(err)
 		}
 		return l.transferOp(o.Tenant, *o.Transfer)
+	case o.Settlement != nil:
+		return l.settlementOp(o.Tenant, *o.Settlement, false)
 	default:
 		return l.reversalOp(o.Tenant, *o.Reversal)
 	}
@@ -246,6 +252,54 @@ func (l *Ledger) reversalOp(tenant string, r NewReversal) op {
 	}}
 }
 
+// settlementOp validates a settlement request; expire only from
+// ExpireDue.
+func (l *Ledger) settlementOp(tenant string, s NewSettlement, expire bool) op {
+	if err := checkTenant(tenant); err != nil {
+		return refused(err)
+	}
+	if err := checkID("pending_id", s.PendingID); err != nil {
+		return refused(err)
+	}
+	switch {
+	case s.Settles == SettlePost, s.Settles == SettleVoid, s.Settles == SettleExpire && expire:
+	default:
+		return op{err: invalid("settles", fmt.Sprintf("settles %q is not %q or %q", s.Settles, SettlePost, SettleVoid))}
+	}
+	chosen := s.ID != ""
+	if !chosen {
+		s.ID = l.cfg.NewID()
+	}
+	if err := checkID("id", s.ID); err != nil {
+		return refused(err)
+	}
+	if s.Amount < 0 {
+		return op{err: newError(ErrInvalidAmount.Code, "amount", fmt.Sprintf("amount %d is negative", s.Amount))}
+	}
+	if s.Amount != 0 && s.Settles != SettlePost {
+		return op{err: invalid("amount", fmt.Sprintf("a %s releases the whole hold and takes no amount", s.Settles))}
+	}
+	meta, err := canonicalMetadata(s.Metadata)
+	if err != nil {
+		return refused(err)
+	}
+	return op{kind: opSettlement, chosen: chosen, row: driver.LedgerTransfer{
+		Tenant: tenant, ID: s.ID, PendingID: s.PendingID, Settles: string(s.Settles), Amount: s.Amount, Metadata: meta,
+	}}
+}
+
+// origID is the transfer a reversal or settlement names.
+func (o *op) origID() string {
+	if o.kind == opSettlement {
+		return o.row.PendingID
+	}
+	return o.row.ReversesID
+}
+
+// settlement is what settled a hold: the settling transfer's id and its
+// Settles.
+type settlement struct{ id, settles string }
+
 // rowKey names an account or a transfer of a tenant.
 type rowKey = driver.LedgerKey
 
@@ -260,6 +314,9 @@ type batch struct {
 	// reversed is each original's reversed total, stored plus the
 	// reversals accepted so far.
 	reversed map[rowKey]int64
+	// settled is what settled each hold read under the locks or by an
+	// earlier op of the call; a hold absent is pending.
+	settled map[rowKey]settlement
 	// clock is the writers' clock, read under every lock the call holds.
 	clock time.Time
 }
@@ -286,6 +343,7 @@ func (l *Ledger) apply(ctx context.Context, tx driver.Tx, ops []op, atomic bool)
 		accounts:  map[rowKey]*account{},
 		transfers: map[rowKey]*driver.LedgerTransfer{},
 		reversed:  map[rowKey]int64{},
+		settled:   map[rowKey]settlement{},
 	}
 	if err := l.insertAccounts(ctx, tx, b); err != nil {
 		return nil, err
@@ -312,6 +370,10 @@ func (l *Ledger) apply(ctx context.Context, tx driver.Tx, ops []op, atomic bool)
 	}
 	for _, t := range stamp {
 		t.CreatedAt = w.At
+		if t.TimeoutSeconds > 0 {
+			e := expiresAt(w.At, t.TimeoutSeconds)
+			t.ExpiresAt = &e
+		}
 	}
 	return res, nil
 }
@@ -398,7 +460,7 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 			accountKeys = append(accountKeys, rowKey{Tenant: o.row.Tenant, ID: o.row.DebitAccountID},
 				rowKey{Tenant: o.row.Tenant, ID: o.row.CreditAccountID})
 		} else {
-			origKeys = append(origKeys, rowKey{Tenant: o.row.Tenant, ID: o.row.ReversesID})
+			origKeys = append(origKeys, rowKey{Tenant: o.row.Tenant, ID: o.origID()})
 		}
 	}
 	if len(origKeys) > 0 {
@@ -482,7 +544,9 @@ func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys
 }
 
 // found keeps the stored transfers read; with locked, the accounts of any
-// original among them are locked, and its reversed total is kept.
+// original among them are locked, and its reversed total and what settled
+// it are kept: every reversal and settlement holds those locks while it
+// reads them and until it commits, so what is read under them is current.
 func (b *batch) found(found []driver.LedgerFoundTransfer, locked bool) {
 	for i := range found {
 		t := found[i].LedgerTransfer
@@ -490,6 +554,11 @@ func (b *batch) found(found []driver.LedgerFoundTransfer, locked bool) {
 		b.transfers[k] = &t
 		if locked {
 			b.reversed[k] = found[i].Reversed
+			if found[i].SettledBy != "" {
+				b.settled[k] = settlement{id: found[i].SettledBy, settles: found[i].Settled}
+			} else {
+				delete(b.settled, k)
+			}
 		}
 	}
 }
@@ -516,6 +585,8 @@ func (b *batch) decide() ([]OpResult, *driver.LedgerWriteParams, []*Transfer, er
 			res[i].Transfer, err = b.decideTransfer(i, o, w)
 		case opReversal:
 			res[i].Transfer, err = b.decideReversal(i, o, w, reversed)
+		case opSettlement:
+			res[i].Transfer, err = b.decideSettlement(i, o, w)
 		}
 		if e, ok := err.(*Error); ok {
 			res[i] = OpResult{Err: e}
@@ -544,7 +615,43 @@ func (b *batch) decide() ([]OpResult, *driver.LedgerWriteParams, []*Transfer, er
 	slices.SortFunc(w.Accounts, func(a, b driver.LedgerAccount) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.ID, b.ID))
 	})
+	openHolds(w)
 	return res, w, stamp, nil
+}
+
+// openHolds lists the open holds w adds and removes: its holds, and the
+// holds its settlements settle, except a hold both posted and settled in
+// w, which never becomes open (the parts of one write do not see each
+// other's rows).
+func openHolds(w *driver.LedgerWriteParams) {
+	added, settled := map[rowKey]bool{}, map[rowKey]bool{}
+	for i := range w.Transfers {
+		t := &w.Transfers[i]
+		if t.Pending {
+			added[rowKey{Tenant: t.Tenant, ID: t.ID}] = true
+			if t.TimeoutSeconds > 0 {
+				t.ExpiresAt = expiresAt(w.At, t.TimeoutSeconds)
+			}
+		}
+		if t.PendingID != "" {
+			settled[rowKey{Tenant: t.Tenant, ID: t.PendingID}] = true
+		}
+	}
+	for _, t := range w.Transfers {
+		if k := (rowKey{Tenant: t.Tenant, ID: t.ID}); t.Pending && !settled[k] {
+			w.Holds = append(w.Holds, driver.LedgerHold{Tenant: t.Tenant, TransferID: t.ID, DebitAccountID: t.DebitAccountID,
+				CreditAccountID: t.CreditAccountID, Amount: t.Amount, TimeoutSeconds: t.TimeoutSeconds, ExpiresAt: t.ExpiresAt})
+		}
+		if k := (rowKey{Tenant: t.Tenant, ID: t.PendingID}); t.PendingID != "" && !added[k] {
+			w.Released = append(w.Released, k)
+		}
+	}
+}
+
+// expiresAt is when a hold recorded at at with a timeout expires: the
+// moment the drivers store.
+func expiresAt(at time.Time, timeoutSeconds int64) time.Time {
+	return at.Add(time.Duration(timeoutSeconds) * time.Second)
 }
 
 func (b *batch) decideAccount(i int, o *op) (*Account, error) {
@@ -576,11 +683,16 @@ func (b *batch) decideTransfer(i int, o *op, w *driver.LedgerWriteParams) (*Tran
 		if err := sameTransfer(old, &o.row); err != nil {
 			return nil, err
 		}
-		t := transferFromRow(old)
+		st := b.settled[k]
+		t := transferFound(old, st.id, st.settles)
 		t.Existing = true
 		return &t, nil
 	}
-	if err := b.post(i, &o.row, w); err != nil {
+	m := move{posted: o.row.Amount}
+	if o.row.Pending {
+		m = move{pending: o.row.Amount}
+	}
+	if err := b.post(i, &o.row, w, m); err != nil {
 		return nil, err
 	}
 	b.transfers[k] = &o.row
@@ -598,6 +710,14 @@ func (b *batch) decideReversal(i int, o *op, w *driver.LedgerWriteParams, revers
 	if orig.ReversesID != "" {
 		return nil, newError(ErrCannotReverseReversal.Code, "transfer_id",
 			fmt.Sprintf("transfer %q is a reversal of %q and cannot be reversed", orig.ID, orig.ReversesID))
+	}
+	if orig.Pending {
+		return nil, newError(ErrCannotReversePending.Code, "transfer_id",
+			fmt.Sprintf("transfer %q is a hold, which moved nothing posted: void it, or reverse the transfer that posted it", orig.ID))
+	}
+	if s := Settles(orig.Settles); s == SettleVoid || s == SettleExpire {
+		return nil, newError(ErrCannotReversePending.Code, "transfer_id",
+			fmt.Sprintf("transfer %q is the %s of hold %q, which moved nothing posted", orig.ID, s, orig.PendingID))
 	}
 	row := driver.LedgerTransfer{
 		Tenant:          r.Tenant,
@@ -631,7 +751,7 @@ func (b *batch) decideReversal(i int, o *op, w *driver.LedgerWriteParams, revers
 		return nil, newError(ErrReversalExceedsRemaining.Code, "amount",
 			fmt.Sprintf("transfer %q has %d of %d left to reverse, asked for %d", orig.ID, remaining, orig.Amount, row.Amount))
 	}
-	if err := b.post(i, &row, w); err != nil {
+	if err := b.post(i, &row, w, move{posted: row.Amount}); err != nil {
 		return nil, err
 	}
 	b.reversed[ok] += row.Amount
@@ -646,10 +766,103 @@ func (b *batch) decideReversal(i int, o *op, w *driver.LedgerWriteParams, revers
 	return &t, nil
 }
 
+// decideSettlement settles a hold: the hold must be pending, not expired
+// (unless this is its expiry, which must be due), and a post may take at
+// most what is held. The settlement moves the hold's accounts: it removes
+// the held amount from their pending totals and, for a post, adds its
+// amount to their posted totals.
+func (b *batch) decideSettlement(i int, o *op, w *driver.LedgerWriteParams) (*Transfer, error) {
+	s := &o.row
+	hk := rowKey{Tenant: s.Tenant, ID: s.PendingID}
+	hold := b.transfers[hk]
+	if hold == nil {
+		return nil, newError(ErrTransferNotFound.Code, "pending_id", fmt.Sprintf("transfer %q not found", s.PendingID))
+	}
+	if !hold.Pending {
+		return nil, newError(ErrTransferNotPending.Code, "pending_id", fmt.Sprintf("transfer %q is not a hold", hold.ID))
+	}
+	row := driver.LedgerTransfer{
+		Tenant:          s.Tenant,
+		ID:              s.ID,
+		DebitAccountID:  hold.DebitAccountID,
+		CreditAccountID: hold.CreditAccountID,
+		Amount:          s.Amount,
+		Currency:        hold.Currency,
+		Metadata:        s.Metadata,
+		PendingID:       hold.ID,
+		Settles:         s.Settles,
+	}
+	if row.Amount == 0 {
+		row.Amount = hold.Amount // a void, an expiry, or a post of all that is held
+	}
+	k := rowKey{Tenant: s.Tenant, ID: s.ID}
+	if old := b.transfers[k]; old != nil {
+		if err := sameTransfer(old, &row); err != nil {
+			return nil, err
+		}
+		t := transferFromRow(old)
+		t.Existing = true
+		return &t, nil
+	}
+	if st, ok := b.settled[hk]; ok {
+		return nil, alreadySettled(hold.ID, st)
+	}
+	expired := !hold.ExpiresAt.IsZero() && !b.clock.Before(hold.ExpiresAt)
+	if Settles(s.Settles) == SettleExpire {
+		if !expired {
+			return nil, newError(errNotDue.Code, "pending_id", fmt.Sprintf("hold %q expires at %s", hold.ID, hold.ExpiresAt))
+		}
+	} else if expired {
+		return nil, newError(ErrPendingAlreadyExpired.Code, "pending_id",
+			fmt.Sprintf("hold %q expired at %s", hold.ID, hold.ExpiresAt.Format(time.RFC3339Nano)))
+	}
+	if row.Amount > hold.Amount {
+		return nil, newError(ErrAmountExceedsPending.Code, "amount",
+			fmt.Sprintf("hold %q holds %d, asked to post %d", hold.ID, hold.Amount, row.Amount))
+	}
+	m := move{pending: -hold.Amount}
+	if Settles(s.Settles) == SettlePost {
+		m.posted = row.Amount
+	}
+	if err := b.post(i, &row, w, m); err != nil {
+		return nil, err
+	}
+	b.settled[hk] = settlement{id: row.ID, settles: row.Settles}
+	b.transfers[k] = &row
+	t := transferFromRow(&row)
+	return &t, nil
+}
+
+// errNotDue refuses an expiry of a hold whose timeout has not passed: only
+// ExpireDue asks for one, and skips it.
+var errNotDue = &Error{Code: "pending_transfer_not_due"}
+
+func alreadySettled(holdID string, st settlement) *Error {
+	code := ErrPendingAlreadyPosted.Code
+	switch Settles(st.settles) {
+	case SettleVoid:
+		code = ErrPendingAlreadyVoided.Code
+	case SettleExpire:
+		code = ErrPendingAlreadyExpired.Code
+	}
+	return newError(code, "pending_id", fmt.Sprintf("hold %q was settled by transfer %q (%s)", holdID, st.id, st.settles))
+}
+
+// move is what a transfer adds to its two accounts' totals on its side:
+// to the posted total, and to the pending one (negative for a
+// settlement, which releases the hold).
+type move struct{ posted, pending int64 }
+
 // post checks a transfer against its accounts as they stand after the ops
-// before op i and, on success, moves them forward and adds the transfer
-// and its entries to w. A refusal is an *Error and changes nothing.
-func (b *batch) post(i int, row *driver.LedgerTransfer, w *driver.LedgerWriteParams) error {
+// before op i and, on success, moves them forward by m and adds the
+// transfer and its entries to w. A refusal is an *Error and changes
+// nothing.
+//
+// The flags count pending amounts: a debit account that must not exceed
+// its credits keeps debits posted plus debits pending within its credits
+// posted, so what a hold reserves cannot be spent again; the mirror for
+// credits.
+func (b *batch) post(i int, row *driver.LedgerTransfer, w *driver.LedgerWriteParams, m move) error {
 	deb, err := b.usable(i, row.Tenant, row.DebitAccountID, "debit_account_id")
 	if err != nil {
 		return err
@@ -665,31 +878,54 @@ func (b *batch) post(i int, row *driver.LedgerTransfer, w *driver.LedgerWritePar
 		}
 	}
 	d, c := &deb.row, &cred.row
-	if d.DebitsPosted > math.MaxInt64-row.Amount {
-		return newError(ErrAmountOverflow.Code, "amount", fmt.Sprintf("account %q debits_posted would overflow", d.ID))
+	// Every total, and posted plus pending on each side (what the flags
+	// compare), must fit an int64. Moves are positive but for a release
+	// of pending amounts, which cannot overflow.
+	debits, okD := addTotal(d.DebitsPosted, m.posted)
+	debitsPending, okDP := addTotal(d.DebitsPending, m.pending)
+	debitsAll, okDA := addTotal(debits, debitsPending)
+	if !okD || !okDP || !okDA {
+		return newError(ErrAmountOverflow.Code, "amount", fmt.Sprintf("account %q debits would overflow", d.ID))
 	}
-	if c.CreditsPosted > math.MaxInt64-row.Amount {
-		return newError(ErrAmountOverflow.Code, "amount", fmt.Sprintf("account %q credits_posted would overflow", c.ID))
+	credits, okC := addTotal(c.CreditsPosted, m.posted)
+	creditsPending, okCP := addTotal(c.CreditsPending, m.pending)
+	creditsAll, okCA := addTotal(credits, creditsPending)
+	if !okC || !okCP || !okCA {
+		return newError(ErrAmountOverflow.Code, "amount", fmt.Sprintf("account %q credits would overflow", c.ID))
 	}
-	debits, credits := d.DebitsPosted+row.Amount, c.CreditsPosted+row.Amount
-	if d.DebitsMustNotExceedCredits && debits > d.CreditsPosted {
+	if d.DebitsMustNotExceedCredits && debitsAll > d.CreditsPosted {
 		return newError(ErrInsufficientFunds.Code, "debit_account_id",
-			fmt.Sprintf("account %q has a balance of %d, less than %d", d.ID, d.CreditsPosted-d.DebitsPosted, row.Amount))
+			fmt.Sprintf("account %q has a balance of %d, %d of it held, less than %d available",
+				d.ID, d.CreditsPosted-d.DebitsPosted, d.DebitsPending, row.Amount))
 	}
-	if c.CreditsMustNotExceedDebits && credits > c.DebitsPosted {
+	if c.CreditsMustNotExceedDebits && creditsAll > c.DebitsPosted {
 		return newError(ErrInsufficientFunds.Code, "credit_account_id",
-			fmt.Sprintf("account %q may not have credits above its debits (%d + %d > %d)", c.ID, c.CreditsPosted, row.Amount, c.DebitsPosted))
+			fmt.Sprintf("account %q may not have credits above its debits (%d + %d pending + %d > %d)",
+				c.ID, c.CreditsPosted, c.CreditsPending, row.Amount, c.DebitsPosted))
 	}
-	d.DebitsPosted, d.Sequence = debits, d.Sequence+1
-	c.CreditsPosted, c.Sequence = credits, c.Sequence+1
+	d.DebitsPosted, d.DebitsPending, d.Sequence = debits, debitsPending, d.Sequence+1
+	c.CreditsPosted, c.CreditsPending, c.Sequence = credits, creditsPending, c.Sequence+1
 	deb.written, cred.written = true, true
 	w.Transfers = append(w.Transfers, *row)
+	only := m.posted == 0
 	w.Entries = append(w.Entries,
 		driver.LedgerEntry{Tenant: row.Tenant, AccountID: d.ID, Sequence: d.Sequence, TransferID: row.ID,
-			Amount: row.Amount, DebitsPosted: d.DebitsPosted, CreditsPosted: d.CreditsPosted},
+			Amount: row.Amount, PendingChange: m.pending, PendingOnly: only,
+			DebitsPosted: d.DebitsPosted, CreditsPosted: d.CreditsPosted, DebitsPending: d.DebitsPending, CreditsPending: d.CreditsPending},
 		driver.LedgerEntry{Tenant: row.Tenant, AccountID: c.ID, Sequence: c.Sequence, TransferID: row.ID,
-			Amount: row.Amount, Credit: true, DebitsPosted: c.DebitsPosted, CreditsPosted: c.CreditsPosted})
+			Amount: row.Amount, Credit: true, PendingChange: m.pending, PendingOnly: only,
+			DebitsPosted: c.DebitsPosted, CreditsPosted: c.CreditsPosted, DebitsPending: c.DebitsPending, CreditsPending: c.CreditsPending})
 	return nil
+}
+
+// addTotal adds a move to a total; false when a positive move would
+// overflow (a total never goes below zero: a release takes back what a
+// hold added).
+func addTotal(total, add int64) (int64, bool) {
+	if add > 0 && total > math.MaxInt64-add {
+		return 0, false
+	}
+	return total + add, true
 }
 
 // usable returns the account op i may post to: one that existed before

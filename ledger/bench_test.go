@@ -462,3 +462,50 @@ func fillLedger(b *testing.B, d driver.Driver, tenant string, n int) {
 		return nil
 	})
 }
+
+// BenchmarkHolds measures two-phase transfers (holds/s) on each driver:
+// each iteration reserves a hold in one transaction and posts it in a
+// second, as a card authorisation and its capture are, from 16 clients
+// over 1,000 accounts (BenchmarkPost's). bench/pgbench/ledger_holds.sql
+// runs the same statements on Postgres for the ceiling.
+func BenchmarkHolds(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			d := drivertest.Open(b, dialect)
+			l, err := ledger.New(d, ledger.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			const accounts = 1000
+			for i := range accounts {
+				createAccount(b, d, l, tenant, usd("acct-"+strconv.Itoa(i)))
+			}
+			var seq atomic.Int64
+			b.Run("parallel-16", func(b *testing.B) {
+				var seed atomic.Uint64
+				b.SetParallelism(16 / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					rng := rand.New(rand.NewPCG(seed.Add(1), 7))
+					for pb.Next() {
+						from := rng.IntN(accounts)
+						to := (from + 1 + rng.IntN(accounts-1)) % accounts
+						id := "hold-" + strconv.FormatInt(seq.Add(1), 10)
+						h := ledger.NewTransfer{ID: id, DebitAccountID: "acct-" + strconv.Itoa(from), CreditAccountID: "acct-" + strconv.Itoa(to),
+							Amount: 100, Currency: "USD", Pending: true, Timeout: time.Hour}
+						if err := inTx(b, d, func(tx driver.Tx) error { _, err := l.Post(ctx, tx, tenant, h); return err }); err != nil {
+							b.Error(err)
+							return
+						}
+						s := ledger.NewSettlement{PendingID: id, Settles: ledger.SettlePost, ID: id + "-post", Amount: 60}
+						if err := inTx(b, d, func(tx driver.Tx) error { _, err := l.Settle(ctx, tx, tenant, s); return err }); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "holds/s")
+			})
+		})
+	}
+}

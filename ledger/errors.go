@@ -54,6 +54,24 @@ var (
 	ErrTransferNotFound         = &Error{Code: "transfer_not_found"}
 	ErrReversalExceedsRemaining = &Error{Code: "reversal_exceeds_remaining"}
 	ErrCannotReverseReversal    = &Error{Code: "cannot_reverse_reversal"}
+	// ErrCannotReversePending refuses a reversal of a hold or of a void or
+	// expiry, which moved nothing posted: a hold is voided, not reversed.
+	ErrCannotReversePending = &Error{Code: "cannot_reverse_pending"}
+	// ErrInvalidTimeout refuses a hold's timeout that is not whole
+	// seconds from 1 to 400 days.
+	ErrInvalidTimeout = &Error{Code: "invalid_timeout"}
+	// ErrTransferNotPending refuses a settlement of a transfer that is not
+	// a hold.
+	ErrTransferNotPending = &Error{Code: "transfer_not_pending"}
+	// ErrPendingAlreadyPosted, ErrPendingAlreadyVoided and
+	// ErrPendingAlreadyExpired refuse a settlement of a hold settled
+	// already: a hold settles once. Expired also refuses a post or void of
+	// a hold whose timeout has passed, before its expiry is written.
+	ErrPendingAlreadyPosted  = &Error{Code: "pending_transfer_already_posted"}
+	ErrPendingAlreadyVoided  = &Error{Code: "pending_transfer_already_voided"}
+	ErrPendingAlreadyExpired = &Error{Code: "pending_transfer_already_expired"}
+	// ErrAmountExceedsPending refuses a post of more than is held.
+	ErrAmountExceedsPending = &Error{Code: "amount_exceeds_pending"}
 	// ErrTransferExists matches transfer_exists_with_different_<field>: the
 	// transfer id is taken by a transfer that differs in that field.
 	ErrTransferExists = &Error{Code: "transfer_exists_with_different_", prefix: true}

@@ -172,17 +172,22 @@ type NewAccount struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
-// Account is an account with its current totals. Balance is CreditsPosted
-// minus DebitsPosted.
+// Account is an account with its current totals, all from one snapshot.
+// Balance is CreditsPosted minus DebitsPosted; DebitsPending and
+// CreditsPending are what its open holds reserve; Available is Balance
+// minus DebitsPending: what the account can still give, holds counted.
 type Account struct {
-	ID            string          `json:"id"`
-	Currency      string          `json:"currency"`
-	Flags         Flags           `json:"flags"`
-	Metadata      json.RawMessage `json:"metadata,omitempty"`
-	DebitsPosted  int64           `json:"debits_posted"`
-	CreditsPosted int64           `json:"credits_posted"`
-	Balance       int64           `json:"balance"`
-	CreatedAt     time.Time       `json:"created_at"`
+	ID             string          `json:"id"`
+	Currency       string          `json:"currency"`
+	Flags          Flags           `json:"flags"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	DebitsPosted   int64           `json:"debits_posted"`
+	CreditsPosted  int64           `json:"credits_posted"`
+	Balance        int64           `json:"balance"`
+	DebitsPending  int64           `json:"debits_pending"`
+	CreditsPending int64           `json:"credits_pending"`
+	Available      int64           `json:"available"`
+	CreatedAt      time.Time       `json:"created_at"`
 	// Existing is set when CreateAccount found an identical account.
 	Existing bool `json:"-"`
 }
@@ -196,6 +201,74 @@ type NewTransfer struct {
 	Amount          int64           `json:"amount"`
 	Currency        string          `json:"currency"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	// Pending makes the transfer a hold: it moves nothing posted, and adds
+	// Amount to the debit account's DebitsPending and the credit account's
+	// CreditsPending until Settle posts or voids it or it expires
+	// (ExpireDue). Account flags count it: a hold can never be spent twice.
+	Pending bool `json:"pending,omitempty"`
+	// Timeout is how long after it is recorded a hold expires: whole
+	// seconds from 1s to 400 days (MaxTimeout); 0: never. Pending only.
+	Timeout time.Duration `json:"-"`
+}
+
+// MaxTimeout bounds a hold's Timeout.
+const MaxTimeout = 400 * 24 * time.Hour
+
+// Settles is what a settlement does to its hold.
+type Settles string
+
+const (
+	// SettlePost posts (part of) the held amount and releases the rest.
+	SettlePost Settles = "post"
+	// SettleVoid releases the whole hold.
+	SettleVoid Settles = "void"
+	// SettleExpire releases a hold whose timeout has passed; only
+	// ExpireDue writes it.
+	SettleExpire Settles = "expire"
+)
+
+// NewSettlement is a request to post or void a hold. It is a transfer of
+// its own, linked to the hold by PendingID, between the hold's accounts
+// in its currency. A hold is settled once: by one post, one void or its
+// expiry, whatever races.
+type NewSettlement struct {
+	// PendingID is the hold to settle.
+	PendingID string `json:"pending_id"`
+	// Settles is SettlePost or SettleVoid.
+	Settles Settles `json:"settles"`
+	// ID is the settlement's own id, its idempotency key; empty: generated.
+	ID string `json:"id,omitempty"`
+	// Amount is what a post moves, at most the held amount (the rest is
+	// released); 0 posts all of it. A void takes no amount: it releases
+	// the whole hold, and its transfer's Amount is the held amount.
+	Amount   int64           `json:"amount,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Status is where a transfer stands. A hold is pending until a settlement
+// names it, then what that settlement did: posted, voided or expired. A
+// settlement has the status it gives its hold; every other transfer is
+// posted.
+type Status string
+
+const (
+	StatusPosted  Status = "posted"
+	StatusPending Status = "pending"
+	StatusVoided  Status = "voided"
+	StatusExpired Status = "expired"
+)
+
+// statusOf is the status a settlement of kind settles gives its hold.
+func statusOf(settles string) Status {
+	switch Settles(settles) {
+	case SettlePost:
+		return StatusPosted
+	case SettleVoid:
+		return StatusVoided
+	case SettleExpire:
+		return StatusExpired
+	}
+	return StatusPending
 }
 
 // NewReversal is a request to reverse (part of) a transfer.
@@ -212,7 +285,9 @@ type NewReversal struct {
 }
 
 // Transfer is a stored transfer. A reversal has ReversesID (and maybe
-// Reason); an original read by GetTransfer lists its Reversals.
+// Reason); an original read by GetTransfer lists its Reversals. A hold has
+// Pending (and TimeoutSeconds and ExpiresAt when it has a timeout), and
+// SettledBy once settled; a settlement has PendingID and Settles.
 type Transfer struct {
 	ID              string          `json:"id"`
 	DebitAccountID  string          `json:"debit_account_id"`
@@ -222,6 +297,13 @@ type Transfer struct {
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
 	ReversesID      string          `json:"reverses_id,omitempty"`
 	Reason          string          `json:"reason,omitempty"`
+	Status          Status          `json:"status"`
+	Pending         bool            `json:"pending,omitempty"`
+	TimeoutSeconds  int64           `json:"timeout_seconds,omitempty"`
+	ExpiresAt       *time.Time      `json:"expires_at,omitempty"`
+	SettledBy       string          `json:"settled_by,omitempty"`
+	PendingID       string          `json:"pending_id,omitempty"`
+	Settles         Settles         `json:"settles,omitempty"`
 	CreatedAt       time.Time       `json:"created_at"`
 	Reversals       []Transfer      `json:"reversals,omitempty"`
 	// Existing is set when an identical transfer with this id was already
@@ -249,16 +331,32 @@ type Entry struct {
 	DebitsPosted  int64     `json:"debits_posted"`
 	CreditsPosted int64     `json:"credits_posted"`
 	Balance       int64     `json:"balance"`
-	CreatedAt     time.Time `json:"created_at"`
+	// DebitsPending and CreditsPending are the account's pending totals
+	// after the entry. An entry of a hold, a void or an expiry moves only
+	// these; a post's moves both.
+	DebitsPending  int64     `json:"debits_pending"`
+	CreditsPending int64     `json:"credits_pending"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
-// Balance is an account's totals as believed at AsOf.
+// Balance is an account's totals as believed at AsOf, all from one entry
+// (see Account for what each means).
 type Balance struct {
-	AccountID     string    `json:"account_id"`
-	AsOf          time.Time `json:"as_of"`
-	DebitsPosted  int64     `json:"debits_posted"`
-	CreditsPosted int64     `json:"credits_posted"`
-	Balance       int64     `json:"balance"`
+	AccountID      string    `json:"account_id"`
+	AsOf           time.Time `json:"as_of"`
+	DebitsPosted   int64     `json:"debits_posted"`
+	CreditsPosted  int64     `json:"credits_posted"`
+	Balance        int64     `json:"balance"`
+	DebitsPending  int64     `json:"debits_pending"`
+	CreditsPending int64     `json:"credits_pending"`
+	Available      int64     `json:"available"`
+}
+
+// totals fills a Balance from running totals.
+func totals(b *Balance, debits, credits, debitsPending, creditsPending int64) {
+	b.DebitsPosted, b.CreditsPosted, b.DebitsPending, b.CreditsPending = debits, credits, debitsPending, creditsPending
+	b.Balance = credits - debits
+	b.Available = b.Balance - debitsPending
 }
 
 // AccountQuery names an account for GetAccount.
@@ -317,16 +415,32 @@ func accountFromRow(a *driver.LedgerAccount) Account {
 			DebitsMustNotExceedCredits: a.DebitsMustNotExceedCredits,
 			CreditsMustNotExceedDebits: a.CreditsMustNotExceedDebits,
 		},
-		Metadata:      json.RawMessage(a.Metadata),
-		DebitsPosted:  a.DebitsPosted,
-		CreditsPosted: a.CreditsPosted,
-		Balance:       a.CreditsPosted - a.DebitsPosted,
-		CreatedAt:     a.CreatedAt,
+		Metadata:       json.RawMessage(a.Metadata),
+		DebitsPosted:   a.DebitsPosted,
+		CreditsPosted:  a.CreditsPosted,
+		Balance:        a.CreditsPosted - a.DebitsPosted,
+		DebitsPending:  a.DebitsPending,
+		CreditsPending: a.CreditsPending,
+		Available:      a.CreditsPosted - a.DebitsPosted - a.DebitsPending,
+		CreatedAt:      a.CreatedAt,
 	}
 }
 
 func transferFromRow(t *driver.LedgerTransfer) Transfer {
+	var expires *time.Time
+	if !t.ExpiresAt.IsZero() {
+		e := t.ExpiresAt
+		expires = &e
+	}
+	status := StatusPosted
+	switch {
+	case t.Pending:
+		status = StatusPending
+	case t.Settles != "":
+		status = statusOf(t.Settles)
+	}
 	return Transfer{
+		ExpiresAt:       expires,
 		ID:              t.ID,
 		DebitAccountID:  t.DebitAccountID,
 		CreditAccountID: t.CreditAccountID,
@@ -335,8 +449,23 @@ func transferFromRow(t *driver.LedgerTransfer) Transfer {
 		Metadata:        json.RawMessage(t.Metadata),
 		ReversesID:      t.ReversesID,
 		Reason:          t.Reason,
+		Status:          status,
+		Pending:         t.Pending,
+		TimeoutSeconds:  t.TimeoutSeconds,
+		PendingID:       t.PendingID,
+		Settles:         Settles(t.Settles),
 		CreatedAt:       t.CreatedAt,
 	}
+}
+
+// transferFound is transferFromRow for a transfer read with what settled
+// it: a hold's status is its settlement's.
+func transferFound(t *driver.LedgerTransfer, settledBy, settled string) Transfer {
+	out := transferFromRow(t)
+	if t.Pending {
+		out.Status, out.SettledBy = statusOf(settled), settledBy
+	}
+	return out
 }
 
 func entryFromRow(e *driver.LedgerEntry) Entry {
@@ -345,14 +474,16 @@ func entryFromRow(e *driver.LedgerEntry) Entry {
 		dir = Credit
 	}
 	return Entry{
-		TransferID:    e.TransferID,
-		AccountID:     e.AccountID,
-		Sequence:      e.Sequence,
-		Amount:        e.Amount,
-		Direction:     dir,
-		DebitsPosted:  e.DebitsPosted,
-		CreditsPosted: e.CreditsPosted,
-		Balance:       e.CreditsPosted - e.DebitsPosted,
-		CreatedAt:     e.CreatedAt,
+		TransferID:     e.TransferID,
+		AccountID:      e.AccountID,
+		Sequence:       e.Sequence,
+		Amount:         e.Amount,
+		Direction:      dir,
+		DebitsPosted:   e.DebitsPosted,
+		CreditsPosted:  e.CreditsPosted,
+		Balance:        e.CreditsPosted - e.DebitsPosted,
+		DebitsPending:  e.DebitsPending,
+		CreditsPending: e.CreditsPending,
+		CreatedAt:      e.CreatedAt,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -83,6 +84,10 @@ func (l *Ledger) transferRow(tenant string, t NewTransfer) (driver.LedgerTransfe
 	if err := checkCurrency("currency", t.Currency); err != nil {
 		return driver.LedgerTransfer{}, false, err
 	}
+	timeout, err := checkTimeout(t.Pending, t.Timeout)
+	if err != nil {
+		return driver.LedgerTransfer{}, false, err
+	}
 	meta, err := canonicalMetadata(t.Metadata)
 	if err != nil {
 		return driver.LedgerTransfer{}, false, err
@@ -95,7 +100,24 @@ func (l *Ledger) transferRow(tenant string, t NewTransfer) (driver.LedgerTransfe
 		Amount:          t.Amount,
 		Currency:        t.Currency,
 		Metadata:        meta,
+		Pending:         t.Pending,
+		TimeoutSeconds:  timeout,
 	}, chosen, nil
+}
+
+// checkTimeout returns a hold's timeout in seconds: whole seconds from 1
+// to MaxTimeout, and only on a hold.
+func checkTimeout(pending bool, d time.Duration) (int64, error) {
+	switch {
+	case d == 0:
+		return 0, nil
+	case !pending:
+		return 0, invalid("timeout_seconds", "a timeout is for a pending transfer only")
+	case d < time.Second || d > MaxTimeout || d%time.Second != 0:
+		return 0, newError(ErrInvalidTimeout.Code, "timeout_seconds",
+			fmt.Sprintf("timeout %s is not whole seconds from 1s to %d days", d, MaxTimeout/(24*time.Hour)))
+	}
+	return int64(d / time.Second), nil
 }
 
 // sameTransfer compares a stored transfer with a new request for its id and
@@ -105,6 +127,14 @@ func sameTransfer(old, req *driver.LedgerTransfer) error {
 	switch {
 	case old.ReversesID != req.ReversesID:
 		field = "reverses_id"
+	case old.PendingID != req.PendingID:
+		field = "pending_id"
+	case old.Settles != req.Settles:
+		field = "settles"
+	case old.Pending != req.Pending:
+		field = "pending"
+	case old.TimeoutSeconds != req.TimeoutSeconds:
+		field = "timeout_seconds"
 	case old.DebitAccountID != req.DebitAccountID:
 		field = "debit_account_id"
 	case old.CreditAccountID != req.CreditAccountID:
@@ -165,4 +195,82 @@ func (l *Ledger) reverse(ctx context.Context, tx driver.Tx, tenant string, r New
 		return Transfer{}, err
 	}
 	return *res[0].Transfer, nil
+}
+
+// Settle posts or voids a hold (NewSettlement): a new transfer linked to
+// it by PendingID, written with its entries in tx. A hold settles once:
+// a second settlement, whatever its id, wherever it runs, is refused with
+// pending_transfer_already_posted, _voided or _expired, decided under the
+// locks of the hold's accounts (and, last, by the database's unique index
+// on the hold's settlement). A hold whose timeout has passed is refused
+// with pending_transfer_already_expired, even before ExpireDue has
+// written its expiry. With an ID, Settle is idempotent like Post: the
+// same settlement again returns the stored one with Existing set, even
+// after the hold has settled. Right after it succeeds, the caller
+// enqueues transfer.posted or transfer.voided in tx.
+func (l *Ledger) Settle(ctx context.Context, tx driver.Tx, tenant string, s NewSettlement) (t Transfer, err error) {
+	ctx, span := l.tracer.Start(ctx, "ledger.Settle")
+	defer func() { endSpan(span, err) }()
+	if err := l.checkTx(tx); err != nil {
+		return Transfer{}, err
+	}
+	o := l.settlementOp(tenant, s, false)
+	if o.err != nil {
+		return Transfer{}, o.err
+	}
+	res, err := l.apply(ctx, tx, []op{o}, true)
+	if err != nil {
+		return Transfer{}, err
+	}
+	return *res[0].Transfer, nil
+}
+
+// Expiry is a hold released by ExpireDue: the expiry transfer written, in
+// the hold's tenant.
+type Expiry struct {
+	Tenant   string
+	Transfer Transfer
+}
+
+// ExpireDue releases, in tx, up to limit holds (1..Config.MaxBatch) of any
+// tenant whose timeout has passed by the writers' clock, soonest first,
+// and returns the expiries it wrote: each a transfer with Settles
+// SettleExpire and the held amount, recorded with its entries like any
+// settlement. The caller enqueues transfer.expired for each in tx and
+// commits, so the release and its event exist together or not at all.
+//
+// Callers may race, on one server or several: each hold is expired by
+// one of them, and the others find it settled, under the accounts'
+// locks, and leave it out of their answer. A hold posted or voided in
+// the meantime is left out alike. An empty answer means nothing was due.
+func (l *Ledger) ExpireDue(ctx context.Context, tx driver.Tx, limit int) (out []Expiry, err error) {
+	ctx, span := l.tracer.Start(ctx, "ledger.ExpireDue")
+	defer func() { endSpan(span, err) }()
+	if err := l.checkTx(tx); err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > l.cfg.MaxBatch {
+		return nil, invalid("limit", fmt.Sprintf("limit %d is outside 1..%d", limit, l.cfg.MaxBatch))
+	}
+	due, err := l.d.LedgerHoldsDue(ctx, tx, &driver.LedgerHoldsDueParams{Now: l.now(), Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read due holds: %w", err)
+	}
+	if len(due) == 0 {
+		return nil, nil
+	}
+	ops := make([]op, len(due))
+	for i, h := range due {
+		ops[i] = l.settlementOp(h.Tenant, NewSettlement{PendingID: h.TransferID, Settles: SettleExpire}, true)
+	}
+	res, err := l.apply(ctx, tx, ops, false)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range res {
+		if r.Err == nil {
+			out = append(out, Expiry{Tenant: due[i].Tenant, Transfer: *r.Transfer})
+		}
+	}
+	return out, nil
 }

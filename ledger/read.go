@@ -11,8 +11,9 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// GetTransfer reads a transfer with its reversals, oldest first;
-// ErrNotFound when the tenant has no such transfer.
+// GetTransfer reads a transfer with its reversals, oldest first, and for a
+// hold, its status and the transfer that settled it; ErrNotFound when the
+// tenant has no such transfer.
 func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery) (Transfer, error) {
 	tenant, id := q.Tenant, q.ID
 	if err := l.checkTx(tx); err != nil {
@@ -24,14 +25,14 @@ func (l *Ledger) GetTransfer(ctx context.Context, tx driver.Tx, q TransferQuery)
 	if checkID("id", id) != nil {
 		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
 	}
-	found, err := l.d.LedgerTransfersGet(ctx, tx, &driver.LedgerTransfersGetParams{Tenant: tenant, IDs: []string{id}})
+	found, err := l.d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: []driver.LedgerKey{{Tenant: tenant, ID: id}}})
 	if err != nil {
 		return Transfer{}, fmt.Errorf("ledger: read transfer %q: %w", id, err)
 	}
 	if len(found) == 0 {
 		return Transfer{}, fmt.Errorf("ledger: transfer %q: %w", id, ErrNotFound)
 	}
-	t := transferFromRow(&found[0])
+	t := transferFound(&found[0].LedgerTransfer, found[0].SettledBy, found[0].Settled)
 	revs, err := l.d.LedgerReversals(ctx, tx, &driver.LedgerReversalsParams{Tenant: tenant, TransferID: id})
 	if err != nil {
 		return Transfer{}, fmt.Errorf("ledger: read reversals of %q: %w", id, err)
@@ -71,8 +72,9 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Bal
 		return Balance{}, err
 	}
 	if asOf == nil {
-		return Balance{AccountID: acct.ID, AsOf: l.now(), DebitsPosted: acct.DebitsPosted,
-			CreditsPosted: acct.CreditsPosted, Balance: acct.CreditsPosted - acct.DebitsPosted}, nil
+		b := Balance{AccountID: acct.ID, AsOf: l.now()}
+		totals(&b, acct.DebitsPosted, acct.CreditsPosted, acct.DebitsPending, acct.CreditsPending)
+		return b, nil
 	}
 	at := asOf.Truncate(time.Microsecond) // entries are recorded in microseconds
 	if err := l.settle(ctx, tx, acct, at); err != nil {
@@ -86,7 +88,7 @@ func (l *Ledger) Balance(ctx context.Context, tx driver.Tx, q BalanceQuery) (Bal
 	if err != nil {
 		return Balance{}, fmt.Errorf("ledger: balance of %q: %w", accountID, err)
 	}
-	b.DebitsPosted, b.CreditsPosted, b.Balance = e.DebitsPosted, e.CreditsPosted, e.CreditsPosted-e.DebitsPosted
+	totals(&b, e.DebitsPosted, e.CreditsPosted, e.DebitsPending, e.CreditsPending)
 	return b, nil
 }
 
@@ -150,6 +152,68 @@ func (l *Ledger) Entries(ctx context.Context, tx driver.Tx, q EntriesQuery) ([]E
 	out := make([]Entry, len(rows))
 	for i := range rows {
 		out[i] = entryFromRow(&rows[i])
+	}
+	return out, next, nil
+}
+
+// TransfersQuery selects a page of a tenant's transfers, by id.
+type TransfersQuery struct {
+	// Tenant owns the transfers. Required.
+	Tenant string
+	// AccountID keeps the transfers on this account, either side; "": all.
+	AccountID string
+	// Status keeps the transfers of this status; "": all. StatusPending
+	// lists the open holds, from the open holds alone, however many
+	// transfers the tenant has; another status is a filter on a walk of
+	// the tenant's transfers by id.
+	Status Status
+	// Limit bounds the page. Default 100; bound 1..1000.
+	Limit int
+	// After is the cursor a previous page returned; empty: the first.
+	After string
+}
+
+// Transfers lists a tenant's transfers by id, each with its status (a
+// hold's, with the transfer that settled it), and returns the cursor of
+// the next page, or "" when this is the last.
+func (l *Ledger) Transfers(ctx context.Context, tx driver.Tx, q TransfersQuery) ([]Transfer, string, error) {
+	if err := l.checkTx(tx); err != nil {
+		return nil, "", err
+	}
+	if err := checkTenant(q.Tenant); err != nil {
+		return nil, "", err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = defaultEntriesLimit
+	}
+	if limit < 1 || limit > maxEntriesLimit {
+		return nil, "", invalid("limit", fmt.Sprintf("limit %d is outside 1..%d", q.Limit, maxEntriesLimit))
+	}
+	switch q.Status {
+	case "", StatusPending, StatusPosted, StatusVoided, StatusExpired:
+	default:
+		return nil, "", invalid("status", fmt.Sprintf("status %q is not pending, posted, voided or expired", q.Status))
+	}
+	if q.After != "" && checkID("after", q.After) != nil {
+		return nil, "", invalid("after", fmt.Sprintf("cursor %q is not one this ledger returned", q.After))
+	}
+	if q.AccountID != "" && checkID("account_id", q.AccountID) != nil {
+		return []Transfer{}, "", nil // an id we would never have stored names no account
+	}
+	rows, err := l.d.LedgerTransfersList(ctx, tx, &driver.LedgerTransfersListParams{Tenant: q.Tenant,
+		AccountID: q.AccountID, Status: string(q.Status), After: q.After, Limit: limit + 1})
+	if err != nil {
+		return nil, "", fmt.Errorf("ledger: list transfers: %w", err)
+	}
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = rows[limit-1].ID
+	}
+	out := make([]Transfer, len(rows))
+	for i := range rows {
+		out[i] = transferFound(&rows[i].LedgerTransfer, rows[i].SettledBy, rows[i].Settled)
 	}
 	return out, next, nil
 }

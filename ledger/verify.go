@@ -38,7 +38,10 @@ func (e *VerifyError) Error() string {
 // credit on its credit account, of its amount, currency and time; each
 // currency's balances sum to zero; every entry belongs to a transfer;
 // reversals never exceed their original, are never themselves reversed,
-// and match the stored reversed totals. It
+// and match the stored reversed totals; every settlement settles a hold on
+// the same accounts, one per hold, within its amount; each account's
+// pending totals equal the sums of its open holds (those not settled), and
+// the stored open holds are exactly those. It
 // reads every row once, in streams, holding only the accounts and the
 // reversed totals in memory. A nil error means the ledger is sound.
 func Verify(ctx context.Context, d driver.Driver, tx driver.Tx) error {
@@ -46,12 +49,13 @@ func Verify(ctx context.Context, d driver.Driver, tx driver.Tx) error {
 		return fmt.Errorf("ledger: verify: %w", err)
 	}
 	v := &verifier{accounts: map[key]*acctCheck{}, reversed: map[key]int64{}, isReversal: map[key]bool{},
-		transferAmount: map[key]int64{}}
+		transferAmount: map[key]int64{}, holds: map[key]*driver.LedgerTransfer{}, storedHolds: map[key]driver.LedgerHold{}}
 	if err := d.LedgerScan(ctx, tx, &driver.LedgerScanParams{
 		Accounts:       v.account,
 		Entries:        v.entry,
 		Transfers:      v.transfer,
 		ReversedTotals: v.reversedTotal,
+		Holds:          v.storedHold,
 	}); err != nil {
 		return fmt.Errorf("ledger: verify: %w", err)
 	}
@@ -83,6 +87,18 @@ type verifier struct {
 	// their transfer: the difference is the entries whose transfer does
 	// not exist, which no foreign key refuses on Postgres (migration 7).
 	entries, owned int64
+	// Holds bookkeeping: every hold by its key, every settlement, and the
+	// open holds stored.
+	holds       map[key]*driver.LedgerTransfer
+	settlements []settlementCheck
+	storedHolds map[key]driver.LedgerHold
+}
+
+// settlementCheck is a settlement and the pending change its entries
+// made, checked against its hold once every transfer is read.
+type settlementCheck struct {
+	t      driver.LedgerTransfer
+	change int64
 }
 
 type storedTotal struct {
@@ -110,9 +126,10 @@ func (v *verifier) entry(e *driver.LedgerEntry) error {
 		v.fail("entry %s/%s#%d: no such account", e.Tenant, e.AccountID, e.Sequence)
 		return nil
 	}
-	var prevSeq, prevD, prevC int64
+	var prevSeq, prevD, prevC, prevDP, prevCP int64
 	if a.last != nil {
 		prevSeq, prevD, prevC = a.last.Sequence, a.last.DebitsPosted, a.last.CreditsPosted
+		prevDP, prevCP = a.last.DebitsPending, a.last.CreditsPending
 		if e.CreatedAt.Before(a.last.CreatedAt) {
 			v.fail("entry %s/%s#%d: recorded at %s, before entry #%d at %s", e.Tenant, e.AccountID, e.Sequence,
 				e.CreatedAt, prevSeq, a.last.CreatedAt)
@@ -124,15 +141,25 @@ func (v *verifier) entry(e *driver.LedgerEntry) error {
 	if e.Amount <= 0 {
 		v.fail("entry %s/%s#%d: amount %d is not positive", e.Tenant, e.AccountID, e.Sequence, e.Amount)
 	}
-	wantD, wantC := prevD, prevC
+	posted := e.Amount
+	if e.PendingOnly {
+		posted = 0
+	}
+	wantD, wantC, wantDP, wantCP := prevD, prevC, prevDP, prevCP
 	if e.Credit {
-		wantC += e.Amount
+		wantC += posted
+		wantCP += e.PendingChange
 	} else {
-		wantD += e.Amount
+		wantD += posted
+		wantDP += e.PendingChange
 	}
 	if e.DebitsPosted != wantD || e.CreditsPosted != wantC {
 		v.fail("entry %s/%s#%d: running totals debits %d credits %d, recomputed %d and %d", e.Tenant, e.AccountID,
 			e.Sequence, e.DebitsPosted, e.CreditsPosted, wantD, wantC)
+	}
+	if e.DebitsPending != wantDP || e.CreditsPending != wantCP || wantDP < 0 || wantCP < 0 {
+		v.fail("entry %s/%s#%d: pending totals debits %d credits %d, recomputed %d and %d", e.Tenant, e.AccountID,
+			e.Sequence, e.DebitsPending, e.CreditsPending, wantDP, wantCP)
 	}
 	last := *e
 	a.last = &last
@@ -179,11 +206,44 @@ func (v *verifier) transfer(t *driver.LedgerTransfer, entries []driver.LedgerEnt
 		v.fail("transfer %s/%s: %d debit(s) and %d credit(s) summing to %s, want one each summing to 0",
 			t.Tenant, t.ID, debits, credits, sum.String())
 	}
+	v.transferKind(t, entries)
 	if t.ReversesID != "" {
 		v.isReversal[k] = true
 		orig := key{t.Tenant, t.ReversesID}
 		v.reversed[orig] += t.Amount
 	}
+	return nil
+}
+
+// transferKind checks that the entries move what the transfer's kind
+// moves: a hold and its release only pending totals, a plain transfer only
+// posted ones, a post both; and keeps holds and settlements for finish.
+func (v *verifier) transferKind(t *driver.LedgerTransfer, entries []driver.LedgerEntry) {
+	wantOnly, wantChange := false, int64(0)
+	switch {
+	case t.Pending:
+		wantOnly, wantChange = true, t.Amount
+		hold := *t
+		v.holds[key{t.Tenant, t.ID}] = &hold
+	case t.PendingID != "":
+		wantOnly = t.Settles != string(SettlePost)
+		var change int64
+		if len(entries) > 0 {
+			change = entries[0].PendingChange
+		}
+		wantChange = change // the held amount, checked against the hold in finish
+		v.settlements = append(v.settlements, settlementCheck{t: *t, change: change})
+	}
+	for _, e := range entries {
+		if e.PendingOnly != wantOnly || e.PendingChange != wantChange {
+			v.fail("transfer %s/%s: entry on %s moves pending %d (pending only: %t), want %d (%t)",
+				t.Tenant, t.ID, e.AccountID, e.PendingChange, e.PendingOnly, wantChange, wantOnly)
+		}
+	}
+}
+
+func (v *verifier) storedHold(h *driver.LedgerHold) error {
+	v.storedHolds[key{h.Tenant, h.TransferID}] = *h
 	return nil
 }
 
@@ -219,11 +279,17 @@ func (v *verifier) finish() {
 				k.tenant, k.id, r.DebitsPosted, r.CreditsPosted, r.Sequence, r.LastEntryAt,
 				last.DebitsPosted, last.CreditsPosted, last.Sequence, last.CreatedAt)
 		}
-		if r.DebitsMustNotExceedCredits && last.DebitsPosted > last.CreditsPosted {
-			v.fail("account %s/%s: debits %d exceed credits %d against its flag", k.tenant, k.id, last.DebitsPosted, last.CreditsPosted)
+		if r.DebitsPending != last.DebitsPending || r.CreditsPending != last.CreditsPending {
+			v.fail("account %s/%s: cached pending debits %d credits %d; entries say %d, %d",
+				k.tenant, k.id, r.DebitsPending, r.CreditsPending, last.DebitsPending, last.CreditsPending)
 		}
-		if r.CreditsMustNotExceedDebits && last.CreditsPosted > last.DebitsPosted {
-			v.fail("account %s/%s: credits %d exceed debits %d against its flag", k.tenant, k.id, last.CreditsPosted, last.DebitsPosted)
+		if r.DebitsMustNotExceedCredits && last.DebitsPosted+last.DebitsPending > last.CreditsPosted {
+			v.fail("account %s/%s: debits %d (+%d pending) exceed credits %d against its flag", k.tenant, k.id,
+				last.DebitsPosted, last.DebitsPending, last.CreditsPosted)
+		}
+		if r.CreditsMustNotExceedDebits && last.CreditsPosted+last.CreditsPending > last.DebitsPosted {
+			v.fail("account %s/%s: credits %d (+%d pending) exceed debits %d against its flag", k.tenant, k.id,
+				last.CreditsPosted, last.CreditsPending, last.DebitsPosted)
 		}
 		s := sums[r.Currency]
 		if s == nil {
@@ -243,6 +309,8 @@ func (v *verifier) finish() {
 			v.fail("currency %s: balances sum to %s, want 0", c, sums[c])
 		}
 	}
+
+	v.finishHolds()
 
 	if v.entries != v.owned {
 		v.fail("entries: %d of %d belong to no transfer (their transfer_id names none of their tenant)",
@@ -275,6 +343,94 @@ func (v *verifier) finish() {
 	}
 	for k, n := range stored {
 		v.fail("transfer %s/%s: stored reversed total %d without reversals", k.tenant, k.id, n)
+	}
+}
+
+// finishHolds checks every settlement against its hold, and the open
+// holds against the stored ones and the accounts' pending totals.
+func (v *verifier) finishHolds() {
+	settledBy := map[key]string{}
+	for _, s := range v.settlements {
+		t := &s.t
+		hk := key{t.Tenant, t.PendingID}
+		hold := v.holds[hk]
+		if hold == nil {
+			v.fail("transfer %s/%s: settles %s, which is not a hold", t.Tenant, t.ID, t.PendingID)
+			continue
+		}
+		if other, ok := settledBy[hk]; ok {
+			v.fail("hold %s/%s: settled twice, by %s and %s", hk.tenant, hk.id, other, t.ID)
+		}
+		settledBy[hk] = t.ID
+		if t.DebitAccountID != hold.DebitAccountID || t.CreditAccountID != hold.CreditAccountID || t.Currency != hold.Currency {
+			v.fail("transfer %s/%s: settles hold %s on other accounts or currency", t.Tenant, t.ID, hold.ID)
+		}
+		if -s.change != hold.Amount {
+			v.fail("transfer %s/%s: releases %d of hold %s, which holds %d", t.Tenant, t.ID, -s.change, hold.ID, hold.Amount)
+		}
+		if t.Amount > hold.Amount || t.Settles != string(SettlePost) && t.Amount != hold.Amount {
+			v.fail("transfer %s/%s: %s of %d, hold %s holds %d", t.Tenant, t.ID, t.Settles, t.Amount, hold.ID, hold.Amount)
+		}
+	}
+	// The open holds: each stored as it was written, and summed per
+	// account into the pending totals.
+	type pending struct{ debits, credits int64 }
+	sums := map[key]*pending{}
+	sum := func(k key) *pending {
+		p := sums[k]
+		if p == nil {
+			p = &pending{}
+			sums[k] = p
+		}
+		return p
+	}
+	keys := make([]key, 0, len(v.holds))
+	for k := range v.holds {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].tenant < keys[j].tenant || keys[i].tenant == keys[j].tenant && keys[i].id < keys[j].id
+	})
+	for _, k := range keys {
+		if _, settled := settledBy[k]; settled {
+			if _, ok := v.storedHolds[k]; ok {
+				v.fail("hold %s/%s: settled, yet stored as open", k.tenant, k.id)
+			}
+			continue
+		}
+		h := v.holds[k]
+		sum(key{h.Tenant, h.DebitAccountID}).debits += h.Amount
+		sum(key{h.Tenant, h.CreditAccountID}).credits += h.Amount
+		st, ok := v.storedHolds[k]
+		if !ok {
+			v.fail("hold %s/%s: open, yet not stored as open", k.tenant, k.id)
+			continue
+		}
+		if st.Amount != h.Amount || st.DebitAccountID != h.DebitAccountID || st.CreditAccountID != h.CreditAccountID ||
+			!st.ExpiresAt.Equal(h.ExpiresAt) {
+			v.fail("hold %s/%s: stored as open with %d from %s to %s expiring %s, transfer says %d from %s to %s expiring %s",
+				k.tenant, k.id, st.Amount, st.DebitAccountID, st.CreditAccountID, st.ExpiresAt,
+				h.Amount, h.DebitAccountID, h.CreditAccountID, h.ExpiresAt)
+		}
+	}
+	for k := range v.storedHolds {
+		if v.holds[k] == nil {
+			v.fail("hold %s/%s: stored as open, but no such hold", k.tenant, k.id)
+		}
+	}
+	for k, a := range v.accounts {
+		var last driver.LedgerEntry
+		if a.last != nil {
+			last = *a.last
+		}
+		p := sums[k]
+		if p == nil {
+			p = &pending{}
+		}
+		if last.DebitsPending != p.debits || last.CreditsPending != p.credits {
+			v.fail("account %s/%s: pending debits %d credits %d, its open holds sum to %d and %d",
+				k.tenant, k.id, last.DebitsPending, last.CreditsPending, p.debits, p.credits)
+		}
 	}
 }
 

@@ -47,6 +47,22 @@ func TestTour(t *testing.T) {
 			t.Fatalf("transfer with reversals: %s", tr.Body)
 		}
 
+		// The hold: reserved, listed, captured in part; a void after it refused.
+		mustStatus(t, call(t, "POST", u+"/v1/transfers", "auth-77",
+			`{"id":"auth-77","debit_account_id":"bob","credit_account_id":"alice","amount":800,"currency":"EUR","pending":true,"timeout_seconds":3600}`), 201)
+		if b := call(t, "GET", u+"/v1/accounts/bob", "", nil).json(t); b["balance"] != float64(1000) || b["available"] != float64(200) {
+			t.Fatalf("bob with the hold: %v", b)
+		}
+		if open, _ := call(t, "GET", u+"/v1/transfers?status=pending", "", nil).json(t)["data"].([]any); len(open) != 1 {
+			t.Fatalf("open holds: %v", open)
+		}
+		mustStatus(t, call(t, "POST", u+"/v1/transfers/auth-77/post", "capture-77", `{"amount":650}`), 201)
+		if r := call(t, "POST", u+"/v1/transfers/auth-77/void", "void-77", `{}`); r.Status != 422 || r.code(t) != "pending_transfer_already_posted" {
+			t.Fatalf("void after the capture: %d %s", r.Status, r.Body)
+		}
+		if b := call(t, "GET", u+"/v1/accounts/bob", "", nil).json(t); b["balance"] != float64(350) || b["debits_pending"] != float64(0) {
+			t.Fatalf("bob after the capture: %v", b)
+		}
 		// The operators' commands the README names after the tour, on the
 		// tour's database.
 		fill := strings.NewReplacer("KEY", "order-1042", "ACCOUNT", "bob", "TIME", beforeReversal.Format(time.RFC3339Nano))

@@ -9,12 +9,14 @@ import (
 )
 
 const ledgerAccountCols = `tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits,
-       metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at`
+       metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at, debits_pending, credits_pending`
 
 const ledgerTransferCols = `tenant, id, debit_account_id, credit_account_id, amount, currency, metadata,
-       coalesce(reverses_id, ''), coalesce(reason, ''), created_at`
+       coalesce(reverses_id, ''), coalesce(reason, ''), created_at,
+       pending, coalesce(timeout_seconds, 0), expires_at, coalesce(pending_id, ''), coalesce(settles, '')`
 
-const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at`
+const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at,
+       pending_change, pending_only, debits_pending, credits_pending`
 
 // Accounts arrive as arrays, one element per account, and are inserted in
 // key order, so two inserts sharing new ids wait for each other in one
@@ -76,11 +78,44 @@ var sqlLedgerAccountsGet = `SELECT ` + ledgerAccountCols + fmt.Sprintf(ledgerByK
 var sqlLedgerTransfersGet = `SELECT ` + ledgerTransferCols + fmt.Sprintf(ledgerByIDs, "ledger_transfers", "")
 
 // The reversed total is a subquery per transfer found: one descent of its
-// primary key each, where a join could read the whole table.
-var sqlLedgerTransfersFind = `SELECT ` + ledgerTransferCols + `,
+// primary key each, where a join could read the whole table. So is a
+// hold's settlement, by the unique (tenant, pending_id) index.
+const ledgerFoundCols = ledgerTransferCols + `,
        coalesce((SELECT r.reversed FROM ledger_reversed_totals r
-                  WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0)` +
-	fmt.Sprintf(ledgerByKeys, "ledger_transfers", "")
+                  WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0),
+       coalesce((SELECT s.id FROM ledger_transfers s
+                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), ''),
+       coalesce((SELECT s.settles FROM ledger_transfers s
+                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), '')`
+
+var sqlLedgerTransfersFind = `SELECT ` + ledgerFoundCols + fmt.Sprintf(ledgerByKeys, "ledger_transfers", "")
+
+// A tenant's transfers, by the primary key, from the cursor on; the
+// filters are applied as the key is walked. A transfer's status is its
+// kind's, or for a hold its settlement's (ledger.Status).
+const sqlLedgerTransfersList = `
+SELECT ` + ledgerFoundCols + `
+  FROM ledger_transfers x
+ WHERE x.tenant = $1 AND x.id > $2
+   AND ($3 = '' OR x.debit_account_id = $3 OR x.credit_account_id = $3)
+   AND ($4 = '' OR $4 = CASE
+         WHEN x.pending THEN coalesce((SELECT CASE s.settles WHEN 'post' THEN 'posted' WHEN 'void' THEN 'voided' ELSE 'expired' END
+                                         FROM ledger_transfers s WHERE s.tenant = x.tenant AND s.pending_id = x.id), 'pending')
+         WHEN x.settles = 'void' THEN 'voided'
+         WHEN x.settles = 'expire' THEN 'expired'
+         ELSE 'posted' END)
+ ORDER BY x.id LIMIT $5`
+
+// A tenant's open holds, by the primary key of ledger_holds, each joined
+// to its transfer by key.
+const sqlLedgerHoldsList = `
+SELECT ` + ledgerFoundCols + `
+  FROM (SELECT t.* FROM ledger_holds h
+          JOIN ledger_transfers t ON t.tenant = h.tenant AND t.id = h.transfer_id
+         WHERE h.tenant = $1 AND h.transfer_id > $2
+           AND ($3 = '' OR h.debit_account_id = $3 OR h.credit_account_id = $3)
+         ORDER BY h.transfer_id LIMIT $4) AS x
+ ORDER BY x.id`
 
 const sqlLedgerReversals = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
@@ -103,41 +138,78 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
 // insert half never inserts; it carries the locked row's own values so
 // that the row it proposes passes the table's NOT NULL and CHECK
 // constraints, which are checked before the conflict.
+//
+// A hold expires its timeout after $1, the time it is recorded at; the
+// ledger computes the same ExpiresAt in Go. The open holds gain the new
+// holds and lose the settled ones (the ledger lists neither a hold settled
+// in the same write nor its release: the parts of one statement do not see
+// each other's rows).
 const sqlLedgerWrite = `
 WITH t AS (
   INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
-                                metadata, reverses_id, reason, created_at)
+                                metadata, reverses_id, reason, created_at,
+                                pending, timeout_seconds, expires_at, pending_id, settles)
   SELECT u.tenant, u.id, u.debit, u.credit, u.amount, u.currency,
-         nullif(u.metadata, ''), nullif(u.reverses_id, ''), nullif(u.reason, ''), $1::timestamptz
+         nullif(u.metadata, ''), nullif(u.reverses_id, ''), nullif(u.reason, ''), $1::timestamptz,
+         u.pending, nullif(u.timeout, 0),
+         CASE WHEN u.timeout > 0 THEN $1::timestamptz + u.timeout * interval '1 second' END,
+         nullif(u.pending_id, ''), nullif(u.settles, '')
     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
-                $8::text[], $9::text[], $10::text[])
-         AS u(tenant, id, debit, credit, amount, currency, metadata, reverses_id, reason)
+                $8::text[], $9::text[], $10::text[], $11::boolean[], $12::bigint[], $13::text[], $14::text[])
+         AS u(tenant, id, debit, credit, amount, currency, metadata, reverses_id, reason,
+              pending, timeout, pending_id, settles)
 ), e AS (
   INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
-                              debits_posted, credits_posted, created_at)
+                              debits_posted, credits_posted, created_at,
+                              pending_change, pending_only, debits_pending, credits_pending)
   SELECT u.tenant, u.account_id, u.sequence, u.transfer_id, u.amount, u.credit,
-         u.debits_posted, u.credits_posted, $1::timestamptz
-    FROM unnest($11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::boolean[],
-                $17::bigint[], $18::bigint[])
-         AS u(tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted)
+         u.debits_posted, u.credits_posted, $1::timestamptz,
+         u.pending_change, u.pending_only, u.debits_pending, u.credits_pending
+    FROM unnest($15::text[], $16::text[], $17::bigint[], $18::text[], $19::bigint[], $20::boolean[],
+                $21::bigint[], $22::bigint[], $23::bigint[], $24::boolean[], $25::bigint[], $26::bigint[])
+         AS u(tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted,
+              pending_change, pending_only, debits_pending, credits_pending)
 ), a AS (
   INSERT INTO ledger_accounts (tenant, id, currency, debits_must_not_exceed_credits,
                                credits_must_not_exceed_debits, created_at,
-                               debits_posted, credits_posted, sequence, last_entry_at)
+                               debits_posted, credits_posted, sequence, last_entry_at,
+                               debits_pending, credits_pending)
   SELECT u.tenant, u.id, u.currency, u.dnec, u.cned, u.created_at,
-         u.debits_posted, u.credits_posted, u.sequence, $1::timestamptz
-    FROM unnest($19::text[], $20::text[], $21::text[], $22::boolean[], $23::boolean[], $24::timestamptz[],
-                $25::bigint[], $26::bigint[], $27::bigint[])
-         AS u(tenant, id, currency, dnec, cned, created_at, debits_posted, credits_posted, sequence)
+         u.debits_posted, u.credits_posted, u.sequence, $1::timestamptz, u.debits_pending, u.credits_pending
+    FROM unnest($27::text[], $28::text[], $29::text[], $30::boolean[], $31::boolean[], $32::timestamptz[],
+                $33::bigint[], $34::bigint[], $35::bigint[], $36::bigint[], $37::bigint[])
+         AS u(tenant, id, currency, dnec, cned, created_at, debits_posted, credits_posted, sequence,
+              debits_pending, credits_pending)
   ON CONFLICT (tenant, id) DO UPDATE
      SET debits_posted = excluded.debits_posted, credits_posted = excluded.credits_posted,
-         sequence = excluded.sequence, last_entry_at = excluded.last_entry_at
+         sequence = excluded.sequence, last_entry_at = excluded.last_entry_at,
+         debits_pending = excluded.debits_pending, credits_pending = excluded.credits_pending
+), h AS (
+  INSERT INTO ledger_holds (tenant, transfer_id, debit_account_id, credit_account_id, amount, expires_at)
+  SELECT u.tenant, u.id, u.debit, u.credit, u.amount,
+         CASE WHEN u.timeout > 0 THEN $1::timestamptz + u.timeout * interval '1 second' END
+    FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::bigint[], $47::bigint[])
+         AS u(tenant, id, debit, credit, amount, timeout)
+), released AS (
+  DELETE FROM ledger_holds h
+   USING unnest($48::text[], $49::text[]) AS u(tenant, id)
+   WHERE h.tenant = u.tenant AND h.transfer_id = u.id
 )
 INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
 SELECT u.tenant, u.transfer_id, u.amount, u.add
-  FROM unnest($28::text[], $29::text[], $30::bigint[], $31::bigint[]) AS u(tenant, transfer_id, amount, add)
+  FROM unnest($38::text[], $39::text[], $40::bigint[], $41::bigint[]) AS u(tenant, transfer_id, amount, add)
 ON CONFLICT (tenant, transfer_id) DO UPDATE
    SET reversed = ledger_reversed_totals.reversed + excluded.reversed`
+
+const ledgerHoldCols = `tenant, transfer_id, debit_account_id, credit_account_id, amount, expires_at`
+
+// The due holds are read from the expiry index, soonest first, by the
+// clock the writers stamp with: a hold found here is one the ledger,
+// reading the clock again under the accounts' locks, finds expired.
+const sqlLedgerHoldsDue = `
+SELECT ` + ledgerHoldCols + ` FROM ledger_holds
+ WHERE expires_at <= clock_timestamp()
+ ORDER BY expires_at LIMIT $1`
 
 // The writers' clock, read by LedgerLock once its locks are held, and by
 // LedgerClock outside any transaction.
@@ -174,16 +246,20 @@ const (
 	sqlLedgerScanAccounts = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts ORDER BY tenant, id`
 	sqlLedgerScanEntries  = `SELECT ` + ledgerEntryCols + ` FROM ledger_entries ORDER BY tenant, account_id, sequence`
 	sqlLedgerScanReversed = `SELECT tenant, transfer_id, reversed FROM ledger_reversed_totals ORDER BY tenant, transfer_id`
+	sqlLedgerScanHolds    = `SELECT ` + ledgerHoldCols + ` FROM ledger_holds ORDER BY tenant, transfer_id`
 	// Both tables in one order, merged (driver.LedgerScanQueries): a
 	// transfer's row (kind 0), then its entries' (kind 1). The NULLs fill
 	// the other table's columns.
 	sqlLedgerScanTransfers = `
 SELECT tenant, id, 0 AS kind, debit_account_id, credit_account_id, amount, currency, metadata,
        coalesce(reverses_id, ''), coalesce(reason, ''), created_at,
-       NULL::boolean AS credit, NULL::text AS account_id, NULL::bigint AS sequence
+       NULL::boolean AS credit, NULL::text AS account_id, NULL::bigint AS sequence,
+       pending, coalesce(timeout_seconds, 0), expires_at, coalesce(pending_id, ''), coalesce(settles, ''),
+       NULL::bigint AS pending_change, NULL::boolean AS pending_only
   FROM ledger_transfers
  UNION ALL
-SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, created_at, credit, account_id, sequence
+SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, created_at, credit, account_id, sequence,
+       NULL, NULL, NULL, NULL, NULL, pending_change, pending_only
   FROM ledger_entries
  ORDER BY tenant, id, kind, credit, account_id`
 )
@@ -260,11 +336,28 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	return out, rows.Err()
 }
 
+func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
+	sql, args := sqlLedgerTransfersList, []any{p.Tenant, p.After, p.AccountID, p.Status, p.Limit}
+	if p.Status == "pending" {
+		sql, args = sqlLedgerHoldsList, []any{p.Tenant, p.After, p.AccountID, p.Limit}
+	}
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out, err := scanFoundTransfers(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
 func scanFoundTransfers(rows driver.Rows) ([]driver.LedgerFoundTransfer, error) {
 	var out []driver.LedgerFoundTransfer
 	for rows.Next() {
 		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed); err != nil {
+		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
 			return nil, err
 		}
 		out = append(out, t)
@@ -281,39 +374,58 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 	tTenants, tIDs, debits, credits := make([]string, nt), make([]string, nt), make([]string, nt), make([]string, nt)
 	amounts := make([]int64, nt)
 	currencies, metas, reverses, reasons := make([]string, nt), make([]string, nt), make([]string, nt), make([]string, nt)
+	pendings, timeouts, pendingIDs, settles := make([]bool, nt), make([]int64, nt), make([]string, nt), make([]string, nt)
 	for i, t := range p.Transfers {
 		tTenants[i], tIDs[i], debits[i], credits[i] = t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID
 		amounts[i], currencies[i], metas[i] = t.Amount, t.Currency, string(t.Metadata)
 		reverses[i], reasons[i] = t.ReversesID, t.Reason
+		pendings[i], timeouts[i], pendingIDs[i], settles[i] = t.Pending, t.TimeoutSeconds, t.PendingID, t.Settles
 	}
 	ne := len(p.Entries)
 	eTenants, eAccounts, eTransfers := make([]string, ne), make([]string, ne), make([]string, ne)
 	eSeqs, eAmounts, eDebits, eCredits := make([]int64, ne), make([]int64, ne), make([]int64, ne), make([]int64, ne)
-	eCredit := make([]bool, ne)
+	eCredit, eOnly := make([]bool, ne), make([]bool, ne)
+	eChanges, eDebitsPending, eCreditsPending := make([]int64, ne), make([]int64, ne), make([]int64, ne)
 	for i, e := range p.Entries {
 		eTenants[i], eAccounts[i], eTransfers[i] = e.Tenant, e.AccountID, e.TransferID
 		eSeqs[i], eAmounts[i], eDebits[i], eCredits[i], eCredit[i] = e.Sequence, e.Amount, e.DebitsPosted, e.CreditsPosted, e.Credit
+		eChanges[i], eOnly[i], eDebitsPending[i], eCreditsPending[i] = e.PendingChange, e.PendingOnly, e.DebitsPending, e.CreditsPending
 	}
 	na := len(p.Accounts)
 	aTenants, aIDs, aCurrencies := make([]string, na), make([]string, na), make([]string, na)
 	aDnec, aCned := make([]bool, na), make([]bool, na)
 	aCreated := make([]time.Time, na)
 	aDebits, aCredits, aSeqs := make([]int64, na), make([]int64, na), make([]int64, na)
+	aDebitsPending, aCreditsPending := make([]int64, na), make([]int64, na)
 	for i, a := range p.Accounts {
 		aTenants[i], aIDs[i], aCurrencies[i] = a.Tenant, a.ID, a.Currency
 		aDnec[i], aCned[i], aCreated[i] = a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits, a.CreatedAt
 		aDebits[i], aCredits[i], aSeqs[i] = a.DebitsPosted, a.CreditsPosted, a.Sequence
+		aDebitsPending[i], aCreditsPending[i] = a.DebitsPending, a.CreditsPending
 	}
 	nr := len(p.Reversed)
 	rTenants, rIDs, rAmounts, rAdds := make([]string, nr), make([]string, nr), make([]int64, nr), make([]int64, nr)
 	for i, r := range p.Reversed {
 		rTenants[i], rIDs[i], rAmounts[i], rAdds[i] = r.Tenant, r.TransferID, r.Amount, r.Add
 	}
+	nh := len(p.Holds)
+	hTenants, hIDs, hDebits, hCredits := make([]string, nh), make([]string, nh), make([]string, nh), make([]string, nh)
+	hAmounts, hTimeouts := make([]int64, nh), make([]int64, nh)
+	for i, h := range p.Holds {
+		hTenants[i], hIDs[i], hDebits[i], hCredits[i] = h.Tenant, h.TransferID, h.DebitAccountID, h.CreditAccountID
+		hAmounts[i], hTimeouts[i] = h.Amount, h.TimeoutSeconds
+	}
+	relTenants, relIDs := keyArrays(p.Released)
 	return pipeline(ctx, tx, generic(unread(sqlLedgerWrite, p.At,
 		tTenants, tIDs, debits, credits, amounts, currencies, metas, reverses, reasons,
+		pendings, timeouts, pendingIDs, settles,
 		eTenants, eAccounts, eSeqs, eTransfers, eAmounts, eCredit, eDebits, eCredits,
+		eChanges, eOnly, eDebitsPending, eCreditsPending,
 		aTenants, aIDs, aCurrencies, aDnec, aCned, aCreated, aDebits, aCredits, aSeqs,
+		aDebitsPending, aCreditsPending,
 		rTenants, rIDs, rAmounts, rAdds,
+		hTenants, hIDs, hDebits, hCredits, hAmounts, hTimeouts,
+		relTenants, relIDs,
 	))...)
 }
 
@@ -364,6 +476,35 @@ func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.Ledg
 	return out, rows.Err()
 }
 
+func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
+	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerHold
+	for rows.Next() {
+		h, err := scanLedgerHold(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *h)
+	}
+	return out, rows.Err()
+}
+
+func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+	var h driver.LedgerHold
+	var expires *time.Time
+	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
+		return nil, err
+	}
+	if expires != nil {
+		h.ExpiresAt = expires.UTC()
+	}
+	return &h, nil
+}
+
 func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
 	return driver.ScanLedger(ctx, tx, &ledgerScan, p)
 }
@@ -374,6 +515,8 @@ var ledgerScan = driver.LedgerScanQueries{
 	Entries:        sqlLedgerScanEntries,
 	Transfers:      sqlLedgerScanTransfers,
 	ReversedTotals: sqlLedgerScanReversed,
+	Holds:          sqlLedgerScanHolds,
+	Hold:           scanLedgerHold,
 	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
 	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
 	TransferRow:    scanLedgerTransferRow,
@@ -386,19 +529,25 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 	var kind, amount int64
 	var debit, credit, currency, meta, reverses, reason, acct *string
 	var at time.Time
-	var isCredit *bool
-	var seq *int64
+	var isCredit, pending, only *bool
+	var seq, timeout, change *int64
+	var expires *time.Time
+	var pendingID, settles *string
 	if err := r.Scan(&tenant, &id, &kind, &debit, &credit, &amount, &currency, &meta, &reverses, &reason, &at,
-		&isCredit, &acct, &seq); err != nil {
+		&isCredit, &acct, &seq, &pending, &timeout, &expires, &pendingID, &settles, &change, &only); err != nil {
 		return nil, nil, err
 	}
 	if kind == 0 {
-		return &driver.LedgerTransfer{Tenant: tenant, ID: id, DebitAccountID: *debit, CreditAccountID: *credit,
+		t := &driver.LedgerTransfer{Tenant: tenant, ID: id, DebitAccountID: *debit, CreditAccountID: *credit,
 			Amount: amount, Currency: *currency, Metadata: textBytes(meta), ReversesID: *reverses, Reason: *reason,
-			CreatedAt: at.UTC()}, nil, nil
+			CreatedAt: at.UTC(), Pending: *pending, TimeoutSeconds: *timeout, PendingID: *pendingID, Settles: *settles}
+		if expires != nil {
+			t.ExpiresAt = expires.UTC()
+		}
+		return t, nil, nil
 	}
 	return nil, &driver.LedgerEntry{Tenant: tenant, AccountID: *acct, Sequence: *seq, TransferID: id,
-		Amount: amount, Credit: *isCredit, CreatedAt: at.UTC()}, nil
+		Amount: amount, Credit: *isCredit, CreatedAt: at.UTC(), PendingChange: *change, PendingOnly: *only}, nil
 }
 
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
@@ -421,13 +570,18 @@ func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ..
 // scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
 func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) error {
 	var meta *string
+	var expires *time.Time
 	dest := append([]any{&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-		&meta, &t.ReversesID, &t.Reason, &t.CreatedAt}, extra...)
+		&meta, &t.ReversesID, &t.Reason, &t.CreatedAt,
+		&t.Pending, &t.TimeoutSeconds, &expires, &t.PendingID, &t.Settles}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return err
 	}
 	t.Metadata = textBytes(meta)
 	t.CreatedAt = t.CreatedAt.UTC()
+	if expires != nil {
+		t.ExpiresAt = expires.UTC()
+	}
 	return nil
 }
 
@@ -470,7 +624,8 @@ func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
 	var meta *string
 	var last *time.Time
 	if err := r.Scan(&a.Tenant, &a.ID, &a.Currency, &a.DebitsMustNotExceedCredits, &a.CreditsMustNotExceedDebits,
-		&meta, &a.DebitsPosted, &a.CreditsPosted, &a.Sequence, &last, &a.CreatedAt); err != nil {
+		&meta, &a.DebitsPosted, &a.CreditsPosted, &a.Sequence, &last, &a.CreatedAt,
+		&a.DebitsPending, &a.CreditsPending); err != nil {
 		return nil, err
 	}
 	a.Metadata = textBytes(meta)
@@ -484,7 +639,8 @@ func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
 func scanLedgerEntry(r driver.Row) (*driver.LedgerEntry, error) {
 	var e driver.LedgerEntry
 	if err := r.Scan(&e.Tenant, &e.AccountID, &e.Sequence, &e.TransferID, &e.Amount, &e.Credit,
-		&e.DebitsPosted, &e.CreditsPosted, &e.CreatedAt); err != nil {
+		&e.DebitsPosted, &e.CreditsPosted, &e.CreatedAt,
+		&e.PendingChange, &e.PendingOnly, &e.DebitsPending, &e.CreditsPending); err != nil {
 		return nil, err
 	}
 	e.CreatedAt = e.CreatedAt.UTC()

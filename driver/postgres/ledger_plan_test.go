@@ -38,13 +38,17 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 		exec(`INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency, created_at)
 		      SELECT $1, 'tr-' || i, 'acc-' || (1 + i % 500), 'acc-' || (501 + i % 500), 1, 'EUR', now()
 		        FROM generate_series(1, $2::int) i`, tenant, transfers)
+		// Open holds: not transfers of their own here, only their rows.
+		exec(`INSERT INTO ledger_holds (tenant, transfer_id, debit_account_id, credit_account_id, amount, expires_at)
+		      SELECT $1, 'tr-' || i, 'acc-1', 'acc-501', 1, now() FROM generate_series(1, $2::int) i`, tenant, transfers)
 	}
-	for _, table := range []string{"ledger_accounts", "ledger_transfers"} {
+	for _, table := range []string{"ledger_accounts", "ledger_transfers", "ledger_holds"} {
 		exec(`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`)
 	}
 	seed("old", 3000)
 	exec(`ANALYZE ledger_accounts`)
 	exec(`ANALYZE ledger_transfers`)
+	exec(`ANALYZE ledger_holds`)
 	seed("new", 3000)
 
 	statements := []struct {
@@ -58,9 +62,15 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 		{"transfer find", sqlLedgerTransfersFind, `'{new,new,old}', '{tr-9,tr-none,tr-10}'`},
 		{"batch write", sqlLedgerWrite,
 			`now(), '{new}', '{tr-x}', '{acc-7}', '{acc-507}', '{1}', '{EUR}', '{""}', '{""}', '{""}',
-			 '{new,new}', '{acc-7,acc-507}', '{1,1}', '{tr-x,tr-x}', '{1,1}', '{f,t}', '{1,0}', '{0,1}',
-			 '{new,new}', '{acc-7,acc-507}', '{EUR,EUR}', '{f,f}', '{f,f}', ARRAY[now(),now()], '{1,0}', '{0,1}', '{1,1}',
-			 '{new}', '{tr-9}', '{1}', '{1}'`},
+			 '{t}', '{60}', '{""}', '{""}',
+			 '{new,new}', '{acc-7,acc-507}', '{1,1}', '{tr-x,tr-x}', '{1,1}', '{f,t}', '{0,0}', '{0,0}',
+			 '{1,1}', '{t,t}', '{1,0}', '{0,1}',
+			 '{new,new}', '{acc-7,acc-507}', '{EUR,EUR}', '{f,f}', '{f,f}', ARRAY[now(),now()], '{0,0}', '{0,0}', '{1,1}',
+			 '{1,0}', '{0,1}',
+			 '{new}', '{tr-9}', '{1}', '{1}',
+			 '{new}', '{tr-x}', '{acc-7}', '{acc-507}', '{1}', '{60}',
+			 '{new}', '{tr-9}'`},
+		{"due holds", sqlLedgerHoldsDue, `10`},
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, s := range statements {

@@ -18,12 +18,16 @@ import (
 // JSON to encode in Go and parse again in SQLite, column by column.
 
 const ledgerAccountCols = `tenant, id, currency, debits_must_not_exceed_credits, credits_must_not_exceed_debits,
-       metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at`
+       metadata, debits_posted, credits_posted, sequence, last_entry_at, created_at, debits_pending, credits_pending`
 
 const ledgerTransferCols = `tenant, id, debit_account_id, credit_account_id, amount, currency, metadata,
-       coalesce(reverses_id, ''), coalesce(reason, ''), created_at`
+       coalesce(reverses_id, ''), coalesce(reason, ''), created_at,
+       pending, coalesce(timeout_seconds, 0), expires_at, coalesce(pending_id, ''), coalesce(settles, '')`
 
-const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at`
+const ledgerEntryCols = `tenant, account_id, sequence, transfer_id, amount, credit, debits_posted, credits_posted, created_at,
+       pending_change, pending_only, debits_pending, credits_pending`
+
+const ledgerHoldCols = `tenant, transfer_id, debit_account_id, credit_account_id, amount, expires_at`
 
 // Accounts are inserted in key order, as on Postgres. A duplicate id
 // inserts nothing and returns no row. (WHERE true: an upsert's SELECT
@@ -50,12 +54,43 @@ const sqlLedgerTransfersGet = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
  WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))`
 
-const sqlLedgerTransfersFind = `
-SELECT ` + ledgerTransferCols + `,
+// A hold's settlement is a search of the unique (tenant, pending_id)
+// index.
+const ledgerFoundCols = ledgerTransferCols + `,
        coalesce((SELECT r.reversed FROM ledger_reversed_totals r
-                  WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0)
+                  WHERE r.tenant = x.tenant AND r.transfer_id = x.id), 0),
+       coalesce((SELECT s.id FROM ledger_transfers s
+                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), ''),
+       coalesce((SELECT s.settles FROM ledger_transfers s
+                  WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), '')`
+
+const sqlLedgerTransfersFind = `
+SELECT ` + ledgerFoundCols + `
   FROM ledger_transfers x
  WHERE (tenant, id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))`
+
+// As on Postgres: by the primary key from the cursor on, filtered.
+const sqlLedgerTransfersList = `
+SELECT ` + ledgerFoundCols + `
+  FROM ledger_transfers x
+ WHERE x.tenant = ?1 AND x.id > ?2
+   AND (?3 = '' OR x.debit_account_id = ?3 OR x.credit_account_id = ?3)
+   AND (?4 = '' OR ?4 = CASE
+         WHEN x.pending THEN coalesce((SELECT CASE s.settles WHEN 'post' THEN 'posted' WHEN 'void' THEN 'voided' ELSE 'expired' END
+                                         FROM ledger_transfers s WHERE s.tenant = x.tenant AND s.pending_id = x.id), 'pending')
+         WHEN x.settles = 'void' THEN 'voided'
+         WHEN x.settles = 'expire' THEN 'expired'
+         ELSE 'posted' END)
+ ORDER BY x.id LIMIT ?5`
+
+const sqlLedgerHoldsList = `
+SELECT ` + ledgerFoundCols + `
+  FROM (SELECT t.* FROM ledger_holds h
+          JOIN ledger_transfers t ON t.tenant = h.tenant AND t.id = h.transfer_id
+         WHERE h.tenant = ?1 AND h.transfer_id > ?2
+           AND (?3 = '' OR h.debit_account_id = ?3 OR h.credit_account_id = ?3)
+         ORDER BY h.transfer_id LIMIT ?4) AS x
+ ORDER BY x.id`
 
 const sqlLedgerReversals = `
 SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
@@ -67,20 +102,23 @@ SELECT ` + ledgerTransferCols + ` FROM ledger_transfers
 var (
 	sqlLedgerTransfersInsert = newRowsStmt(`
 INSERT INTO ledger_transfers (tenant, id, debit_account_id, credit_account_id, amount, currency,
-                              metadata, reverses_id, reason, created_at)
-SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
+                              metadata, reverses_id, reason, created_at,
+                              pending, timeout_seconds, expires_at, pending_id, settles)
+SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
 	sqlLedgerEntriesInsert = newRowsStmt(`
 INSERT INTO ledger_entries (tenant, account_id, sequence, transfer_id, amount, credit,
-                            debits_posted, credits_posted, created_at)
-SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
+                            debits_posted, credits_posted, created_at,
+                            pending_change, pending_only, debits_pending, credits_pending)
+SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
 	// The rows drive the join: each account is a search of the primary
 	// key (TestLedgerBatchPlans).
 	sqlLedgerAccountsMove = newRowsStmt(`
 UPDATE ledger_accounts
-   SET debits_posted = u.column3, credits_posted = u.column4, sequence = u.column5, last_entry_at = u.column6
-  FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) AS u
+   SET debits_posted = u.column3, credits_posted = u.column4, sequence = u.column5, last_entry_at = u.column6,
+       debits_pending = u.column7, credits_pending = u.column8
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?)`, `) AS u
  WHERE ledger_accounts.tenant = u.column1 AND ledger_accounts.id = u.column2`)
 
 	sqlLedgerReversedAdd = newRowsStmt(`
@@ -88,7 +126,22 @@ INSERT INTO ledger_reversed_totals (tenant, transfer_id, amount, reversed)
 SELECT * FROM (VALUES `, `(?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL
 ON CONFLICT (tenant, transfer_id) DO UPDATE
    SET reversed = ledger_reversed_totals.reversed + excluded.reversed`)
+
+	sqlLedgerHoldsInsert = newRowsStmt(`
+INSERT INTO ledger_holds (tenant, transfer_id, debit_account_id, credit_account_id, amount, expires_at)
+SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
+
+	// Each pair is a search of the primary key; the padding's NULL pairs
+	// match nothing.
+	sqlLedgerHoldsRelease = newRowsStmt(`
+DELETE FROM ledger_holds WHERE (tenant, transfer_id) IN (VALUES `, `(?, ?)`, `)`)
 )
+
+// The due holds, soonest first, by the expiry index.
+const sqlLedgerHoldsDue = `
+SELECT ` + ledgerHoldCols + ` FROM ledger_holds
+ WHERE expires_at <= ?1
+ ORDER BY expires_at LIMIT ?2`
 
 // The JSON rows of a batch's new accounts, as sqlLedgerAccountsInsert
 // reads them.
@@ -119,6 +172,7 @@ const (
 	sqlLedgerScanAccounts = `SELECT ` + ledgerAccountCols + ` FROM ledger_accounts ORDER BY tenant, id`
 	sqlLedgerScanEntries  = `SELECT ` + ledgerEntryCols + ` FROM ledger_entries ORDER BY tenant, account_id, sequence`
 	sqlLedgerScanReversed = `SELECT tenant, transfer_id, reversed FROM ledger_reversed_totals ORDER BY tenant, transfer_id`
+	sqlLedgerScanHolds    = `SELECT ` + ledgerHoldCols + ` FROM ledger_holds ORDER BY tenant, transfer_id`
 	// Both tables in one order, merged (driver.LedgerScanQueries): a
 	// transfer's row (kind 0), then its entries' (kind 1). The NULLs fill
 	// the other table's columns. SQLite reads the transfers in key order
@@ -126,10 +180,13 @@ const (
 	sqlLedgerScanTransfers = `
 SELECT tenant, id, 0 AS kind, debit_account_id, credit_account_id, amount, currency, metadata,
        coalesce(reverses_id, ''), coalesce(reason, ''), created_at,
-       NULL AS credit, NULL AS account_id, NULL AS sequence
+       NULL AS credit, NULL AS account_id, NULL AS sequence,
+       pending, coalesce(timeout_seconds, 0), expires_at, coalesce(pending_id, ''), coalesce(settles, ''),
+       NULL AS pending_change, NULL AS pending_only
   FROM ledger_transfers
  UNION ALL
-SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, created_at, credit, account_id, sequence
+SELECT tenant, transfer_id, 1, NULL, NULL, amount, NULL, NULL, NULL, NULL, created_at, credit, account_id, sequence,
+       NULL, NULL, NULL, NULL, NULL, pending_change, pending_only
   FROM ledger_entries
  ORDER BY tenant, id, kind, credit, account_id`
 )
@@ -191,7 +248,18 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, keys)
+	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersFind, keys)
+}
+
+func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
+	if p.Status == "pending" {
+		return queryFoundTransfers(ctx, tx, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
+	}
+	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
+}
+
+func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +267,7 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	var out []driver.LedgerFoundTransfer
 	for rows.Next() {
 		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed); err != nil {
+		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
 			return nil, err
 		}
 		out = append(out, t)
@@ -218,19 +286,30 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 		n, cols int
 		row     func(args []any, i int) []any
 	}{
-		{&sqlLedgerTransfersInsert, len(p.Transfers), 10, func(args []any, i int) []any {
+		{&sqlLedgerTransfersInsert, len(p.Transfers), 15, func(args []any, i int) []any {
 			t := &p.Transfers[i]
 			return append(args, t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID, t.Amount, t.Currency,
-				textOrNull(string(t.Metadata)), textOrNull(t.ReversesID), textOrNull(t.Reason), at)
+				textOrNull(string(t.Metadata)), textOrNull(t.ReversesID), textOrNull(t.Reason), at,
+				t.Pending, intOrNull(t.TimeoutSeconds), expiresAt(at, t.TimeoutSeconds),
+				textOrNull(t.PendingID), textOrNull(t.Settles))
 		}},
-		{&sqlLedgerEntriesInsert, len(p.Entries), 9, func(args []any, i int) []any {
+		{&sqlLedgerEntriesInsert, len(p.Entries), 13, func(args []any, i int) []any {
 			e := &p.Entries[i]
 			return append(args, e.Tenant, e.AccountID, e.Sequence, e.TransferID, e.Amount, e.Credit,
-				e.DebitsPosted, e.CreditsPosted, at)
+				e.DebitsPosted, e.CreditsPosted, at, e.PendingChange, e.PendingOnly, e.DebitsPending, e.CreditsPending)
 		}},
-		{&sqlLedgerAccountsMove, len(p.Accounts), 6, func(args []any, i int) []any {
+		{&sqlLedgerAccountsMove, len(p.Accounts), 8, func(args []any, i int) []any {
 			a := &p.Accounts[i]
-			return append(args, a.Tenant, a.ID, a.DebitsPosted, a.CreditsPosted, a.Sequence, at)
+			return append(args, a.Tenant, a.ID, a.DebitsPosted, a.CreditsPosted, a.Sequence, at,
+				a.DebitsPending, a.CreditsPending)
+		}},
+		{&sqlLedgerHoldsInsert, len(p.Holds), 6, func(args []any, i int) []any {
+			h := &p.Holds[i]
+			return append(args, h.Tenant, h.TransferID, h.DebitAccountID, h.CreditAccountID, h.Amount,
+				expiresAt(at, h.TimeoutSeconds))
+		}},
+		{&sqlLedgerHoldsRelease, len(p.Released), 2, func(args []any, i int) []any {
+			return append(args, p.Released[i].Tenant, p.Released[i].ID)
 		}},
 		{&sqlLedgerReversedAdd, len(p.Reversed), 4, func(args []any, i int) []any {
 			r := &p.Reversed[i]
@@ -242,6 +321,51 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 		}
 	}
 	return nil
+}
+
+// expiresAt is when a hold recorded at (microseconds) with a timeout
+// expires, or NULL for none: the moment Postgres computes alike.
+func expiresAt(at, timeoutSeconds int64) any {
+	if timeoutSeconds <= 0 {
+		return nil
+	}
+	return at + timeoutSeconds*int64(time.Second/time.Microsecond)
+}
+
+func intOrNull(n int64) any {
+	if n == 0 {
+		return nil
+	}
+	return n
+}
+
+func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
+	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, toMicros(p.Now), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.LedgerHold
+	for rows.Next() {
+		h, err := scanLedgerHold(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *h)
+	}
+	return out, rows.Err()
+}
+
+func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+	var h driver.LedgerHold
+	var expires *int64
+	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
+		return nil, err
+	}
+	if expires != nil {
+		h.ExpiresAt = fromMicros(*expires)
+	}
+	return &h, nil
 }
 
 // LedgerClock is Now: SQLite has no clock of its own, and the ledger's
@@ -300,6 +424,8 @@ var ledgerScan = driver.LedgerScanQueries{
 	Entries:        sqlLedgerScanEntries,
 	Transfers:      sqlLedgerScanTransfers,
 	ReversedTotals: sqlLedgerScanReversed,
+	Holds:          sqlLedgerScanHolds,
+	Hold:           scanLedgerHold,
 	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
 	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
 	TransferRow:    scanLedgerTransferRow,
@@ -310,20 +436,24 @@ var ledgerScan = driver.LedgerScanQueries{
 func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.LedgerEntry, error) {
 	var tenant, id string
 	var kind, amount, at int64
-	var debit, credit, currency, meta, reverses, reason, acct *string
-	var isCredit *bool
-	var seq *int64
+	var debit, credit, currency, meta, reverses, reason, acct, pendingID, settles *string
+	var isCredit, pending, only *bool
+	var seq, timeout, expires, change *int64
 	if err := r.Scan(&tenant, &id, &kind, &debit, &credit, &amount, &currency, &meta, &reverses, &reason, &at,
-		&isCredit, &acct, &seq); err != nil {
+		&isCredit, &acct, &seq, &pending, &timeout, &expires, &pendingID, &settles, &change, &only); err != nil {
 		return nil, nil, err
 	}
 	if kind == 0 {
-		return &driver.LedgerTransfer{Tenant: tenant, ID: id, DebitAccountID: *debit, CreditAccountID: *credit,
+		t := &driver.LedgerTransfer{Tenant: tenant, ID: id, DebitAccountID: *debit, CreditAccountID: *credit,
 			Amount: amount, Currency: *currency, Metadata: textBytes(meta), ReversesID: *reverses, Reason: *reason,
-			CreatedAt: fromMicros(at)}, nil, nil
+			CreatedAt: fromMicros(at), Pending: *pending, TimeoutSeconds: *timeout, PendingID: *pendingID, Settles: *settles}
+		if expires != nil {
+			t.ExpiresAt = fromMicros(*expires)
+		}
+		return t, nil, nil
 	}
 	return nil, &driver.LedgerEntry{Tenant: tenant, AccountID: *acct, Sequence: *seq, TransferID: id,
-		Amount: amount, Credit: *isCredit, CreatedAt: fromMicros(at)}, nil
+		Amount: amount, Credit: *isCredit, CreatedAt: fromMicros(at), PendingChange: *change, PendingOnly: *only}, nil
 }
 
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
@@ -347,13 +477,18 @@ func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args 
 func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) error {
 	var meta *string
 	var created int64
+	var expires *int64
 	dest := append([]any{&t.Tenant, &t.ID, &t.DebitAccountID, &t.CreditAccountID, &t.Amount, &t.Currency,
-		&meta, &t.ReversesID, &t.Reason, &created}, extra...)
+		&meta, &t.ReversesID, &t.Reason, &created,
+		&t.Pending, &t.TimeoutSeconds, &expires, &t.PendingID, &t.Settles}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return err
 	}
 	t.Metadata = textBytes(meta)
 	t.CreatedAt = fromMicros(created)
+	if expires != nil {
+		t.ExpiresAt = fromMicros(*expires)
+	}
 	return nil
 }
 
@@ -380,7 +515,8 @@ func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
 	var last *int64
 	var created int64
 	if err := r.Scan(&a.Tenant, &a.ID, &a.Currency, &a.DebitsMustNotExceedCredits, &a.CreditsMustNotExceedDebits,
-		&meta, &a.DebitsPosted, &a.CreditsPosted, &a.Sequence, &last, &created); err != nil {
+		&meta, &a.DebitsPosted, &a.CreditsPosted, &a.Sequence, &last, &created,
+		&a.DebitsPending, &a.CreditsPending); err != nil {
 		return nil, err
 	}
 	a.Metadata = textBytes(meta)
@@ -395,7 +531,8 @@ func scanLedgerEntry(r driver.Row) (*driver.LedgerEntry, error) {
 	var e driver.LedgerEntry
 	var created int64
 	if err := r.Scan(&e.Tenant, &e.AccountID, &e.Sequence, &e.TransferID, &e.Amount, &e.Credit,
-		&e.DebitsPosted, &e.CreditsPosted, &created); err != nil {
+		&e.DebitsPosted, &e.CreditsPosted, &created,
+		&e.PendingChange, &e.PendingOnly, &e.DebitsPending, &e.CreditsPending); err != nil {
 		return nil, err
 	}
 	e.CreatedAt = fromMicros(created)

@@ -19,7 +19,7 @@ import (
 // per 2,048.
 
 // maxRowsLog2 is log2 of the most rows a statement holds: 2,048 rows of at
-// most 10 values stay within SQLite's bound of 32,766 parameters.
+// most 15 values stay within SQLite's bound of 32,766 parameters.
 const maxRowsLog2 = 11
 
 // rowsStmt is a statement of 1<<k rows at index k.

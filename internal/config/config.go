@@ -73,6 +73,11 @@ type Config struct {
 	// RelayPoll is how often the relay looks for rows committed by other
 	// processes. Default 100ms; bound 1ms..1m.
 	RelayPoll time.Duration
+	// HoldExpiryPeriod is how often serve looks for holds whose timeout
+	// has passed and releases them (the most a hold stays pending past
+	// its timeout, beside the database's load). Default 1s; bound
+	// 10ms..1m.
+	HoldExpiryPeriod time.Duration
 	// RelayLease is how long a relay's shard leases last without renewal:
 	// after a crash, its rows wait this long for another relay. Default
 	// 30s; bound 1s..10m.
@@ -181,6 +186,7 @@ func Default() Config {
 		Relay:            true,
 		RelayBatch:       2000,
 		RelayPoll:        100 * time.Millisecond,
+		HoldExpiryPeriod: time.Second,
 		RelayLease:       30 * time.Second,
 		RelayMaxAttempts: 10,
 		MaxBodyBytes:     1 << 20,
@@ -363,6 +369,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: %s %d is outside 1..10000", named("relay-batch"), c.RelayBatch)
 	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:
 		return fmt.Errorf("config: %s %s is outside 1ms..1m", named("relay-poll"), c.RelayPoll)
+	case c.HoldExpiryPeriod < 10*time.Millisecond || c.HoldExpiryPeriod > time.Minute:
+		return fmt.Errorf("config: %s %s is outside 10ms..1m", named("hold-expiry-period"), c.HoldExpiryPeriod)
 	case c.RelayLease < time.Second || c.RelayLease > 10*time.Minute:
 		return fmt.Errorf("config: %s %s is outside 1s..10m", named("relay-lease"), c.RelayLease)
 	case c.RelayMaxAttempts < 1 || c.RelayMaxAttempts > 1000:

@@ -46,6 +46,8 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
 	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
 		durationSetter(func(c *Config) *time.Duration { return &c.RelayPoll })},
+	{"hold-expiry-period", "IDEM_HOLD_EXPIRY_PERIOD", "hold_expiry_period", "how often serve releases holds whose timeout has passed (default 1s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.HoldExpiryPeriod })},
 	{"relay-lease", "IDEM_RELAY_LEASE", "relay_lease", "shard lease TTL: how long a crashed relay's rows wait for another (default 30s)",
 		durationSetter(func(c *Config) *time.Duration { return &c.RelayLease })},
 	{"relay-max-attempts", "IDEM_RELAY_MAX_ATTEMPTS", "relay_max_attempts", "broker refusals before a message becomes a dead letter (default 10)",
@@ -112,7 +114,7 @@ var settingTypes = map[string]string{
 	"migrate": "bool", "relay": "bool", "group-commit": "bool",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
-	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
+	"relay-poll": "duration", "relay-lease": "duration", "hold-expiry-period": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
 	"db-timeout": "duration", "db-connect-timeout": "duration",
 }
@@ -129,7 +131,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "debug-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
 	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
-	"currency-exponents"}, relayShared)
+	"currency-exponents", "hold-expiry-period"}, relayShared)
 
 // ParseAdminKey parses the console's admin key: the key itself (at least
 // MinAPIKeyLength characters) or sha256:HEX, so configuration files need not

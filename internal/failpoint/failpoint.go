@@ -32,7 +32,7 @@ const (
 const ExitCode = 3
 
 // Names are the failpoints there are.
-var Names = []string{"keeper.before_commit", "relay.before_publish", "relay.after_publish", "janitor.before_delete"}
+var Names = []string{"keeper.before_commit", "relay.before_publish", "relay.after_publish", "janitor.before_delete", "ledger.before_expiry_commit"}
 
 const (
 	defaultHold = 5 * time.Minute

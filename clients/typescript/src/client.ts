@@ -11,6 +11,8 @@ import type {
   EventPage,
   NewAccount,
   NewReversal,
+  NewSettlement,
+  TransferPage,
   NewTransfer,
   Transfer,
   TransferWithReversals,
@@ -137,6 +139,33 @@ export class IdemClient {
   async reverseTransfer(id: string, reversal: NewReversal = {}, options?: CallOptions): Promise<Answer<Transfer>> {
     checkAmount("amount", reversal?.amount, true);
     return this.#call("POST", `/v1/transfers/${segment("transfer id", id)}/reversals`, reversal, options);
+  }
+
+  /** POST /v1/transfers/{id}/post: 201 the post of hold id; without amount, all that is held (the rest is released). */
+  async postPending(id: string, post: NewSettlement = {}, options?: CallOptions): Promise<Answer<Transfer>> {
+    checkAmount("amount", post?.amount, true);
+    return this.#call("POST", `/v1/transfers/${segment("transfer id", id)}/post`, post, options);
+  }
+
+  /** POST /v1/transfers/{id}/void: 201 the void of hold id, which releases all of it. */
+  async voidPending(id: string, voiding: Omit<NewSettlement, "amount"> = {}, options?: CallOptions): Promise<Answer<Transfer>> {
+    if ((voiding as NewSettlement)?.amount != null) {
+      throw new BadInputError("a void releases the whole hold and takes no amount");
+    }
+    return this.#call("POST", `/v1/transfers/${segment("transfer id", id)}/void`, voiding, options);
+  }
+
+  /** GET /v1/transfers: one page of the tenant's transfers by id; status "pending" lists the open holds. */
+  async listTransfers(
+    query: { status?: string; accountId?: string; limit?: number; after?: string } = {},
+    options?: CallOptions,
+  ): Promise<Answer<TransferPage>> {
+    const q = new URLSearchParams();
+    if (query.status !== undefined) q.set("status", query.status);
+    if (query.accountId !== undefined) q.set("account_id", query.accountId);
+    setLimit(q, query.limit);
+    setCursor(q, query.after);
+    return this.#call("GET", `/v1/transfers${qs(q)}`, undefined, options);
   }
 
   /** GET /v1/events: one page of the tenant's events in commit order; follow nextCursor with `after`. */

@@ -44,6 +44,12 @@ export const codes = Object.freeze({
   amountOverflow: "amount_overflow",
   reversalExceedsRemaining: "reversal_exceeds_remaining",
   cannotReverseReversal: "cannot_reverse_reversal",
+  cannotReversePending: "cannot_reverse_pending",
+  transferNotPending: "transfer_not_pending",
+  amountExceedsPending: "amount_exceeds_pending",
+  pendingTransferAlreadyPosted: "pending_transfer_already_posted",
+  pendingTransferAlreadyVoided: "pending_transfer_already_voided",
+  pendingTransferAlreadyExpired: "pending_transfer_already_expired",
 } as const);
 
 /** Problem is an RFC 9457 problem details object as idem answers it. */

@@ -26,6 +26,11 @@ export interface Account {
   credits_posted: number;
   /** credits_posted - debits_posted. */
   balance: number;
+  /** What the account's open holds reserve, debit and credit side. */
+  debits_pending: number;
+  credits_pending: number;
+  /** balance - debits_pending. */
+  available: number;
   created_at: string;
 }
 
@@ -38,7 +43,21 @@ export interface NewTransfer {
   amount: number;
   currency: string;
   metadata?: Record<string, unknown>;
+  /** A hold: reserves amount until posted, voided or expired. */
+  pending?: boolean;
+  /** A hold's timeout, 1..34560000 seconds (400 days); absent: never. */
+  timeout_seconds?: number;
 }
+
+/** The body of POST /v1/transfers/{id}/post (without amount: all that is held) and /void (no amount). */
+export interface NewSettlement {
+  id?: string;
+  amount?: number | null;
+  metadata?: Record<string, unknown>;
+}
+
+/** A hold is pending until settled, then posted, voided or expired; any other transfer is posted. */
+export type TransferStatus = "pending" | "posted" | "voided" | "expired";
 
 export interface Transfer {
   id: string;
@@ -51,7 +70,22 @@ export interface Transfer {
   reverses_id?: string;
   /** Set on a reversal. */
   reason?: string;
+  status: TransferStatus;
+  /** Set on a hold, with timeout_seconds and expires_at when it has a timeout, and settled_by once settled. */
+  pending?: boolean;
+  timeout_seconds?: number;
+  expires_at?: string;
+  settled_by?: string;
+  /** Set on a settlement: the hold it settles, and what it did. */
+  pending_id?: string;
+  settles?: "post" | "void" | "expire";
   created_at: string;
+}
+
+export interface TransferPage {
+  data: Transfer[];
+  /** null on the last page. */
+  next_cursor: string | null;
 }
 
 /** GET /v1/transfers/{id}'s answer: the transfer and its reversals, oldest first. */
@@ -86,6 +120,9 @@ export interface Balance {
   debits_posted: number;
   credits_posted: number;
   balance: number;
+  debits_pending: number;
+  credits_pending: number;
+  available: number;
 }
 
 export interface Entry {
@@ -97,6 +134,8 @@ export interface Entry {
   debits_posted: number;
   credits_posted: number;
   balance: number;
+  debits_pending: number;
+  credits_pending: number;
   created_at: string;
 }
 
@@ -108,7 +147,7 @@ export interface EntryPage {
 
 export interface Event {
   id: string;
-  /** account.created, transfer.created, transfer.reversed, webhook.<provider>.<type>. */
+  /** account.created, transfer.created, transfer.reversed, transfer.pending, transfer.posted, transfer.voided, transfer.expired, webhook.<provider>.<type>. */
   type: string;
   created_at: string;
   payload: unknown;

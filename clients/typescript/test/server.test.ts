@@ -105,6 +105,22 @@ test(`${dialect}: the typed calls, each route once`, async (t) => {
   }
 
   await assert.rejects(idem.getTransfer(`${p}nope`), (e: unknown) => e instanceof ProblemError && e.status === 404 && e.code === "not_found");
+
+  // Holds: reserve, list the open ones, post part, a second settlement refused.
+  const hold = await idem.createTransfer({
+    id: `${p}h1`, debit_account_id: `${p}alice`, credit_account_id: `${p}bank`, amount: 800, currency: "EUR",
+    pending: true, timeout_seconds: 3600,
+  });
+  assert.equal(hold.status, "pending");
+  const held = await idem.getAccount(`${p}alice`);
+  assert.deepEqual([held.debits_pending, held.available], [800, 3500 - 800]);
+  const open = await idem.listTransfers({ status: "pending", accountId: `${p}alice` });
+  assert.deepEqual(open.data.map((h) => h.id), [`${p}h1`]);
+  const captured = await idem.postPending(`${p}h1`, { amount: 600 });
+  assert.deepEqual([captured.status, captured.pending_id, captured.amount], ["posted", `${p}h1`, 600]);
+  await assert.rejects(idem.voidPending(`${p}h1`), (e: unknown) => e instanceof ProblemError && e.code === "pending_transfer_already_posted");
+  const after1 = await idem.getBalance(`${p}alice`);
+  assert.deepEqual([after1.debits_pending, after1.balance, after1.available], [0, 2900, 2900]);
 });
 
 test(`${dialect}: the client dies after the server answered; a second process resends the stored key`, async (t) => {

@@ -386,3 +386,36 @@ func TestKeyLookupPage(t *testing.T) {
 		t.Errorf("oversized key: %d", status)
 	}
 }
+
+// An account page shows its pending amounts and open holds; a hold's page
+// tells its story, reserved then posted.
+func TestAccountHolds(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range drivertest.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, dialect, nil)
+			e.tellStory(t)
+			e.post(t, "/v1/transfers", "hold-1", map[string]any{"id": "h1", "debit_account_id": "wallet", "credit_account_id": "merchant",
+				"amount": 300, "currency": "EUR", "pending": true, "timeout_seconds": 3600}, nil)
+			e.post(t, "/v1/transfers", "hold-2", map[string]any{"id": "h2", "debit_account_id": "wallet", "credit_account_id": "merchant",
+				"amount": 200, "currency": "EUR", "pending": true}, nil)
+			e.post(t, "/v1/transfers/h2/post", "capture-2", map[string]any{"id": "p2", "amount": 150}, nil)
+			_, page := get(t, e.URL+"/ui/accounts?tenant=default&id=wallet")
+			for _, want := range []string{`id="debits-pending-now">3.00 EUR (300)<`, `id="available-now">10.50 EUR (1050)<`,
+				`href="/ui/transfers/h1?tenant=default"`, `id="debits-pending">3.00 EUR (300)<`} {
+				if !strings.Contains(page, want) {
+					t.Errorf("account page lacks %s:\n%s", want, page)
+				}
+			}
+			holds, _, _ := strings.Cut(page[strings.Index(page, `id="holds"`)+1:], "</table>")
+			if strings.Contains(holds, `href="/ui/transfers/h2?tenant=default"`) || !strings.Contains(holds, "/ui/transfers/h1?") {
+				t.Errorf("the posted hold h2 is listed as open:\n%s", page)
+			}
+			_, page = get(t, e.URL+"/ui/transfers/h2?tenant=default")
+			if !strings.Contains(page, `id="status">posted<`) || !strings.Contains(page, `class="settled-by" href="/ui/transfers/p2?tenant=default"`) {
+				t.Errorf("hold page:\n%s", page)
+			}
+		})
+	}
+}

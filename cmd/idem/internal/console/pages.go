@@ -25,6 +25,8 @@ const (
 	maxParamBytes = 1024
 	// pageEntries bounds the entries listed for one moment.
 	pageEntries = 50
+	// pageHolds bounds the open holds an account page lists.
+	pageHolds = 20
 	// queryTimeout bounds the database work of one page.
 	queryTimeout = 10 * time.Second
 )
@@ -243,6 +245,13 @@ func (c *Console) accountView(ctx context.Context, tx driver.Tx, tenant, id, atT
 		return 0, 0, err
 	}
 	data["Account"] = acct
+	// The open holds now, whatever moment the page shows: what is reserved
+	// and still to settle.
+	holds, more, err := l.Transfers(ctx, tx, ledger.TransfersQuery{Tenant: tenant, AccountID: id, Status: ledger.StatusPending, Limit: pageHolds})
+	if err != nil {
+		return 0, 0, err
+	}
+	data["Holds"], data["MoreHolds"] = holds, more != ""
 	newest, _, err := l.Entries(ctx, tx, ledger.EntriesQuery{Tenant: tenant, AccountID: id, Limit: 1})
 	if err != nil {
 		return 0, 0, err

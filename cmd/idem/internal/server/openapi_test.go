@@ -97,6 +97,22 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	}
 	_ = rev
 
+	// Holds: reserve, post part, void; the refusals of each.
+	c.post("/v1/transfers", "h-1", `{"id":"h1","debit_account_id":"a","credit_account_id":"b","amount":50,"currency":"EUR","pending":true,"timeout_seconds":3600}`, 201)
+	c.post("/v1/transfers", "h-2", `{"id":"h2","debit_account_id":"a","credit_account_id":"b","amount":20,"currency":"EUR","pending":true}`, 201)
+	c.post("/v1/transfers", "h-bad", `{"debit_account_id":"a","credit_account_id":"b","amount":1,"currency":"EUR","pending":true,"timeout_seconds":0}`, 400)
+	c.get("/v1/transfers?status=pending&account_id=a&limit=1", 200)
+	c.get("/v1/transfers?status=held", 400)
+	c.get("/v1/transfers", 200)
+	c.post("/v1/transfers/h1/post", "p-1", `{"amount":30}`, 201)
+	c.post("/v1/transfers/h1/post", "p-1", `{"amount":30}`, 201)
+	c.post("/v1/transfers/h1/void", "v-1", `{}`, 422) // pending_transfer_already_posted
+	c.post("/v1/transfers/h1/post", "p-2", `{"amount":0}`, 400)
+	c.post("/v1/transfers/t1/post", "p-3", `{}`, 422) // transfer_not_pending
+	c.post("/v1/transfers/ghost/void", "v-2", `{}`, 404)
+	c.post("/v1/transfers/h2/void", "v-3", `{}`, 201)
+	c.post("/v1/transfers/h2/reversals", "r-7", `{}`, 422) // cannot_reverse_pending
+
 	// Balances and entries.
 	c.get("/v1/accounts/a/balance", 200)
 	c.get("/v1/accounts/a/balance?as_of="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), 200)

@@ -45,10 +45,13 @@ type Server struct {
 	unavailable *outage.Log
 	cfg         config.Config
 	d           driver.Driver
-	keeper      *idem.Keeper
-	ledger      *ledger.Ledger
-	outbox      *outbox.Outbox
-	guard       *idemhttp.Middleware
+	// base is the driver beneath the tenants' gate, for work of no
+	// tenant's: the hold expiry.
+	base   driver.Driver
+	keeper *idem.Keeper
+	ledger *ledger.Ledger
+	outbox *outbox.Outbox
+	guard  *idemhttp.Middleware
 	// writes is the group commit of the ledger's writes; nil when
 	// cfg.GroupCommit is off.
 	writes *idem.Batcher[ledgerWrite]
@@ -109,7 +112,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, d: d, keeper: keeper, ledger: l, outbox: ob, log: log,
+	s := &Server{cfg: cfg, d: d, base: base, keeper: keeper, ledger: l, outbox: ob, log: log,
 		unavailable: outage.New("idem: API", log, nil), crossOrigin: http.NewCrossOriginProtection(),
 		tenants: make(map[[sha256.Size]byte]string, len(cfg.APIKeys))}
 	for _, k := range cfg.APIKeys {
@@ -224,9 +227,12 @@ func (s *Server) routes() http.Handler {
 	read("GET /v1/accounts/{id}/balance", s.getBalance)
 	read("GET /v1/accounts/{id}/entries", s.listEntries)
 	ledgerRoute("POST /v1/transfers", s.decodeTransfer)
+	read("GET /v1/transfers", s.listTransfers)
 	write("POST /v1/transfers/batch", s.postTransferBatch)
 	read("GET /v1/transfers/{id}", s.getTransfer)
 	ledgerRoute("POST /v1/transfers/{id}/reversals", s.decodeReversal)
+	ledgerRoute("POST /v1/transfers/{id}/post", s.decodeSettlement(ledger.SettlePost))
+	ledgerRoute("POST /v1/transfers/{id}/void", s.decodeSettlement(ledger.SettleVoid))
 	read("GET /v1/events", s.listEvents)
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
@@ -373,6 +379,11 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		defer close(janitorDone)
 		s.keeper.RunJanitor(bgCtx)
 	}()
+	expiryDone := make(chan struct{})
+	go func() {
+		defer close(expiryDone)
+		s.runHoldExpiry(bgCtx)
+	}()
 	// The console's outbox sampler lives as long as the server.
 	samplerDone := make(chan struct{})
 	go func() {
@@ -401,6 +412,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	defer func() {
 		stopBackground()
 		<-janitorDone
+		<-expiryDone
 		<-samplerDone
 		<-relayDone
 		if s.closeRelay != nil {

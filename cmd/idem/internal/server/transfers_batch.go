@@ -84,7 +84,8 @@ func (s *Server) postTransferBatch(w http.ResponseWriter, r *http.Request) {
 			out[i] = batchResult{Status: "existing", Transfer: &tr.Transfer}
 		default:
 			out[i] = batchResult{Status: "created", Transfer: &tr.Transfer}
-			m, err := newEvent(tenant, "transfer.created", "transfer/"+tr.Transfer.ID, tr.Transfer)
+			typ, key := transferEvent(&tr.Transfer)
+			m, err := newEvent(tenant, typ, key, tr.Transfer)
 			if err != nil {
 				s.fail(w, r, err)
 				return

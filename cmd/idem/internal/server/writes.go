@@ -18,8 +18,8 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// The ledger's writes — POST /v1/accounts, /v1/transfers and
-// /v1/transfers/{id}/reversals — are decoded into one write each,
+// The ledger's writes — POST /v1/accounts, /v1/transfers,
+// /v1/transfers/{id}/reversals, /post and /void — are decoded into one write each,
 // outside any transaction, and applied by applyWrites: with group commit
 // (the default) many requests' ops at once, in the one transaction of a
 // keeper batch; without it one op, in the request's own transaction. Both
@@ -63,17 +63,24 @@ type transferRequest struct {
 	Amount          json.RawMessage `json:"amount"` // integer reads it: a JSON number, never a string
 	Currency        string          `json:"currency"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Pending         bool            `json:"pending"`
+	TimeoutSeconds  json.RawMessage `json:"timeout_seconds"` // absent or null: none
 }
 
-// newTransfer checks what the ledger cannot: that amount is a JSON
-// integer. The error is the 400's detail.
+// newTransfer checks what the ledger cannot: that amount and
+// timeout_seconds are JSON integers, and the timeout within its bounds.
+// The error is the 400's detail.
 func (in *transferRequest) newTransfer() (ledger.NewTransfer, error) {
 	amount, err := integer("amount", in.Amount)
 	if err != nil {
 		return ledger.NewTransfer{}, fmt.Errorf("%w; want a positive integer number of minor units", err)
 	}
+	timeout, err := holdTimeout(in.TimeoutSeconds)
+	if err != nil {
+		return ledger.NewTransfer{}, err
+	}
 	return ledger.NewTransfer{ID: in.ID, DebitAccountID: in.DebitAccountID, CreditAccountID: in.CreditAccountID,
-		Amount: amount, Currency: in.Currency, Metadata: in.Metadata}, nil
+		Amount: amount, Currency: in.Currency, Metadata: in.Metadata, Pending: in.Pending, Timeout: timeout}, nil
 }
 
 func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
@@ -175,7 +182,7 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 		}
 		switch {
 		case r.Err != nil:
-			out[i] = refusal(r.Err, op.Reversal != nil)
+			out[i] = refusal(r.Err, op.Reversal != nil || op.Settlement != nil)
 		case r.Account != nil:
 			a := r.Account
 			out[i].Outcome = created("/v1/accounts/"+a.ID, a)
@@ -185,14 +192,9 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 		default:
 			t := r.Transfer
 			out[i].Outcome = created("/v1/transfers/"+t.ID, t)
-			switch {
-			case t.Existing:
-			case t.ReversesID != "":
-				// Keyed by the original, so a reversal's event never
-				// overtakes the event of the transfer it reverses.
-				err = event(op.Tenant, "transfer.reversed", "transfer/"+t.ReversesID, t)
-			default:
-				err = event(op.Tenant, "transfer.created", "transfer/"+t.ID, t)
+			if !t.Existing {
+				typ, key := transferEvent(t)
+				err = event(op.Tenant, typ, key, t)
 			}
 		}
 		if err != nil {
@@ -210,24 +212,24 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 // ledgerProblem is how the API answers a ledger refusal, and whether the
 // answer is the key's stored outcome. A refusal of the request's input is
 // 400 invalid_request, not stored: the corrected request may reuse the
-// key. A reversal of a transfer that does not exist is 404, the path's
-// resource, not stored either: the transfer may be created after it (its
-// own request still in flight), and the reversal's retry must then do the
-// work rather than replay a 404 for a day. Any other refusal is 422 with
-// the ledger's code, a business answer that is stored.
-func ledgerProblem(le *ledger.Error, reversal bool) (p problem.Details, stored bool) {
+// key. A reversal, post or void of a transfer that does not exist is 404,
+// the path's resource, not stored either: the transfer may be created
+// after it (its own request still in flight), and the retry must then do
+// the work rather than replay a 404 for a day. Any other refusal is 422
+// with the ledger's code, a business answer that is stored.
+func ledgerProblem(le *ledger.Error, pathTransfer bool) (p problem.Details, stored bool) {
 	switch {
-	case errors.Is(le, ledger.ErrInvalidRequest), errors.Is(le, ledger.ErrInvalidAmount):
+	case errors.Is(le, ledger.ErrInvalidRequest), errors.Is(le, ledger.ErrInvalidAmount), errors.Is(le, ledger.ErrInvalidTimeout):
 		return problem.New(http.StatusBadRequest, codeInvalidRequest, le.Message), false
-	case errors.Is(le, ledger.ErrTransferNotFound) && reversal:
+	case errors.Is(le, ledger.ErrTransferNotFound) && pathTransfer:
 		return problem.New(http.StatusNotFound, codeNotFound, le.Message), false
 	}
 	return problem.New(http.StatusUnprocessableEntity, le.Code, le.Message), true
 }
 
 // refusal is a ledger refusal as a batch item's answer.
-func refusal(le *ledger.Error, reversal bool) idem.ItemResult {
-	p, stored := ledgerProblem(le, reversal)
+func refusal(le *ledger.Error, pathTransfer bool) idem.ItemResult {
+	p, stored := ledgerProblem(le, pathTransfer)
 	var rec outcomeRecorder
 	p.Write(&rec)
 	if !stored {
