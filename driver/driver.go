@@ -249,4 +249,5 @@ type Driver interface {
 	InboxDriver
 	InspectDriver
 	OutboxInspectDriver
+	WebhookOutDriver
 }
