@@ -30,6 +30,7 @@ import (
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/webhookout"
 )
 
 // retryAfter is the Retry-After of the service's 409 and 503 answers: the
@@ -52,9 +53,12 @@ type Server struct {
 	writes *idem.Batcher[ledgerWrite]
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
-	relay      *outbox.Relay
+	relay      *Relay
 	closeRelay func()
 	metrics    *metrics
+	// endpoints are the tenants' own webhook endpoints
+	// (/v1/webhook-endpoints).
+	endpoints *webhookout.Endpoints
 	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
 	webhooks *webhooks
 	// limits admits each tenant's requests under its rate and concurrency.
@@ -120,6 +124,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.limits, err = newTenantLimits(cfg, reg); err != nil {
 		return nil, err
 	}
+	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks}); err != nil {
+		return nil, err
+	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
@@ -129,6 +136,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		RetryAfter:      retryAfter,
 		Logger:          log,
 		AllowMissingKey: cfg.IdempotencyKey == config.KeyOptional,
+		// DELETE is a write too (DELETE /v1/webhook-endpoints/{id}): a
+		// retry answers as the first did, not 404.
+		Methods: []string{http.MethodPost, http.MethodPatch, http.MethodDelete},
 		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.idempotency.WithLabelValues(string(kind)).Inc()
 			if kind == idemhttp.KindUnguarded {
@@ -224,6 +234,7 @@ func (s *Server) routes() http.Handler {
 	read("GET /v1/transfers/{id}", s.getTransfer)
 	ledgerRoute("POST /v1/transfers/{id}/reversals", s.decodeReversal)
 	read("GET /v1/events", s.listEvents)
+	s.webhookEndpointRoutes(write, read)
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
 	// configuration names their tenant, and their stable event id is the key.
