@@ -638,3 +638,113 @@ func TestSSRFResolvedAddress(t *testing.T) {
 		}
 	})
 }
+
+// dnsServer answers A queries for any name over UDP with the next of
+// answers (the last one repeated), and AAAA queries with nothing: a DNS
+// server whose answer changes between two lookups.
+func dnsServer(t *testing.T, answers ...netip.Addr) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := buf[:k]
+			if len(q) < 12 {
+				continue
+			}
+			// The question: labels up to a zero byte, then type and class.
+			i := 12
+			for i < len(q) && q[i] != 0 {
+				i += int(q[i]) + 1
+			}
+			if i+5 > len(q) {
+				continue
+			}
+			qtype := int(q[i+1])<<8 | int(q[i+2])
+			resp := append([]byte{}, q[:i+5]...)
+			resp[2], resp[3] = 0x81, 0x80 // a response, recursion available
+			resp[6], resp[7] = 0, 0       // no answers yet
+			resp[8], resp[9], resp[10], resp[11] = 0, 0, 0, 0
+			if qtype == 1 {
+				mu.Lock()
+				a := answers[min(n, len(answers)-1)]
+				n++
+				mu.Unlock()
+				ip := a.As4()
+				resp[7] = 1
+				resp = append(resp, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4)
+				resp = append(resp, ip[:]...)
+			}
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+// A name that resolves to a public address when checked and to loopback
+// when the delivery connects (DNS rebinding) is refused at the connection:
+// the guard checks the address connected to, not an earlier answer.
+func TestSSRFRebindingRefused(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		// A TCP listener on loopback that counts connections.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		var accepted sync.WaitGroup
+		var conns int
+		var mu sync.Mutex
+		accepted.Add(1)
+		go func() {
+			defer accepted.Done()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns++
+				mu.Unlock()
+				c.Close()
+			}
+		}()
+		t.Cleanup(func() { ln.Close(); accepted.Wait() })
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+
+		dns := dnsServer(t, netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("127.0.0.1"))
+		resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "udp", dns)
+		}}
+		// The check a validator would make: public.
+		addrs, err := resolver.LookupNetIP(context.Background(), "ip4", "rebind.example")
+		if err != nil || len(addrs) != 1 || addrs[0] != netip.MustParseAddr("93.184.216.34") {
+			t.Fatalf("first answer %v, %v", addrs, err)
+		}
+		e := newEnv(t, d, webhookout.DelivererConfig{AllowNetworks: []netip.Prefix{}, Resolver: resolver, Timeout: time.Second})
+		ep := e.create(t, "acme", webhookout.NewEndpoint{URL: "https://rebind.example:" + port + "/hook"})
+		e.run(t)
+		m := e.emit(t, "acme", "transfer.created")
+		eventually(t, "attempt", func() bool { return e.delivery(t, ep.ID, m.ID).Attempts >= 1 })
+		att := e.attempts(t, "acme", ep.ID)
+		if len(att) == 0 || !strings.Contains(att[len(att)-1].Error, "127.0.0.1 is internal") {
+			t.Errorf("attempts %+v", att)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if conns != 0 {
+			t.Errorf("%d connections reached the loopback listener", conns)
+		}
+	})
+}
