@@ -76,6 +76,9 @@ type Config struct {
 	// WebhookDisableAfter is how long an endpoint may fail without a
 	// success before it is disabled. Default 120h; bound 1m..2160h.
 	WebhookDisableAfter time.Duration
+	// WebhookTimeout bounds one delivery attempt. Default 15s; bound
+	// 100ms..1m.
+	WebhookTimeout time.Duration
 	// RelayBatch bounds the rows one relay read takes. Default 2000;
 	// bound 1..10000.
 	RelayBatch int
@@ -191,6 +194,7 @@ func Default() Config {
 		RelayBatch:          2000,
 		WebhookEndpoints:    true,
 		WebhookDisableAfter: 120 * time.Hour,
+		WebhookTimeout:      15 * time.Second,
 		RelayPoll:           100 * time.Millisecond,
 		RelayLease:          30 * time.Second,
 		RelayMaxAttempts:    10,
@@ -359,6 +363,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: tenant concurrency %d is outside 0..100000", c.TenantConcurrency)
 	case c.WebhookDisableAfter < time.Minute || c.WebhookDisableAfter > 2160*time.Hour:
 		return fmt.Errorf("config: webhook disable after %s is outside 1m..2160h", c.WebhookDisableAfter)
+	case c.WebhookTimeout < 100*time.Millisecond || c.WebhookTimeout > time.Minute:
+		return fmt.Errorf("config: webhook timeout %s is outside 100ms..1m", c.WebhookTimeout)
 	case len(c.WebhookSchedule) > 100:
 		return fmt.Errorf("config: webhook schedule has %d entries, limit 100", len(c.WebhookSchedule))
 	case c.RelayBatch < 1 || c.RelayBatch > 10000:

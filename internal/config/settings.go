@@ -55,6 +55,8 @@ var settings = []setting{
 		}},
 	{"webhook-disable-after", "IDEM_WEBHOOK_DISABLE_AFTER", "webhook_disable_after", "how long a tenant's endpoint may fail without a success before it is disabled (default 120h)",
 		durationSetter(func(c *Config) *time.Duration { return &c.WebhookDisableAfter })},
+	{"webhook-timeout", "IDEM_WEBHOOK_TIMEOUT", "webhook_timeout", "bound on one delivery attempt to a tenant's endpoint, answer included; a delivery is leased for twice this plus 10s (default 15s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.WebhookTimeout })},
 	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 2000)",
 		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
 	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
@@ -123,8 +125,8 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 // strings.
 var settingTypes = map[string]string{
 	"migrate": "bool", "relay": "bool", "group-commit": "bool", "webhook-endpoints": "bool",
-	"webhook-disable-after": "duration",
-	"relay-batch":           "int", "relay-max-attempts": "int", "max-body-bytes": "int",
+	"webhook-disable-after": "duration", "webhook-timeout": "duration",
+	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
@@ -133,7 +135,7 @@ var settingTypes = map[string]string{
 
 // relayShared are the flags of the relay that serve has too.
 var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "webhook-format",
-	"webhook-endpoints", "webhook-allow-networks", "webhook-schedule", "webhook-disable-after", "relay-batch", "relay-poll",
+	"webhook-endpoints", "webhook-allow-networks", "webhook-schedule", "webhook-disable-after", "webhook-timeout", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

@@ -76,6 +76,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 			deliverer, ferr = webhookout.NewDeliverer(d, webhookout.DelivererConfig{
 				Schedule:      cfg.WebhookSchedule,
 				DisableAfter:  cfg.WebhookDisableAfter,
+				Timeout:       cfg.WebhookTimeout,
 				AllowNetworks: cfg.WebhookAllowNetworks,
 				DBTimeout:     cfg.DBTimeout,
 				CloudEvents:   cloudevent.Config{Format: format},
