@@ -52,8 +52,8 @@ type WebhookOutDriver interface {
 	WebhookDeliveryGet(ctx context.Context, tx Tx, p *WebhookDeliveryGetParams) (*WebhookDeliveryRow, error)
 	// WebhookDeliveryReplay makes at most Limit of an endpoint's finished
 	// deliveries pending again, due at Now with their attempts reset: the
-	// one of EventID, or else those of events created at or after Since.
-	// It returns how many.
+	// one of EventID (also when it is pending and no worker holds it), or
+	// else those of events created at or after Since. It returns how many.
 	WebhookDeliveryReplay(ctx context.Context, tx Tx, p *WebhookDeliveryReplayParams) (int, error)
 	// WebhookAttemptInsert appends an attempt to the log.
 	WebhookAttemptInsert(ctx context.Context, tx Tx, p *WebhookAttemptInsertParams) error

@@ -82,7 +82,7 @@ const sqlWebhookDeliveryGet = `SELECT ` + webhookDeliveryColumns + `
 const sqlWebhookDeliveryReplayOne = `
 UPDATE idem_webhook_deliveries
    SET state = 'pending', attempts = 0, next_at = ?4, owner = '', updated_at = ?4
- WHERE endpoint_id = ?2 AND event_id = ?3 AND tenant = ?1 AND state <> 'pending'`
+ WHERE endpoint_id = ?2 AND event_id = ?3 AND tenant = ?1 AND (state <> 'pending' OR owner = '')`
 
 const sqlWebhookDeliveryReplaySince = `
 UPDATE idem_webhook_deliveries

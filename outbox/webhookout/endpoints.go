@@ -584,7 +584,8 @@ type Replay struct {
 // id). An event the endpoint never had a delivery of (it was registered
 // later, or its filter did not match then) is delivered anew while the
 // outbox still holds it. It returns how many deliveries it made pending:
-// at most MaxReplay; replay again from a later Since for more.
+// at most MaxReplay (replay again from a later Since for more); 0 for an
+// event whose delivery is being attempted at this moment.
 func (e *Endpoints) Replay(ctx context.Context, tx driver.Tx, tenant, id string, q Replay) (int, error) {
 	if _, err := e.get(ctx, tx, tenant, id, false); err != nil {
 		return 0, err
@@ -602,9 +603,8 @@ func (e *Endpoints) Replay(ctx context.Context, tx driver.Tx, tenant, id string,
 		d, err := e.d.WebhookDeliveryGet(ctx, tx, &driver.WebhookDeliveryGetParams{Key: key})
 		switch {
 		case err == nil && d.Tenant == tenant:
-			if d.State == driver.WebhookPending {
-				return 1, nil // on its way already
-			}
+			// A pending delivery is made due now with its attempts reset;
+			// one a worker is sending now (0) keeps that attempt's outcome.
 			return e.d.WebhookDeliveryReplay(ctx, tx, &driver.WebhookDeliveryReplayParams{Tenant: tenant, EndpointID: id,
 				EventID: q.EventID, Now: now, Limit: 1})
 		case err != nil && !errors.Is(err, driver.ErrNotFound):
