@@ -44,10 +44,11 @@ type WebhookOutDriver interface {
 	// WebhookDeliveryClaim leases the deliveries of Keys to Owner: next_at
 	// moves to Until, so no other worker finds them due before then.
 	WebhookDeliveryClaim(ctx context.Context, tx Tx, p *WebhookDeliveryClaimParams) error
-	// WebhookDeliveryFinish records an attempt's outcome on a delivery
-	// Owner still leases; ErrNotFound when it does not (its lease passed
-	// to another worker, or the endpoint was deleted).
-	WebhookDeliveryFinish(ctx context.Context, tx Tx, p *WebhookDeliveryFinishParams) error
+	// WebhookDeliveryFinish records attempts' outcomes on the deliveries
+	// Owner still leases, in one statement, and returns the keys of those
+	// it recorded: one whose lease passed to another worker, or whose
+	// endpoint was deleted, is left out.
+	WebhookDeliveryFinish(ctx context.Context, tx Tx, p *WebhookDeliveryFinishParams) ([]WebhookDeliveryKey, error)
 	// WebhookDeliveryGet reads one delivery; ErrNotFound when none.
 	WebhookDeliveryGet(ctx context.Context, tx Tx, p *WebhookDeliveryGetParams) (*WebhookDeliveryRow, error)
 	// WebhookDeliveryReplay makes at most Limit of an endpoint's finished
@@ -55,7 +56,7 @@ type WebhookOutDriver interface {
 	// one of EventID (also when it is pending and no worker holds it), or
 	// else those of events created at or after Since. It returns how many.
 	WebhookDeliveryReplay(ctx context.Context, tx Tx, p *WebhookDeliveryReplayParams) (int, error)
-	// WebhookAttemptInsert appends an attempt to the log.
+	// WebhookAttemptInsert appends attempts to the log, in one statement.
 	WebhookAttemptInsert(ctx context.Context, tx Tx, p *WebhookAttemptInsertParams) error
 	// WebhookAttemptList returns at most Limit attempts of one of Tenant's
 	// endpoints (of one event when EventID is set), newest first, with ids
@@ -184,14 +185,19 @@ type WebhookDeliveryClaimParams struct {
 }
 
 type WebhookDeliveryFinishParams struct {
+	Owner string
+	Now   time.Time
+	Rows  []WebhookDeliveryFinishRow
+}
+
+// WebhookDeliveryFinishRow is one delivery's state after an attempt.
+type WebhookDeliveryFinishRow struct {
 	Key        WebhookDeliveryKey
-	Owner      string
 	State      string
 	Attempts   int
 	NextAt     time.Time
 	LastStatus int
 	LastError  string
-	Now        time.Time
 }
 
 type WebhookDeliveryGetParams struct {
@@ -208,7 +214,7 @@ type WebhookDeliveryReplayParams struct {
 }
 
 type WebhookAttemptInsertParams struct {
-	Row WebhookAttemptRow
+	Rows []WebhookAttemptRow
 }
 
 type WebhookAttemptListParams struct {

@@ -74,10 +74,16 @@ UPDATE idem_webhook_deliveries d SET next_at = $4, owner = $3
   FROM unnest($1::text[], $2::text[]) AS k(endpoint_id, event_id)
  WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.state = 'pending'`
 
+// One statement per batch of attempts: the recorder's round trips, not
+// the commits, bounded the deliveries a second.
 const sqlWebhookDeliveryFinish = `
-UPDATE idem_webhook_deliveries
-   SET state = $4, attempts = $5, next_at = $6, last_status = $7, last_error = $8, updated_at = $9, owner = ''
- WHERE endpoint_id = $1 AND event_id = $2 AND owner = $3 AND state = 'pending'`
+UPDATE idem_webhook_deliveries d
+   SET state = u.state, attempts = u.attempts, next_at = u.next_at, last_status = u.status, last_error = u.err,
+       updated_at = $8, owner = ''
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[], $7::text[])
+    AS u(endpoint_id, event_id, state, attempts, next_at, status, err)
+ WHERE d.endpoint_id = u.endpoint_id AND d.event_id = u.event_id AND d.owner = $9 AND d.state = 'pending'
+RETURNING d.endpoint_id, d.event_id`
 
 const sqlWebhookDeliveryGet = `SELECT ` + webhookDeliveryColumns + `
   FROM idem_webhook_deliveries d WHERE d.endpoint_id = $1 AND d.event_id = $2`
@@ -97,7 +103,8 @@ UPDATE idem_webhook_deliveries
 
 const sqlWebhookAttemptInsert = `
 INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[],
+                     $7::bigint[], $8::text[], $9::text[])`
 
 const webhookAttemptColumns = `id, tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error`
 
@@ -288,13 +295,29 @@ func (d *Driver) WebhookDeliveryClaim(ctx context.Context, tx driver.Tx, p *driv
 	return err
 }
 
-func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) error {
-	n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, p.Key.EndpointID, p.Key.EventID, p.Owner,
-		p.State, p.Attempts, p.NextAt, p.LastStatus, p.LastError, p.Now)
-	if err == nil && n == 0 {
-		err = driver.ErrNotFound
+func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) ([]driver.WebhookDeliveryKey, error) {
+	n := len(p.Rows)
+	endpoints, events, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, statuses := make([]int32, n), make([]int32, n)
+	next := make([]time.Time, n)
+	for i, r := range p.Rows {
+		endpoints[i], events[i], states[i], errs[i] = r.Key.EndpointID, r.Key.EventID, r.State, r.LastError
+		attempts[i], statuses[i], next[i] = int32(r.Attempts), int32(r.LastStatus), r.NextAt
 	}
-	return err
+	rows, err := tx.Query(ctx, sqlWebhookDeliveryFinish, endpoints, events, states, attempts, next, statuses, errs, p.Now, p.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.WebhookDeliveryKey
+	for rows.Next() {
+		var k driver.WebhookDeliveryKey
+		if err := rows.Scan(&k.EndpointID, &k.EventID); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
 
 func (d *Driver) WebhookDeliveryGet(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryGetParams) (*driver.WebhookDeliveryRow, error) {
@@ -317,9 +340,18 @@ func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *dri
 }
 
 func (d *Driver) WebhookAttemptInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptInsertParams) error {
-	r := &p.Row
-	_, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.EndpointID, r.EventID, r.Attempt, r.At, r.Status,
-		r.LatencyMS, r.Response, r.Error)
+	n := len(p.Rows)
+	if n == 0 {
+		return nil
+	}
+	tenants, endpoints, events, responses, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, statuses := make([]int32, n), make([]int32, n)
+	at, latency := make([]time.Time, n), make([]int64, n)
+	for i, r := range p.Rows {
+		tenants[i], endpoints[i], events[i], responses[i], errs[i] = r.Tenant, r.EndpointID, r.EventID, r.Response, r.Error
+		attempts[i], statuses[i], at[i], latency[i] = int32(r.Attempt), int32(r.Status), r.At, r.LatencyMS
+	}
+	_, err := tx.Exec(ctx, sqlWebhookAttemptInsert, tenants, endpoints, events, attempts, at, statuses, latency, responses, errs)
 	return err
 }
 

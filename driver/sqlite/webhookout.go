@@ -276,13 +276,21 @@ func (d *Driver) WebhookDeliveryClaim(ctx context.Context, tx driver.Tx, p *driv
 	return nil
 }
 
-func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) error {
-	n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, p.Key.EndpointID, p.Key.EventID, p.Owner,
-		p.State, p.Attempts, toMicros(p.NextAt), p.LastStatus, p.LastError, toMicros(p.Now))
-	if err == nil && n == 0 {
-		err = driver.ErrNotFound
+// WebhookDeliveryFinish runs a statement per row: SQLite runs in the
+// process, so a statement costs no round trip.
+func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) ([]driver.WebhookDeliveryKey, error) {
+	var out []driver.WebhookDeliveryKey
+	for _, r := range p.Rows {
+		n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, r.Key.EndpointID, r.Key.EventID, p.Owner,
+			r.State, r.Attempts, toMicros(r.NextAt), r.LastStatus, r.LastError, toMicros(p.Now))
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, r.Key)
+		}
 	}
-	return err
+	return out, nil
 }
 
 func (d *Driver) WebhookDeliveryGet(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryGetParams) (*driver.WebhookDeliveryRow, error) {
@@ -305,10 +313,13 @@ func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *dri
 }
 
 func (d *Driver) WebhookAttemptInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptInsertParams) error {
-	r := &p.Row
-	_, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.EndpointID, r.EventID, r.Attempt, toMicros(r.At), r.Status,
-		r.LatencyMS, r.Response, r.Error)
-	return err
+	for _, r := range p.Rows {
+		if _, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.EndpointID, r.EventID, r.Attempt, toMicros(r.At), r.Status,
+			r.LatencyMS, r.Response, r.Error); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *Driver) WebhookAttemptList(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptListParams) ([]driver.WebhookAttemptRow, error) {

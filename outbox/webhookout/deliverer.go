@@ -207,6 +207,8 @@ type Deliverer struct {
 	log     *slog.Logger
 	metrics *delivererMetrics
 	wake    chan struct{}
+	// results carries the attempts' outcomes to the recorder (Run).
+	results chan finished
 
 	mu       sync.Mutex
 	inFlight map[string]int       // attempts in flight per endpoint
@@ -231,6 +233,7 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 	return &Deliverer{d: d, cfg: cfg, ob: ob, metrics: m,
 		clients: newClients(guard{allow: cfg.AllowNetworks}, cfg.Timeout, cfg.Resolver),
 		log:     cfg.Logger.With("deliverer", cfg.Owner), wake: make(chan struct{}, 1),
+		results:  make(chan finished, cfg.Concurrency),
 		inFlight: map[string]int{}, nextSend: map[string]time.Time{}}, nil
 }
 
@@ -243,11 +246,19 @@ func (w *Deliverer) Notify() {
 }
 
 // Run delivers until ctx ends, then waits for the attempts in flight to
-// end (each within Timeout) and returns nil.
+// end (each within Timeout) and be recorded, and returns nil. A
+// Deliverer runs once.
 func (w *Deliverer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		w.runRecorder(ctx, w.results)
+	}()
 	defer func() {
-		wg.Wait()
+		wg.Wait() // every attempt has handed its outcome over
+		close(w.results)
+		<-recorded
 		w.clients.close()
 	}()
 	wg.Add(1)
@@ -282,8 +293,8 @@ func (w *Deliverer) Run(ctx context.Context) error {
 		wait := w.cfg.PollInterval
 		if err != nil {
 			wait = max(wait, time.Second)
-		} else if len(claimed) > 0 {
-			wait = 0 // more may be due
+		} else if len(claimed) > 0 && w.freeSlots() >= max(1, w.cfg.Concurrency/4) {
+			wait = 0 // more may be due, and there is room for them
 		}
 		if wait == 0 {
 			continue
@@ -299,6 +310,12 @@ func (w *Deliverer) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+func (w *Deliverer) freeSlots() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg.Concurrency - w.total
 }
 
 // claimed is a delivery this deliverer leased, with its endpoint as read
@@ -406,8 +423,14 @@ func (w *Deliverer) deliver(ctx context.Context, c claimed) {
 			delete(w.inFlight, c.row.EndpointID)
 		}
 		w.total--
+		// Claims are worth a transaction when a quarter of the slots is
+		// free, or none is in use: one claim per freed slot would cost a
+		// commit per delivery.
+		wake := w.total <= w.cfg.Concurrency*3/4
 		w.mu.Unlock()
-		w.Notify() // a slot is free
+		if wake {
+			w.Notify()
+		}
 	}()
 	if !w.paced(ctx, c.endpoint) {
 		return // stopping: the lease lapses and the delivery is due again
@@ -416,9 +439,7 @@ func (w *Deliverer) deliver(ctx context.Context, c claimed) {
 	if ctx.Err() != nil && !o.ok() {
 		return // cut short by the stop, not the endpoint's fault
 	}
-	if err := w.finish(ctx, c, o); err != nil && !errors.Is(err, driver.ErrNotFound) {
-		w.log.Warn("webhookout: record attempt", "endpoint", c.row.EndpointID, "event", c.row.EventID, "err", err)
-	}
+	w.results <- finished{c: c, o: o}
 }
 
 // paced waits for a rate-limited endpoint's next start; false when ctx
@@ -600,13 +621,56 @@ func (w *Deliverer) nextWait(attempts int) (time.Duration, bool) {
 	return d, true
 }
 
-// finish records an attempt in one transaction: the attempt's log line,
-// the delivery's new state, the endpoint's health, and when the endpoint
-// is to be disabled (a 410, or failing for DisableAfter) its disabling
-// with the webhook_endpoint.disabled event in its tenant's outbox. A lease
-// lost meanwhile (driver.ErrNotFound) rolls it all back: the worker that
-// holds the delivery now records its own attempt.
-func (w *Deliverer) finish(ctx context.Context, c claimed, o outcome) error {
+// finished is an attempt's outcome waiting to be recorded.
+type finished struct {
+	c claimed
+	o outcome
+}
+
+// maxRecordBatch bounds the attempts one transaction records.
+const maxRecordBatch = 256
+
+// runRecorder records the attempts' outcomes as they come, those that
+// came together in one transaction: a commit per batch rather than per
+// attempt. It returns once results is closed and drained.
+func (w *Deliverer) runRecorder(ctx context.Context, results <-chan finished) {
+	batch := make([]finished, 0, maxRecordBatch)
+	for f := range results {
+		batch = append(batch[:0], f)
+	more:
+		for len(batch) < maxRecordBatch {
+			select {
+			case f, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, f)
+			default:
+				break more
+			}
+		}
+		if err := w.record(ctx, batch); err != nil && len(batch) > 1 {
+			// One attempt's fault must not lose the others' records.
+			for _, f := range batch {
+				if err := w.record(ctx, []finished{f}); err != nil {
+					w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
+				}
+			}
+		} else if err != nil {
+			w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
+		}
+	}
+}
+
+// record records attempts in one transaction, in a fixed number of
+// statements whatever their number: the deliveries' new states, the
+// attempts' log lines, then per endpoint its health and, when it is to be
+// disabled (a 410, or failing for DisableAfter), its disabling with the
+// webhook_endpoint.disabled event in its tenant's outbox. A delivery whose
+// lease was lost meanwhile is left alone: the worker that holds it now
+// records its own attempt. Unrecorded (the transaction failed), a
+// delivery stays leased until its lease ends, then is attempted again.
+func (w *Deliverer) record(ctx context.Context, batch []finished) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.DBTimeout)
 	defer cancel()
 	tx, err := w.d.Begin(ctx, driver.BeginOptions{})
@@ -615,82 +679,136 @@ func (w *Deliverer) finish(ctx context.Context, c claimed, o outcome) error {
 	}
 	defer tx.Rollback(ctx)
 	now := w.cfg.Clock().UTC()
-	r := c.row
-	attempts := r.Attempts + 1
-	if err := w.d.WebhookAttemptInsert(ctx, tx, &driver.WebhookAttemptInsertParams{Row: driver.WebhookAttemptRow{
-		Tenant: r.Tenant, EndpointID: r.EndpointID, EventID: r.EventID, Attempt: attempts, At: now,
-		Status: o.status, LatencyMS: o.latency.Milliseconds(), Response: o.response, Error: o.err,
-	}}); err != nil {
+	rows := make([]driver.WebhookDeliveryFinishRow, len(batch))
+	gone := make([]bool, len(batch))
+	for i, f := range batch {
+		rows[i], gone[i] = w.nextState(f, now)
+	}
+	keys, err := w.d.WebhookDeliveryFinish(ctx, tx, &driver.WebhookDeliveryFinishParams{Owner: w.cfg.Owner, Now: now, Rows: rows})
+	if err != nil {
 		return err
 	}
-	p := &driver.WebhookDeliveryFinishParams{Key: r.WebhookDeliveryKey, Owner: w.cfg.Owner, Attempts: attempts,
-		LastStatus: o.status, LastError: o.err, Now: now, NextAt: now}
-	health := "healthy"
-	if !c.endpoint.FailingSince.IsZero() {
-		health = "failing"
+	recorded := make(map[driver.WebhookDeliveryKey]bool, len(keys))
+	for _, k := range keys {
+		recorded[k] = true
 	}
-	var disable string
-	switch {
-	case o.ok():
-		p.State = driver.WebhookDelivered
-	default:
-		wait, more := w.nextWait(attempts)
-		if o.retryAfter > wait {
-			wait = o.retryAfter
+	// Each endpoint's health after the batch: its last outcome in it.
+	type health struct {
+		tenant        string
+		failingBefore bool // as read at the claim
+		failed, ok    bool // any failure in the batch; the last outcome
+		disable       string
+	}
+	eps := map[string]*health{}
+	var order []string
+	atts := make([]driver.WebhookAttemptRow, 0, len(batch))
+	for i, f := range batch {
+		r := f.c.row
+		if !recorded[r.WebhookDeliveryKey] {
+			continue
 		}
-		p.State, p.NextAt = driver.WebhookPending, now.Add(wait)
-		if !more {
-			p.State = driver.WebhookFailed
+		atts = append(atts, driver.WebhookAttemptRow{Tenant: r.Tenant, EndpointID: r.EndpointID, EventID: r.EventID,
+			Attempt: rows[i].Attempts, At: now, Status: f.o.status, LatencyMS: f.o.latency.Milliseconds(),
+			Response: f.o.response, Error: f.o.err})
+		h := eps[r.EndpointID]
+		if h == nil {
+			h = &health{tenant: r.Tenant, failingBefore: !f.c.endpoint.FailingSince.IsZero()}
+			eps[r.EndpointID] = h
+			order = append(order, r.EndpointID)
 		}
-		if o.status == http.StatusGone {
-			p.State = driver.WebhookFailed
-			disable = "the endpoint answered 410 Gone"
+		h.ok = f.o.ok()
+		h.failed = h.failed || !h.ok
+		if gone[i] {
+			h.disable = "the endpoint answered 410 Gone"
 		}
 	}
-	if err := w.d.WebhookDeliveryFinish(ctx, tx, p); err != nil {
+	if err := w.d.WebhookAttemptInsert(ctx, tx, &driver.WebhookAttemptInsertParams{Rows: atts}); err != nil {
 		return err
 	}
-	if o.ok() {
-		if !c.endpoint.FailingSince.IsZero() {
-			if _, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: r.EndpointID, OK: true, Now: now}); err != nil {
+	var disabled []string
+	for _, id := range order {
+		h := eps[id]
+		if h.ok {
+			if h.failingBefore || h.failed {
+				if _, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: id, OK: true, Now: now}); err != nil {
+					return err
+				}
+			}
+		} else {
+			since, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: id, Now: now})
+			if err != nil {
 				return err
 			}
+			if h.disable == "" && now.Sub(since) >= w.cfg.DisableAfter {
+				h.disable = fmt.Sprintf("failing since %s (%s without a success)", since.Format(time.RFC3339), w.cfg.DisableAfter)
+			}
 		}
-	} else {
-		since, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: r.EndpointID, Now: now})
-		if err != nil {
-			return err
-		}
-		if disable == "" && now.Sub(since) >= w.cfg.DisableAfter {
-			disable = fmt.Sprintf("failing since %s (%s without a success)", since.Format(time.RFC3339), w.cfg.DisableAfter)
-		}
-	}
-	if disable != "" {
-		if err := w.disable(ctx, tx, r.Tenant, r.EndpointID, disable, now); err != nil {
-			return err
+		if h.disable != "" {
+			ok, err := w.disable(ctx, tx, h.tenant, id, h.disable, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				disabled = append(disabled, id)
+			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	w.metrics.observe(health, p.State, o)
-	if disable != "" {
-		w.log.Warn("webhookout: endpoint disabled", "tenant", r.Tenant, "endpoint", r.EndpointID, "reason", disable)
+	for i, f := range batch {
+		if recorded[f.c.row.WebhookDeliveryKey] {
+			state := "healthy"
+			if !f.c.endpoint.FailingSince.IsZero() {
+				state = "failing"
+			}
+			w.metrics.observe(state, rows[i].State, f.o)
+		}
+	}
+	for _, id := range disabled {
+		w.metrics.disabled.Inc()
+		w.log.Warn("webhookout: endpoint disabled", "tenant", eps[id].tenant, "endpoint", id, "reason", eps[id].disable)
 	}
 	return nil
 }
 
+// nextState is a delivery's state after an attempt: delivered, due again
+// after the schedule's next wait (or Retry-After's, when longer), or
+// failed once the schedule is spent or the endpoint answered 410 Gone
+// (gone).
+func (w *Deliverer) nextState(f finished, now time.Time) (row driver.WebhookDeliveryFinishRow, gone bool) {
+	r, o := f.c.row, f.o
+	row = driver.WebhookDeliveryFinishRow{Key: r.WebhookDeliveryKey, Attempts: r.Attempts + 1,
+		LastStatus: o.status, LastError: o.err, NextAt: now}
+	if o.ok() {
+		row.State = driver.WebhookDelivered
+		return row, false
+	}
+	wait, more := w.nextWait(row.Attempts)
+	if o.retryAfter > wait {
+		wait = o.retryAfter
+	}
+	row.State, row.NextAt = driver.WebhookPending, now.Add(wait)
+	if !more {
+		row.State = driver.WebhookFailed
+	}
+	if o.status == http.StatusGone {
+		row.State, gone = driver.WebhookFailed, true
+	}
+	return row, gone
+}
+
 // disable turns an endpoint off, once: the event is written only by the
 // transaction that finds it still enabled (the row is locked on Postgres;
-// SQLite's writer is alone).
-func (w *Deliverer) disable(ctx context.Context, tx driver.Tx, tenant, id, reason string, now time.Time) error {
+// SQLite's writer is alone). It reports whether it disabled it.
+func (w *Deliverer) disable(ctx context.Context, tx driver.Tx, tenant, id, reason string, now time.Time) (bool, error) {
 	e, err := w.d.WebhookEndpointGet(ctx, tx, &driver.WebhookEndpointGetParams{Tenant: tenant, ID: id, Lock: true})
 	if err != nil || !e.Enabled {
-		return err
+		return false, err
 	}
 	e.Enabled, e.DisabledAt, e.DisabledReason, e.UpdatedAt = false, now, reason, now
 	if err := w.d.WebhookEndpointUpdate(ctx, tx, &driver.WebhookEndpointUpdateParams{Row: *e}); err != nil {
-		return err
+		return false, err
 	}
 	payload, _ := json.Marshal(struct {
 		EndpointID   string    `json:"endpoint_id"`
@@ -699,8 +817,7 @@ func (w *Deliverer) disable(ctx context.Context, tx driver.Tx, tenant, id, reaso
 		DisabledAt   time.Time `json:"disabled_at"`
 		FailingSince time.Time `json:"failing_since,omitzero"`
 	}{id, e.URL, reason, now, e.FailingSince})
-	w.metrics.disabled.Inc()
-	return w.ob.Enqueue(ctx, tx, outbox.Message{Tenant: tenant, Type: EventEndpointDisabled, Key: id, Payload: payload})
+	return true, w.ob.Enqueue(ctx, tx, outbox.Message{Tenant: tenant, Type: EventEndpointDisabled, Key: id, Payload: payload})
 }
 
 // runRetention deletes old attempts and finished deliveries once a
