@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/idemclient"
 )
 
 // hookReceiver records the webhook-id of every request it gets.
@@ -108,5 +111,65 @@ func TestWebhookEndpointsSurviveRelaySIGKILL(t *testing.T) {
 			t.Errorf("%s got %d distinct webhook-ids, want %d", c.rc.URL, len(c.rc.ids), len(c.want))
 		}
 		c.rc.mu.Unlock()
+	}
+}
+
+// The Go client drives the endpoints of a real idem serve: register,
+// receive, read the attempts, rotate, replay, delete.
+func TestWebhookEndpointsGoClient(t *testing.T) {
+	srv, _ := serveDB(t, "sqlite", nil, "--webhook-allow-networks=127.0.0.0/8", "--relay-poll=10ms")
+	rc := newHookReceiver(t)
+	c, err := idemclient.New(idemclient.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ep, err := c.CreateWebhookEndpoint(ctx, idemclient.WebhookEndpointParams{URL: rc.URL + "/hook", EventTypes: []string{"account.*"}})
+	if err != nil || ep.Status != http.StatusCreated || !strings.HasPrefix(ep.Secret, "whsec_") {
+		t.Fatalf("create: %+v, %v", ep, err)
+	}
+	account(t, srv.URL, "gc1", "EUR")
+	var events struct {
+		Data []struct{ ID string } `json:"data"`
+	}
+	waitFor(t, func() bool {
+		_ = json.Unmarshal(call(t, "GET", srv.URL+"/v1/events", "", nil).Body, &events)
+		return len(events.Data) == 1 && rc.has([]string{events.Data[0].ID})
+	})
+	var att *idemclient.WebhookAttemptPage
+	waitFor(t, func() bool {
+		att, err = c.WebhookAttempts(ctx, ep.ID, idemclient.WebhookAttemptsParams{})
+		return err == nil && len(att.Data) == 1
+	})
+	if att.Data[0].Status != http.StatusOK || att.Data[0].EventID != events.Data[0].ID {
+		t.Errorf("attempt %+v", att.Data[0])
+	}
+	rot, err := c.RotateWebhookEndpointSecret(ctx, ep.ID, "")
+	if err != nil || rot.SecretsActive != 2 || rot.Secret == ep.Secret {
+		t.Fatalf("rotate: %+v, %v", rot, err)
+	}
+	since := time.Now().Add(-time.Hour)
+	rp, err := c.ReplayWebhookEndpoint(ctx, ep.ID, idemclient.WebhookReplayParams{Since: &since})
+	if err != nil || rp.Replayed != 1 {
+		t.Fatalf("replay: %+v, %v", rp, err)
+	}
+	waitFor(t, func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return rc.ids[events.Data[0].ID] == 2
+	})
+	off := false
+	if up, err := c.UpdateWebhookEndpoint(ctx, ep.ID, idemclient.WebhookEndpointPatch{Enabled: &off}); err != nil || up.Enabled {
+		t.Fatalf("update: %+v, %v", up, err)
+	}
+	if err := c.DeleteWebhookEndpoint(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.WebhookEndpoints(ctx, idemclient.PageParams{})
+	if err != nil || len(page.Data) != 0 {
+		t.Fatalf("list after delete: %+v, %v", page, err)
+	}
+	if _, err := c.GetWebhookEndpoint(ctx, ep.ID); err == nil {
+		t.Fatal("the deleted endpoint is still read")
 	}
 }
