@@ -95,7 +95,7 @@ type WebhookReplayParams struct {
 // WebhookReplayResult says how many deliveries a replay made pending.
 type WebhookReplayResult struct {
 	Answer
-	Replayed int `json:"replayed"`
+	Deliveries int `json:"deliveries"`
 }
 
 // PageParams pages a list: After is a previous page's NextCursor, Limit

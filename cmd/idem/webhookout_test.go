@@ -150,7 +150,7 @@ func TestWebhookEndpointsGoClient(t *testing.T) {
 	}
 	since := time.Now().Add(-time.Hour)
 	rp, err := c.ReplayWebhookEndpoint(ctx, ep.ID, idemclient.WebhookReplayParams{Since: &since})
-	if err != nil || rp.Replayed != 1 {
+	if err != nil || rp.Deliveries != 1 {
 		t.Fatalf("replay: %+v, %v", rp, err)
 	}
 	waitFor(t, func() bool {

@@ -191,7 +191,7 @@ func TestOpenAPIMatchesResponses(t *testing.T) {
 	if len(evs.Data) == 0 {
 		t.Fatal("no event to replay")
 	}
-	if r := c.post(epPath+"/replay", "ep-replay", `{"event_id":"`+evs.Data[0].ID+`"}`, 202); !bytes.Contains(r.Body, []byte(`"replayed":1`)) {
+	if r := c.post(epPath+"/replay", "ep-replay", `{"event_id":"`+evs.Data[0].ID+`"}`, 202); !bytes.Contains(r.Body, []byte(`"deliveries":1`)) {
 		t.Errorf("replay of an event answered %s", r.Body)
 	}
 	c.post(epPath+"/replay", "ep-replay-since", `{"since":"2020-01-01T00:00:00Z"}`, 202)

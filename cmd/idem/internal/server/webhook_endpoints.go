@@ -169,7 +169,7 @@ type replayRequest struct {
 }
 
 type replayResponse struct {
-	Replayed int `json:"replayed"`
+	Deliveries int `json:"deliveries"`
 }
 
 func (s *Server) replayEndpoint(w http.ResponseWriter, r *http.Request) {
@@ -187,5 +187,5 @@ func (s *Server) replayEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.endpointFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, replayResponse{Replayed: n})
+	writeJSON(w, http.StatusAccepted, replayResponse{Deliveries: n})
 }
