@@ -287,4 +287,5 @@ type Driver interface {
 	InboxDriver
 	InspectDriver
 	OutboxInspectDriver
+	WebhookOutDriver
 }

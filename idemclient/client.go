@@ -461,6 +461,14 @@ func result[T any](v *T, err error) (*T, error) {
 }
 
 func (c *Client) post(ctx context.Context, path string, body any, out answered, opts []CallOption) error {
+	return c.send(ctx, http.MethodPost, path, body, out, opts)
+}
+
+// send sends a write under the call's key. A DELETE, which the Transport
+// does not key by itself (HTTP defines it as idempotent, idem stores its
+// answer), gets a new key here when the call has none, kept across the
+// call's retries.
+func (c *Client) send(ctx context.Context, method, path string, body any, out answered, opts []CallOption) error {
 	var cl call
 	for _, o := range opts {
 		o(&cl)
@@ -470,11 +478,21 @@ func (c *Client) post(ctx context.Context, path string, body any, out answered, 
 			return err
 		}
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return badInput("POST %s: %v", path, err)
+	if cl.key == "" && method == http.MethodDelete {
+		k, err := NewKey()
+		if err != nil {
+			return err
+		}
+		cl.key = k
 	}
-	return c.do(ctx, http.MethodPost, path, nil, b, cl.key, out)
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return badInput("%s %s: %v", method, path, err)
+		}
+	}
+	return c.do(ctx, method, path, nil, b, cl.key, out)
 }
 
 func (c *Client) get(ctx context.Context, path string, q url.Values, out answered) error {
@@ -533,9 +551,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		}
 		return p
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("idemclient: %s %s: answer %d is not the JSON expected: %w", method, path, resp.StatusCode, err)
+	// A 204 (DELETE) has no body to read.
+	if resp.StatusCode != http.StatusNoContent || len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("idemclient: %s %s: answer %d is not the JSON expected: %w", method, path, resp.StatusCode, err)
+		}
 	}
+
 	a := out.answer()
 	a.Status, a.Replayed = resp.StatusCode, replayed
 	return nil

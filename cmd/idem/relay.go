@@ -69,7 +69,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer closePub()
 	if ln != nil {
-		stop := serveOps(ln, d, gatherer, log, r)
+		stop := serveOps(ln, d, gatherer, log, r.Relay)
 		defer stop()
 		log.Info("idem relay metrics", "addr", ln.Addr().String())
 	}

@@ -67,6 +67,23 @@ type Config struct {
 	// Webhooks envelope, default), cloudevents, cloudevents-structured or
 	// both (package outbox/cloudevent). Checked when the publisher opens.
 	WebhookFormat string
+	// WebhookEndpoints runs, beside the relay, the delivery of events to
+	// the endpoints tenants register (/v1/webhook-endpoints; package
+	// outbox/webhookout). Default true.
+	WebhookEndpoints bool
+	// WebhookAllowNetworks are the networks tenants' endpoints may reach
+	// although internal, and the only ones plain http may reach. Default
+	// none; at most 256.
+	WebhookAllowNetworks []netip.Prefix
+	// WebhookSchedule is the wait before each delivery attempt. Default
+	// webhookout.DefaultSchedule; 1..100 entries of 0..168h.
+	WebhookSchedule []time.Duration
+	// WebhookDisableAfter is how long an endpoint may fail without a
+	// success before it is disabled. Default 120h; bound 1m..2160h.
+	WebhookDisableAfter time.Duration
+	// WebhookTimeout bounds one delivery attempt. Default 15s; bound
+	// 100ms..1m.
+	WebhookTimeout time.Duration
 	// RelayBatch bounds the rows one relay read takes. Default 2000;
 	// bound 1..10000.
 	RelayBatch int
@@ -181,25 +198,28 @@ type APIKey struct {
 // Default returns the built-in defaults.
 func Default() Config {
 	return Config{
-		Addr:             "127.0.0.1:8080",
-		Migrate:          true,
-		Relay:            true,
-		RelayBatch:       2000,
-		RelayPoll:        100 * time.Millisecond,
-		HoldExpiryPeriod: time.Second,
-		RelayLease:       30 * time.Second,
-		RelayMaxAttempts: 10,
-		MaxBodyBytes:     1 << 20,
-		KeyRetention:     24 * time.Hour,
-		IdempotencyKey:   KeyRequired,
-		InFlightWait:     5 * time.Second,
-		GroupCommit:      true,
-		BatchMax:         128,
-		ShutdownTimeout:  15 * time.Second,
-		DBTimeout:        10 * time.Second,
-		DBConnectTimeout: 5 * time.Second,
-		LogLevel:         "info",
-		LogFormat:        "text",
+		Addr:                "127.0.0.1:8080",
+		Migrate:             true,
+		Relay:               true,
+		RelayBatch:          2000,
+		WebhookEndpoints:    true,
+		WebhookDisableAfter: 120 * time.Hour,
+		WebhookTimeout:      15 * time.Second,
+		RelayPoll:           100 * time.Millisecond,
+		HoldExpiryPeriod:    time.Second,
+		RelayLease:          30 * time.Second,
+		RelayMaxAttempts:    10,
+		MaxBodyBytes:        1 << 20,
+		KeyRetention:        24 * time.Hour,
+		IdempotencyKey:      KeyRequired,
+		InFlightWait:        5 * time.Second,
+		GroupCommit:         true,
+		BatchMax:            128,
+		ShutdownTimeout:     15 * time.Second,
+		DBTimeout:           10 * time.Second,
+		DBConnectTimeout:    5 * time.Second,
+		LogLevel:            "info",
+		LogFormat:           "text",
 	}
 }
 
@@ -365,6 +385,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: %s %d is outside 0..1000000", named("tenant-burst"), c.TenantBurst)
 	case c.TenantConcurrency < 0 || c.TenantConcurrency > 100_000:
 		return fmt.Errorf("config: %s %d is outside 0..100000", named("tenant-concurrency"), c.TenantConcurrency)
+	case c.WebhookDisableAfter < time.Minute || c.WebhookDisableAfter > 2160*time.Hour:
+		return fmt.Errorf("config: %s %s is outside 1m..2160h", named("webhook-disable-after"), c.WebhookDisableAfter)
+	case c.WebhookTimeout < 100*time.Millisecond || c.WebhookTimeout > time.Minute:
+		return fmt.Errorf("config: %s %s is outside 100ms..1m", named("webhook-timeout"), c.WebhookTimeout)
+	case len(c.WebhookSchedule) > 100:
+		return fmt.Errorf("config: %s has %d entries, limit 100", named("webhook-schedule"), len(c.WebhookSchedule))
 	case c.RelayBatch < 1 || c.RelayBatch > 10000:
 		return fmt.Errorf("config: %s %d is outside 1..10000", named("relay-batch"), c.RelayBatch)
 	case c.RelayPoll < time.Millisecond || c.RelayPoll > time.Minute:

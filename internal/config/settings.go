@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/internal/money"
+	"github.com/idemhq/idem/outbox/webhookout"
 )
 
 // setting is one configuration value: its flag, environment variable and
@@ -42,6 +43,22 @@ var settings = []setting{
 		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
 	{"webhook-format", "IDEM_WEBHOOK_FORMAT", "webhook_format", "body of outgoing webhooks: idem (default), cloudevents, cloudevents-structured or both",
 		func(c *Config, v string) error { c.WebhookFormat = v; return nil }},
+	{"webhook-endpoints", "IDEM_WEBHOOK_ENDPOINTS", "webhook_endpoints", "deliver events to the tenants' own endpoints (/v1/webhook-endpoints) beside the relay (default true)",
+		func(c *Config, v string) (err error) { c.WebhookEndpoints, err = strconv.ParseBool(v); return err }},
+	{"webhook-allow-networks", "IDEM_WEBHOOK_ALLOW_NETWORKS", "webhook_allow_networks", "CIDR networks tenants' endpoints may reach although internal (loopback, private, link-local), and the only ones plain http may reach, e.g. 127.0.0.0/8,10.0.0.0/8 (default none)",
+		func(c *Config, v string) (err error) {
+			c.WebhookAllowNetworks, err = webhookout.ParseNetworks(v)
+			return err
+		}},
+	{"webhook-schedule", "IDEM_WEBHOOK_SCHEDULE", "webhook_schedule", "waits before each delivery attempt to tenants' endpoints (default 0,5s,5m,30m,2h,5h,10h,10h)",
+		func(c *Config, v string) (err error) {
+			c.WebhookSchedule, err = webhookout.ParseSchedule(v)
+			return err
+		}},
+	{"webhook-disable-after", "IDEM_WEBHOOK_DISABLE_AFTER", "webhook_disable_after", "how long a tenant's endpoint may fail without a success before it is disabled (default 120h)",
+		durationSetter(func(c *Config) *time.Duration { return &c.WebhookDisableAfter })},
+	{"webhook-timeout", "IDEM_WEBHOOK_TIMEOUT", "webhook_timeout", "bound on one delivery attempt to a tenant's endpoint, answer included; a delivery is leased for twice this plus 10s (default 15s)",
+		durationSetter(func(c *Config) *time.Duration { return &c.WebhookTimeout })},
 	{"relay-batch", "IDEM_RELAY_BATCH", "relay_batch", "rows per relay publish cycle (default 2000)",
 		func(c *Config, v string) (err error) { c.RelayBatch, err = strconv.Atoi(v); return err }},
 	{"relay-poll", "IDEM_RELAY_POLL", "relay_poll", "how often the relay looks for rows other processes committed (default 100ms)",
@@ -111,7 +128,8 @@ var settingByFlag, settingByYAML = func() (map[string]setting, map[string]settin
 // settingTypes are the types --help shows for settings that are not
 // strings.
 var settingTypes = map[string]string{
-	"migrate": "bool", "relay": "bool", "group-commit": "bool",
+	"migrate": "bool", "relay": "bool", "group-commit": "bool", "webhook-endpoints": "bool",
+	"webhook-disable-after": "duration", "webhook-timeout": "duration",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
 	"relay-poll": "duration", "relay-lease": "duration", "hold-expiry-period": "duration", "key-retention": "duration",
@@ -120,7 +138,8 @@ var settingTypes = map[string]string{
 }
 
 // relayShared are the flags of the relay that serve has too.
-var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "webhook-format", "relay-batch", "relay-poll",
+var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "webhook-format",
+	"webhook-endpoints", "webhook-allow-networks", "webhook-schedule", "webhook-disable-after", "webhook-timeout", "relay-batch", "relay-poll",
 	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
 
 // RelaySettings are the flags of `idem relay`.

@@ -14,8 +14,15 @@ import type {
   NewSettlement,
   TransferPage,
   NewTransfer,
+  NewWebhookEndpoint,
   Transfer,
   TransferWithReversals,
+  WebhookAttemptPage,
+  WebhookEndpoint,
+  WebhookEndpointPage,
+  WebhookEndpointPatch,
+  WebhookReplay,
+  WebhookReplayResult,
 } from "./types.js";
 
 /** ClientOptions configures an IdemClient. */
@@ -176,6 +183,63 @@ export class IdemClient {
     return this.#call("GET", `/v1/events${qs(q)}`, undefined, options);
   }
 
+  /** POST /v1/webhook-endpoints: 201 the endpoint with its secret, shown in this answer only. */
+  async createWebhookEndpoint(endpoint: NewWebhookEndpoint, options?: CallOptions): Promise<Answer<WebhookEndpoint>> {
+    return this.#call("POST", "/v1/webhook-endpoints", endpoint, options);
+  }
+
+  /** GET /v1/webhook-endpoints/{id}: the endpoint, without its secret. */
+  async getWebhookEndpoint(id: string, options?: CallOptions): Promise<Answer<WebhookEndpoint>> {
+    return this.#call("GET", `/v1/webhook-endpoints/${segment("endpoint id", id)}`, undefined, options);
+  }
+
+  /** GET /v1/webhook-endpoints: one page of the tenant's endpoints in id order. */
+  async listWebhookEndpoints(query: { after?: string; limit?: number } = {}, options?: CallOptions): Promise<Answer<WebhookEndpointPage>> {
+    const q = new URLSearchParams();
+    setCursor(q, query.after);
+    setLimit(q, query.limit);
+    return this.#call("GET", `/v1/webhook-endpoints${qs(q)}`, undefined, options);
+  }
+
+  /** PATCH /v1/webhook-endpoints/{id}: `enabled: true` re-enables one failures disabled. */
+  async updateWebhookEndpoint(id: string, patch: WebhookEndpointPatch, options?: CallOptions): Promise<Answer<WebhookEndpoint>> {
+    return this.#call("PATCH", `/v1/webhook-endpoints/${segment("endpoint id", id)}`, patch, options);
+  }
+
+  /**
+   * DELETE /v1/webhook-endpoints/{id}, under an Idempotency-Key like every
+   * write (a new one when options has none): a retry answers as the first.
+   */
+  async deleteWebhookEndpoint(id: string, options: CallOptions = {}): Promise<Replayed> {
+    const path = `/v1/webhook-endpoints/${segment("endpoint id", id)}`;
+    return this.#call("DELETE", path, undefined, { ...options, idempotencyKey: options.idempotencyKey ?? this.#newKey() });
+  }
+
+  /** POST /v1/webhook-endpoints/{id}/rotate-secret: the new secret; the old one signs beside it for 24 hours. */
+  async rotateWebhookEndpointSecret(id: string, secret?: string, options?: CallOptions): Promise<Answer<WebhookEndpoint>> {
+    return this.#call("POST", `/v1/webhook-endpoints/${segment("endpoint id", id)}/rotate-secret`, secret === undefined ? {} : { secret }, options);
+  }
+
+  /** GET /v1/webhook-endpoints/{id}/attempts: one page of attempts, newest first; of one event with eventId. */
+  async listWebhookAttempts(
+    id: string,
+    query: { eventId?: string; after?: string; limit?: number } = {},
+    options?: CallOptions,
+  ): Promise<Answer<WebhookAttemptPage>> {
+    const q = new URLSearchParams();
+    if (query.eventId !== undefined) {
+      q.set("event_id", query.eventId);
+    }
+    setCursor(q, query.after);
+    setLimit(q, query.limit);
+    return this.#call("GET", `/v1/webhook-endpoints/${segment("endpoint id", id)}/attempts${qs(q)}`, undefined, options);
+  }
+
+  /** POST /v1/webhook-endpoints/{id}/replay: send deliveries again, with their webhook-id unchanged. */
+  async replayWebhookEndpoint(id: string, replay: WebhookReplay, options?: CallOptions): Promise<Answer<WebhookReplayResult>> {
+    return this.#call("POST", `/v1/webhook-endpoints/${segment("endpoint id", id)}/replay`, replay, options);
+  }
+
   /**
    * request sends any call of idem's API: method, a path from "/" with its
    * query, and a body sent as JSON. The typed calls above are this, with
@@ -219,6 +283,10 @@ export class IdemClient {
     const replayed = res.headers.get(replayedHeader) === "true";
     if (res.status < 200 || res.status > 299) {
       throw new ProblemError(res.status, await readProblem(res), replayed, key);
+    }
+    if (res.status === 204) {
+      // No body (DELETE).
+      return Object.assign({}, { replayed }) as Answer<T>;
     }
     let value: unknown;
     try {

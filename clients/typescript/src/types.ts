@@ -159,3 +159,75 @@ export interface EventPage {
   data: Event[];
   next_cursor: string | null;
 }
+
+/** POST /v1/webhook-endpoints's body: a receiver of the tenant's events (docs/webhooks-out.md). */
+export interface NewWebhookEndpoint {
+  url: string;
+  /** Exact type names or a prefix and ".*"; empty: every type. */
+  event_types?: string[];
+  description?: string;
+  /** Default true. */
+  enabled?: boolean;
+  /** Deliveries a second per process; 0 (default): unbounded. */
+  rate_limit?: number;
+  /** whsec_…; default a generated one. */
+  secret?: string;
+}
+
+/** PATCH /v1/webhook-endpoints/{id}'s body: absent members are left as they are. */
+export type WebhookEndpointPatch = Partial<Omit<NewWebhookEndpoint, "secret">>;
+
+export interface WebhookEndpoint {
+  id: string;
+  url: string;
+  description: string;
+  event_types: string[];
+  enabled: boolean;
+  rate_limit: number;
+  created_at: string;
+  updated_at: string;
+  /** The first failure since the last success; null while healthy. */
+  failing_since: string | null;
+  /** When failures disabled the endpoint. */
+  disabled_at: string | null;
+  disabled_reason?: string;
+  /** In the answers of create and rotate-secret only. */
+  secret?: string;
+  /** 2 during a rotation's overlap. */
+  secrets_active: number;
+}
+
+export interface WebhookEndpointPage {
+  data: WebhookEndpoint[];
+  next_cursor: string | null;
+}
+
+export interface WebhookAttempt {
+  id: string;
+  /** The event's id: the webhook-id of every attempt and replay. */
+  event_id: string;
+  attempt: number;
+  at: string;
+  /** 0 when no answer came. */
+  status: number;
+  latency_ms: number;
+  /** The answer's first 1 KiB. */
+  response: string;
+  error?: string;
+}
+
+export interface WebhookAttemptPage {
+  data: WebhookAttempt[];
+  next_cursor: string | null;
+}
+
+/** One of the two. */
+export interface WebhookReplay {
+  since?: string;
+  event_id?: string;
+}
+
+export interface WebhookReplayResult {
+  /** The deliveries made pending again. */
+  deliveries: number;
+}

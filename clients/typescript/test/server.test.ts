@@ -123,6 +123,48 @@ test(`${dialect}: the typed calls, each route once`, async (t) => {
   assert.deepEqual([after1.debits_pending, after1.balance, after1.available], [0, 2900, 2900]);
 });
 
+test(`${dialect}: webhook endpoints: register, receive, attempts, rotate, replay, delete`, async (t) => {
+  const received: string[] = [];
+  const { createServer } = await import("node:http");
+  const receiver = createServer((req, res) => {
+    received.push(String(req.headers["webhook-id"]));
+    req.resume();
+    res.writeHead(204).end();
+  });
+  await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", () => r()));
+  t.after(() => receiver.close());
+  const port = (receiver.address() as { port: number }).port;
+  const s = await serve(freshDB(), { args: ["--webhook-allow-networks=127.0.0.0/8", "--relay-poll=10ms"] });
+  t.after(() => s.kill());
+  const p = prefix();
+  const idem = new IdemClient({ baseUrl: s.url });
+
+  const ep = await idem.createWebhookEndpoint({ url: `http://127.0.0.1:${port}/hooks`, event_types: ["account.*"] });
+  assert.match(ep.secret ?? "", /^whsec_/);
+  assert.equal((await idem.getWebhookEndpoint(ep.id)).secret, undefined, "a read shows no secret");
+  await idem.createAccount({ id: `${p}hooked`, currency: "EUR" });
+  await waitFor("the delivery", () => received.length === 1);
+  await waitFor("the attempt logged", async () => (await idem.listWebhookAttempts(ep.id)).data.length === 1);
+  const attempts = await idem.listWebhookAttempts(ep.id);
+  assert.equal(attempts.data[0]!.status, 204);
+  assert.equal(attempts.data[0]!.event_id, received[0]);
+
+  const rotated = await idem.rotateWebhookEndpointSecret(ep.id);
+  assert.equal(rotated.secrets_active, 2);
+  const replay = await idem.replayWebhookEndpoint(ep.id, { event_id: received[0] });
+  assert.equal(replay.deliveries, 1);
+  await waitFor("the replay", () => received.length === 2);
+  assert.equal(received[1], received[0], "a replay keeps the webhook-id");
+
+  const off = await idem.updateWebhookEndpoint(ep.id, { enabled: false });
+  assert.equal(off.enabled, false);
+  const gone = await idem.deleteWebhookEndpoint(ep.id, { idempotencyKey: `${p}del` });
+  assert.equal(gone.replayed, false);
+  const again = await idem.deleteWebhookEndpoint(ep.id, { idempotencyKey: `${p}del` });
+  assert.equal(again.replayed, true, "a retried delete answers the stored 204");
+  assert.equal((await idem.listWebhookEndpoints()).data.length, 0);
+});
+
 test(`${dialect}: the client dies after the server answered; a second process resends the stored key`, async (t) => {
   const s = await serve(freshDB());
   t.after(() => s.kill());

@@ -33,6 +33,7 @@ import (
 	"github.com/idemhq/idem/internal/money"
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
+	"github.com/idemhq/idem/outbox/webhookout"
 )
 
 // Prefix is the path the console is served under.
@@ -65,6 +66,9 @@ type Config struct {
 	// Default nil: ISO 4217's, and codes it does not list are shown in
 	// minor units.
 	Currencies *money.Currencies
+	// Endpoints backs the webhooks page (the tenants' own endpoints).
+	// Default nil: the page says they are not available.
+	Endpoints *webhookout.Endpoints
 	// SampleInterval is how often Run samples the outbox for the outbox
 	// page's charts. Default 10s; bound 1s..1m.
 	SampleInterval time.Duration
@@ -154,7 +158,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	amounts := template.FuncMap{"money": cfg.Currencies.Format}
-	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message", "story", "events", "redrive"} {
+	for _, page := range []string{"home", "keys", "account", "transfer", "outbox", "login", "message", "story", "events", "redrive", "webhooks"} {
 		t, err := template.New("layout.html").Funcs(funcs).Funcs(presentFuncs).Funcs(amounts).Funcs(storyFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -183,6 +187,8 @@ func (c *Console) routes() http.Handler {
 	mux.Handle("POST /ui/outbox/redrive", c.authed(c.csrf(c.redrive)))
 	mux.Handle("GET /ui/story", c.authed(c.story))
 	mux.Handle("GET /ui/events", c.authed(c.events))
+	mux.Handle("GET /ui/webhooks", c.authed(c.webhooks))
+	mux.Handle("POST /ui/webhooks/replay", c.authed(c.csrf(c.replayWebhook)))
 	mux.Handle("/ui/", c.authed(func(w http.ResponseWriter, r *http.Request) {
 		c.message(w, r, http.StatusNotFound, "Not found", "There is no console page at "+r.URL.Path+".")
 	}))

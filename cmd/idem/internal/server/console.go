@@ -19,6 +19,7 @@ func (s *Server) mountConsole(mux *http.ServeMux) {
 		Logger:       s.log,
 		Currencies:   s.currencies,
 		KeyRetention: s.cfg.KeyRetention,
+		Endpoints:    s.endpoints,
 	})
 	if err != nil {
 		// Only a broken build (templates) or an exhausted random source gets

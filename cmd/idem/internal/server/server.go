@@ -32,6 +32,7 @@ import (
 	"github.com/idemhq/idem/internal/problem"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/webhookout"
 )
 
 // retryAfter is the Retry-After of the service's 409 and 503 answers: the
@@ -57,9 +58,12 @@ type Server struct {
 	writes *idem.Batcher[ledgerWrite]
 	// relay publishes the outbox when cfg.Relay; closeRelay closes its
 	// publisher after it stopped.
-	relay      *outbox.Relay
+	relay      *Relay
 	closeRelay func()
 	metrics    *metrics
+	// endpoints are the tenants' own webhook endpoints
+	// (/v1/webhook-endpoints).
+	endpoints *webhookout.Endpoints
 	// webhooks is the intake of POST /v1/webhooks/{endpoint}.
 	webhooks *webhooks
 	// limits admits each tenant's requests under its rate and concurrency.
@@ -127,6 +131,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.limits, err = newTenantLimits(cfg, reg); err != nil {
 		return nil, err
 	}
+	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks}); err != nil {
+		return nil, err
+	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
@@ -136,6 +143,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		RetryAfter:      retryAfter,
 		Logger:          log,
 		AllowMissingKey: cfg.IdempotencyKey == config.KeyOptional,
+		// DELETE is a write too (DELETE /v1/webhook-endpoints/{id}): a
+		// retry answers as the first did, not 404.
+		Methods: []string{http.MethodPost, http.MethodPatch, http.MethodDelete},
 		OnAnswer: func(r *http.Request, kind idemhttp.Kind) {
 			s.metrics.byOutcome.get(kind).Inc()
 			if kind == idemhttp.KindUnguarded {
@@ -234,6 +244,7 @@ func (s *Server) routes() http.Handler {
 	ledgerRoute("POST /v1/transfers/{id}/post", s.decodeSettlement(ledger.SettlePost))
 	ledgerRoute("POST /v1/transfers/{id}/void", s.decodeSettlement(ledger.SettleVoid))
 	read("GET /v1/events", s.listEvents)
+	s.webhookEndpointRoutes(write, read)
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
 	// configuration names their tenant, and their stable event id is the key.
@@ -241,7 +252,7 @@ func (s *Server) routes() http.Handler {
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyz(s.d, s.log, s.relay))
+	mux.Handle("GET /readyz", readyz(s.d, s.log, s.Relay()))
 	mux.HandleFunc("GET /openapi.json", s.openapi)
 	// With --metrics-addr, /metrics is served there only (serve.go), so
 	// that the public port does not show it. Without it, and with API
@@ -348,7 +359,12 @@ func tenantFrom(ctx context.Context) string {
 
 // Relay is the relay serve runs (nil with --relay=false), for the
 // /readyz of --metrics-addr.
-func (s *Server) Relay() *outbox.Relay { return s.relay }
+func (s *Server) Relay() *outbox.Relay {
+	if s.relay == nil {
+		return nil
+	}
+	return s.relay.Relay
+}
 
 // Run serves on ln until ctx is done, then stops accepting, drains the
 // requests in flight (bounded by ShutdownTimeout), waits for the background

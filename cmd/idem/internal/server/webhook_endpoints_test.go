@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/config"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/webhook"
+)
+
+// A tenant registers an endpoint through the API and receives its own
+// events there, signed, with webhook-id the event's id; another tenant
+// neither sees nor changes the endpoint, and its events do not go there.
+func TestWebhookEndpointsDeliverPerTenant(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		var mu sync.Mutex
+		var got []*http.Request
+		var bodies [][]byte
+		rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			got, bodies = append(got, r), append(bodies, b)
+			mu.Unlock()
+		}))
+		t.Cleanup(rc.Close)
+		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		var cfg config.Config
+		s, ts := twoTenants(t, d, nil, func(c *config.Config) {
+			c.WebhookAllowNetworks = loopback
+			c.Publish = "stdout"
+			cfg = *c
+		})
+		// The relay, with the deliverer beside it, as serve runs them.
+		r, closePub, err := NewRelay(context.Background(), cfg, d, slog.New(slog.DiscardHandler), nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.relay = r
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done; closePub() })
+
+		st, b := tenantCall(t, ts, tokenA, "POST", "/v1/webhook-endpoints", "ep-1",
+			`{"url":"`+rc.URL+`/hook","event_types":["transfer.*"]}`)
+		if st != 201 {
+			t.Fatalf("create: %d %s", st, b)
+		}
+		var ep struct{ ID, Secret string }
+		_ = json.Unmarshal(b, &ep)
+		for _, c := range []struct{ method, path, key, body string }{
+			{"GET", "/v1/webhook-endpoints/" + ep.ID, "", ""},
+			{"PATCH", "/v1/webhook-endpoints/" + ep.ID, "b-patch", `{"url":"https://example.com/"}`},
+			{"DELETE", "/v1/webhook-endpoints/" + ep.ID, "b-del", ""},
+			{"POST", "/v1/webhook-endpoints/" + ep.ID + "/replay", "b-replay", `{"since":"2020-01-01T00:00:00Z"}`},
+			{"POST", "/v1/webhook-endpoints/" + ep.ID + "/rotate-secret", "b-rot", `{}`},
+			{"GET", "/v1/webhook-endpoints/" + ep.ID + "/attempts", "", ""},
+		} {
+			if st, b := tenantCall(t, ts, tokenB, c.method, c.path, c.key, c.body); st != 404 {
+				t.Errorf("tenant b: %s %s: %d %s", c.method, c.path, st, b)
+			}
+		}
+		if st, b := tenantCall(t, ts, tokenB, "GET", "/v1/webhook-endpoints", "", ""); st != 200 || strings.Contains(string(b), ep.ID) {
+			t.Errorf("tenant b's list: %d %s", st, b)
+		}
+
+		for _, token := range []string{tokenB, tokenA} {
+			if st, b := tenantCall(t, ts, token, "POST", "/v1/transfers", "t-hook", `{"debit_account_id":"x","credit_account_id":"y","amount":7,"currency":"EUR"}`); st != 201 {
+				t.Fatalf("transfer: %d %s", st, b)
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no delivery in 30s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // a delivery of b's event would have come by now
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 1 {
+			t.Fatalf("%d deliveries, want tenant a's one", len(got))
+		}
+		// Tenant a's transfer's event, read from the table (GET /v1/events
+		// lists it only once every older transaction of the cluster ended).
+		q := `SELECT id::text FROM idem_outbox WHERE tenant = $1 AND type = $2 AND convert_from(payload, 'UTF8') LIKE $3`
+		if d.Dialect() == "sqlite" {
+			q = `SELECT id FROM idem_outbox WHERE tenant = ?1 AND type = ?2 AND CAST(payload AS TEXT) LIKE ?3`
+		}
+		var want string
+		if err := d.Reader().QueryRow(context.Background(), q, "a", "transfer.created", `%"amount":7%`).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if id := got[0].Header.Get("webhook-id"); id != want || want == "" {
+			t.Errorf("webhook-id %q, want the event's id %q", id, want)
+		}
+		v, err := webhook.NewVerifier(webhook.Endpoint{Name: "a", Provider: webhook.ProviderStandard, Secrets: []string{ep.Secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(got[0].Header, bodies[0], time.Now()); err != nil {
+			t.Errorf("signature: %v", err)
+		}
+		if !strings.Contains(string(bodies[0]), `"type":"transfer.created"`) || !strings.Contains(string(bodies[0]), `"amount":7`) {
+			t.Errorf("body %s", bodies[0])
+		}
+		// The attempt is logged, for tenant a.
+		deadline = time.Now().Add(10 * time.Second)
+		for {
+			_, ab := tenantCall(t, ts, tokenA, "GET", "/v1/webhook-endpoints/"+ep.ID+"/attempts", "", "")
+			if strings.Contains(string(ab), `"status":200`) && strings.Contains(string(ab), want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("attempts: %s", ab)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}

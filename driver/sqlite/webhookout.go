@@ -1,0 +1,362 @@
+package sqlite
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+)
+
+// The webhook tables: see driver/postgres/webhookout.go for what each
+// statement is for. Times are integer microseconds, 0 for none. Writers
+// are serialized, so the claim needs no row locks: the transaction that
+// reads the due deliveries is alone until it commits their leases.
+
+const webhookEndpointColumns = `id, tenant, url, description, event_types, enabled, secrets, rate_limit,
+       created_at, updated_at, failing_since, disabled_at, disabled_reason`
+
+const sqlWebhookEndpointInsert = `
+INSERT INTO idem_webhook_endpoints (` + webhookEndpointColumns + `)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)`
+
+const sqlWebhookEndpointGet = `SELECT ` + webhookEndpointColumns + `
+  FROM idem_webhook_endpoints WHERE tenant = ?1 AND id = ?2`
+
+const sqlWebhookEndpointList = `SELECT ` + webhookEndpointColumns + `
+  FROM idem_webhook_endpoints WHERE tenant = ?1 AND id > ?2 ORDER BY id LIMIT ?3`
+
+const sqlWebhookEndpointFindTenants = `SELECT ` + webhookEndpointColumns + `
+  FROM idem_webhook_endpoints WHERE tenant IN (SELECT value FROM json_each(?1)) AND enabled ORDER BY id`
+
+const sqlWebhookEndpointFindIDs = `SELECT ` + webhookEndpointColumns + `
+  FROM idem_webhook_endpoints WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id`
+
+const sqlWebhookEndpointUpdate = `
+UPDATE idem_webhook_endpoints
+   SET url = ?3, description = ?4, event_types = ?5, enabled = ?6, secrets = ?7, rate_limit = ?8,
+       updated_at = ?9, failing_since = ?10, disabled_at = ?11, disabled_reason = ?12
+ WHERE tenant = ?1 AND id = ?2`
+
+const sqlWebhookEndpointDelete = `DELETE FROM idem_webhook_endpoints WHERE tenant = ?1 AND id = ?2`
+
+const sqlWebhookDeliveriesDelete = `DELETE FROM idem_webhook_deliveries WHERE endpoint_id = ?1`
+
+const sqlWebhookAttemptsDelete = `DELETE FROM idem_webhook_attempts WHERE endpoint_id = ?1`
+
+const sqlWebhookEndpointHealthy = `
+UPDATE idem_webhook_endpoints SET failing_since = 0 WHERE id = ?1 RETURNING failing_since`
+
+const sqlWebhookEndpointFailing = `
+UPDATE idem_webhook_endpoints SET failing_since = CASE WHEN failing_since = 0 THEN ?2 ELSE failing_since END
+ WHERE id = ?1 RETURNING failing_since`
+
+const webhookDeliveryColumns = `d.endpoint_id, d.event_id, d.tenant, d.type, d.payload, d.event_created_at, d.state,
+       d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at`
+
+const sqlWebhookDeliveryInsert = `
+INSERT INTO idem_webhook_deliveries (endpoint_id, event_id, tenant, type, payload, event_created_at,
+                                     state, next_at, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?7)
+ON CONFLICT (endpoint_id, event_id) DO NOTHING`
+
+const sqlWebhookDeliveryDue = `
+SELECT ` + webhookDeliveryColumns + `
+  FROM idem_webhook_deliveries d
+  JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+ WHERE d.state = 'pending' AND d.next_at <= ?1 AND d.endpoint_id NOT IN (SELECT value FROM json_each(?2))
+ ORDER BY d.next_at
+ LIMIT ?3`
+
+const sqlWebhookDeliveryClaim = `
+UPDATE idem_webhook_deliveries SET next_at = ?4, owner = ?3
+ WHERE endpoint_id = ?1 AND event_id = ?2 AND state = 'pending'`
+
+const sqlWebhookDeliveryFinish = `
+UPDATE idem_webhook_deliveries
+   SET state = ?4, attempts = ?5, next_at = ?6, last_status = ?7, last_error = ?8, updated_at = ?9, owner = ''
+ WHERE endpoint_id = ?1 AND event_id = ?2 AND owner = ?3 AND state = 'pending'`
+
+const sqlWebhookDeliveryGet = `SELECT ` + webhookDeliveryColumns + `
+  FROM idem_webhook_deliveries d WHERE d.endpoint_id = ?1 AND d.event_id = ?2`
+
+const sqlWebhookDeliveryReplayOne = `
+UPDATE idem_webhook_deliveries
+   SET state = 'pending', attempts = 0, next_at = ?4, owner = '', updated_at = ?4
+ WHERE endpoint_id = ?2 AND event_id = ?3 AND tenant = ?1 AND (state <> 'pending' OR owner = '')`
+
+const sqlWebhookDeliveryReplaySince = `
+UPDATE idem_webhook_deliveries
+   SET state = 'pending', attempts = 0, next_at = ?4, owner = '', updated_at = ?4
+ WHERE rowid IN (
+       SELECT rowid FROM idem_webhook_deliveries
+        WHERE endpoint_id = ?2 AND tenant = ?1 AND event_created_at >= ?3 AND state <> 'pending'
+        ORDER BY event_created_at LIMIT ?5)`
+
+const sqlWebhookAttemptInsert = `
+INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+
+const sqlWebhookAttemptList = `
+SELECT id, tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error
+  FROM idem_webhook_attempts
+ WHERE endpoint_id = ?2 AND tenant = ?1 AND (?3 = '' OR event_id = ?3) AND (?4 = 0 OR id < ?4)
+ ORDER BY id DESC
+ LIMIT ?5`
+
+const sqlWebhookAttemptsDeleteOld = `
+DELETE FROM idem_webhook_attempts WHERE id IN (
+  SELECT id FROM idem_webhook_attempts WHERE at < ?1 ORDER BY at LIMIT ?2)`
+
+const sqlWebhookDeliveriesDeleteOld = `
+DELETE FROM idem_webhook_deliveries WHERE rowid IN (
+  SELECT rowid FROM idem_webhook_deliveries WHERE state <> 'pending' AND updated_at < ?1 LIMIT ?2)`
+
+const sqlWebhookStats = `
+SELECT (SELECT count(*) FROM idem_webhook_deliveries d JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+         WHERE d.state = 'pending'),
+       (SELECT coalesce(min(d.event_created_at), 0) FROM idem_webhook_deliveries d
+          JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled WHERE d.state = 'pending'),
+       (SELECT count(*) FROM idem_webhook_endpoints WHERE enabled AND failing_since <> 0),
+       (SELECT count(*) FROM idem_webhook_endpoints WHERE NOT enabled AND disabled_at <> 0)`
+
+// microsOrZero is t in microseconds, 0 for the zero time.
+func microsOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return toMicros(t)
+}
+
+func timeOrZero(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return fromMicros(us)
+}
+
+func endpointArgs(r *driver.WebhookEndpointRow) []any {
+	return []any{r.ID, r.Tenant, r.URL, r.Description, string(r.EventTypes), r.Enabled, string(r.Secrets), r.RateLimit,
+		toMicros(r.CreatedAt), toMicros(r.UpdatedAt), microsOrZero(r.FailingSince), microsOrZero(r.DisabledAt), r.DisabledReason}
+}
+
+func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
+	var r driver.WebhookEndpointRow
+	var types, secrets string
+	var created, updated, failing, disabled int64
+	err := row.Scan(&r.ID, &r.Tenant, &r.URL, &r.Description, &types, &r.Enabled, &secrets, &r.RateLimit,
+		&created, &updated, &failing, &disabled, &r.DisabledReason)
+	r.EventTypes, r.Secrets = []byte(types), []byte(secrets)
+	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	r.FailingSince, r.DisabledAt = timeOrZero(failing), timeOrZero(disabled)
+	return r, err
+}
+
+func queryWebhookEndpoints(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.WebhookEndpointRow, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.WebhookEndpointRow
+	for rows.Next() {
+		r, err := scanWebhookEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func scanWebhookDelivery(row driver.Row) (driver.WebhookDeliveryRow, error) {
+	var r driver.WebhookDeliveryRow
+	var eventCreated, next, created, updated int64
+	err := row.Scan(&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &eventCreated, &r.State,
+		&r.Attempts, &next, &r.Owner, &r.LastStatus, &r.LastError, &created, &updated)
+	r.EventCreatedAt, r.NextAt = fromMicros(eventCreated), fromMicros(next)
+	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return r, err
+}
+
+func (d *Driver) WebhookEndpointInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointInsertParams) error {
+	_, err := tx.Exec(ctx, sqlWebhookEndpointInsert, endpointArgs(&p.Row)...)
+	return err
+}
+
+func (d *Driver) WebhookEndpointGet(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointGetParams) (*driver.WebhookEndpointRow, error) {
+	r, err := scanWebhookEndpoint(tx.QueryRow(ctx, sqlWebhookEndpointGet, p.Tenant, p.ID))
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (d *Driver) WebhookEndpointList(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointListParams) ([]driver.WebhookEndpointRow, error) {
+	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
+}
+
+func (d *Driver) WebhookEndpointFind(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointFindParams) ([]driver.WebhookEndpointRow, error) {
+	if p.IDs != nil {
+		return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindIDs, jsonArray(p.IDs))
+	}
+	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindTenants, jsonArray(p.Tenants))
+}
+
+func (d *Driver) WebhookEndpointUpdate(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointUpdateParams) error {
+	a := endpointArgs(&p.Row)
+	n, err := tx.Exec(ctx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
+	if err == nil && n == 0 {
+		err = driver.ErrNotFound
+	}
+	return err
+}
+
+func (d *Driver) WebhookEndpointDelete(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointDeleteParams) error {
+	n, err := tx.Exec(ctx, sqlWebhookEndpointDelete, p.Tenant, p.ID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return driver.ErrNotFound
+	}
+	if _, err := tx.Exec(ctx, sqlWebhookDeliveriesDelete, p.ID); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sqlWebhookAttemptsDelete, p.ID)
+	return err
+}
+
+func (d *Driver) WebhookEndpointHealth(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointHealthParams) (time.Time, error) {
+	var since int64
+	var err error
+	if p.OK {
+		err = tx.QueryRow(ctx, sqlWebhookEndpointHealthy, p.ID).Scan(&since)
+	} else {
+		err = tx.QueryRow(ctx, sqlWebhookEndpointFailing, p.ID, toMicros(p.Now)).Scan(&since)
+	}
+	return timeOrZero(since), err
+}
+
+func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryInsertParams) (int, error) {
+	total := 0
+	for _, r := range p.Rows {
+		n, err := tx.Exec(ctx, sqlWebhookDeliveryInsert, r.EndpointID, r.EventID, r.Tenant, r.Type, r.Payload,
+			toMicros(r.EventCreatedAt), toMicros(r.NextAt))
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+func (d *Driver) WebhookDeliveryDue(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryDueParams) ([]driver.WebhookDeliveryRow, error) {
+	rows, err := tx.Query(ctx, sqlWebhookDeliveryDue, toMicros(p.Now), jsonArray(p.Exclude), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.WebhookDeliveryRow
+	for rows.Next() {
+		r, err := scanWebhookDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (d *Driver) WebhookDeliveryClaim(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryClaimParams) error {
+	for _, k := range p.Keys {
+		if _, err := tx.Exec(ctx, sqlWebhookDeliveryClaim, k.EndpointID, k.EventID, p.Owner, toMicros(p.Until)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WebhookDeliveryFinish runs a statement per row: SQLite runs in the
+// process, so a statement costs no round trip.
+func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) ([]driver.WebhookDeliveryKey, error) {
+	var out []driver.WebhookDeliveryKey
+	for _, r := range p.Rows {
+		n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, r.Key.EndpointID, r.Key.EventID, p.Owner,
+			r.State, r.Attempts, toMicros(r.NextAt), r.LastStatus, r.LastError, toMicros(p.Now))
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			out = append(out, r.Key)
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) WebhookDeliveryGet(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryGetParams) (*driver.WebhookDeliveryRow, error) {
+	r, err := scanWebhookDelivery(tx.QueryRow(ctx, sqlWebhookDeliveryGet, p.Key.EndpointID, p.Key.EventID))
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryReplayParams) (int, error) {
+	var n int64
+	var err error
+	if p.EventID != "" {
+		n, err = tx.Exec(ctx, sqlWebhookDeliveryReplayOne, p.Tenant, p.EndpointID, p.EventID, toMicros(p.Now))
+	} else {
+		n, err = tx.Exec(ctx, sqlWebhookDeliveryReplaySince, p.Tenant, p.EndpointID, toMicros(p.Since), toMicros(p.Now), p.Limit)
+	}
+	return int(n), err
+}
+
+func (d *Driver) WebhookAttemptInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptInsertParams) error {
+	for _, r := range p.Rows {
+		if _, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.EndpointID, r.EventID, r.Attempt, toMicros(r.At), r.Status,
+			r.LatencyMS, r.Response, r.Error); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) WebhookAttemptList(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptListParams) ([]driver.WebhookAttemptRow, error) {
+	rows, err := tx.Query(ctx, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.WebhookAttemptRow
+	for rows.Next() {
+		var r driver.WebhookAttemptRow
+		var at int64
+		if err := rows.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &at, &r.Status,
+			&r.LatencyMS, &r.Response, &r.Error); err != nil {
+			return nil, err
+		}
+		r.At = fromMicros(at)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (d *Driver) WebhookDeleteOld(ctx context.Context, tx driver.Tx, p *driver.WebhookDeleteOldParams) (int, error) {
+	a, err := tx.Exec(ctx, sqlWebhookAttemptsDeleteOld, toMicros(p.Before), p.Limit)
+	if err != nil {
+		return 0, err
+	}
+	b, err := tx.Exec(ctx, sqlWebhookDeliveriesDeleteOld, toMicros(p.Before), p.Limit)
+	return int(max(a, b)), err
+}
+
+func (d *Driver) WebhookStats(ctx context.Context, tx driver.Tx) (*driver.WebhookStats, error) {
+	var s driver.WebhookStats
+	var oldest int64
+	if err := tx.QueryRow(ctx, sqlWebhookStats).Scan(&s.Pending, &oldest, &s.Failing, &s.Disabled); err != nil {
+		return nil, err
+	}
+	s.OldestPending = timeOrZero(oldest)
+	return &s, nil
+}

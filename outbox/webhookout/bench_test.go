@@ -1,0 +1,140 @@
+package webhookout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/outbox/webhookout"
+)
+
+// benchEndpoints is how many endpoints each event fans out to.
+const benchEndpoints = 3
+
+// countingReceivers are benchEndpoints loopback receivers answering 204,
+// and their count of requests.
+func countingReceivers(b *testing.B) ([]string, *atomic.Int64) {
+	var n atomic.Int64
+	urls := make([]string, benchEndpoints)
+	for i := range urls {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			n.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		b.Cleanup(srv.Close)
+		urls[i] = srv.URL
+	}
+	return urls, &n
+}
+
+// BenchmarkFanOutDelivery measures events × endpoints delivered a second:
+// b.N events handed to the fan-out in batches of 500, each to
+// benchEndpoints endpoints, signed, sent and recorded. Compare it with
+// BenchmarkPlainHTTPClient (docs/benchmarks.md, "Webhooks to tenants'
+// endpoints").
+func BenchmarkFanOutDelivery(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			d := drivertest.Open(b, dialect)
+			urls, got := countingReceivers(b)
+			w, err := webhookout.NewDeliverer(d, webhookout.DelivererConfig{AllowNetworks: loopback,
+				Concurrency: 64, PerEndpoint: 16, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
+			if err != nil {
+				b.Fatal(err)
+			}
+			eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, u := range urls {
+				if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = w.Run(runCtx) }()
+			defer func() { stop(); <-done }()
+
+			payload := json.RawMessage(`{"id":"tr_1","amount":500,"currency":"EUR","debit_account_id":"a","credit_account_id":"b"}`)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i += 500 {
+				msgs := make([]outbox.Message, 0, 500)
+				for j := i; j < min(i+500, b.N); j++ {
+					msgs = append(msgs, outbox.Message{ID: outbox.NewID(), Tenant: "acme", Type: "transfer.created",
+						Payload: payload, CreatedAt: time.Now()})
+				}
+				if errs := fan.Publish(ctx, msgs); errs[0] != nil {
+					b.Fatal(errs[0])
+				}
+			}
+			want := int64(b.N * benchEndpoints)
+			for got.Load() < want {
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportMetric(float64(want)/time.Since(start).Seconds(), "deliveries/s")
+		})
+	}
+}
+
+// BenchmarkPlainHTTPClient is the ceiling: a plain Go HTTP client posting
+// the same number of bodies of the same size to the same receivers, 64 at
+// once, with nothing stored.
+func BenchmarkPlainHTTPClient(b *testing.B) {
+	urls, got := countingReceivers(b)
+	body := []byte(`{"type":"transfer.created","timestamp":"2026-12-06T07:00:00Z","data":{"id":"tr_1","amount":500,"currency":"EUR","debit_account_id":"a","credit_account_id":"b"}}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	jobs := make(chan string)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range jobs {
+				resp, err := client.Post(u, "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		for _, u := range urls {
+			jobs <- u
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	b.ReportMetric(float64(got.Load())/time.Since(start).Seconds(), "deliveries/s")
+	client.CloseIdleConnections()
+}
