@@ -11,8 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemhq/idem/internal/testpg"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // These tests keep the precondition of docs/architecture.md, "Past one
@@ -46,8 +45,8 @@ var notByTenant = map[string]string{
 func TestSchemaKeysLeadWithTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := distMigrated(t)
-	rows, err := d.pool.Query(ctx, `
+	conn := migratedConn(t)
+	rows, err := conn.Query(ctx, `
 SELECT c.relname, i.relname,
        array_agg(a.attname::text ORDER BY k.n)
   FROM pg_index x
@@ -122,9 +121,9 @@ var distHotPath = map[string]string{
 func TestHotPathFindsRowsByTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := distMigrated(t)
+	conn := migratedConn(t)
 	leading := map[string]string{} // index → its first column
-	rows, err := d.pool.Query(ctx, `
+	rows, err := conn.Query(ctx, `
 SELECT i.relname, a.attname FROM pg_index x
   JOIN pg_class i ON i.oid = x.indexrelid
   JOIN pg_namespace ns ON ns.oid = i.relnamespace AND ns.nspname = current_schema()
@@ -155,7 +154,7 @@ SELECT i.relname, a.attname FROM pg_index x
 			v, _ := strconv.Atoi(m[1])
 			n = max(n, v)
 		}
-		plan := distPlan(t, d, name, sql, n)
+		plan := distPlan(t, conn, name, sql, n)
 		indexes, seqScans := distIndexes(plan)
 		t.Logf("%s: indexes %v", name, indexes)
 		for _, rel := range seqScans {
@@ -182,10 +181,10 @@ SELECT i.relname, a.attname FROM pg_index x
 // distPlan returns the JSON plan PostgreSQL gives sql prepared, under
 // plan_cache_mode force_generic_plan, with n parameters all NULL (a
 // generic plan does not look at them).
-func distPlan(t *testing.T, d *Driver, name, sql string, n int) any {
+func distPlan(t *testing.T, conn *pgxpool.Conn, name, sql string, n int) any {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := d.pool.Begin(ctx)
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,19 +241,4 @@ func distIndexes(plan any) (indexes, seqScans []string) {
 	}
 	walk(plan)
 	return indexes, seqScans
-}
-
-// distMigrated opens a driver on a fresh schema with idem's migrations.
-func distMigrated(t *testing.T) *Driver {
-	t.Helper()
-	ctx := context.Background()
-	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: testpg.Schema(t), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
