@@ -19,13 +19,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/postgres"
 	"github.com/idemhq/idem/driver/sqlite"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
@@ -35,12 +34,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := testpg.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }
 

@@ -63,7 +63,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/internal/rpcguard"
+	"github.com/idemhq/idem/rpcguard"
 )
 
 // Header names of the interceptor.
@@ -122,30 +122,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
-	if c.Scope == nil {
-		c.Scope = func(ctx context.Context, _ string) string {
-			if s := idemhttp.ScopeFrom(ctx); s != "" {
-				return s
-			}
-			return idem.DefaultTenant
-		}
-	}
-	if c.Operation == nil {
-		c.Operation = func(p string) string { return p }
-	}
-	if c.MaxReplyBytes == 0 {
-		c.MaxReplyBytes = 4 << 20
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
-
 // Interceptor guards unary calls; it is a connect.Interceptor for
 // connect.WithInterceptors. It is safe for concurrent use.
 type Interceptor struct {
@@ -157,16 +133,15 @@ var _ connect.Interceptor = (*Interceptor)(nil)
 // New returns an Interceptor, or an error naming the Config field out of
 // bounds.
 func New(cfg Config) (*Interceptor, error) {
-	cfg = cfg.withDefaults()
-	rc := rpcguard.Config{
+	g, err := rpcguard.New(rpcguard.Config{
 		Keeper: cfg.Keeper, Scope: cfg.Scope, Operation: cfg.Operation, Methods: cfg.Procedures,
 		AllowMissingKey: cfg.AllowMissingKey, MaxReplyBytes: cfg.MaxReplyBytes, RetryAfter: cfg.RetryAfter,
 		OnAnswer: cfg.OnAnswer, Logger: cfg.Logger, Name: "idemconnect",
-	}
-	if err := rc.Validate(); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &Interceptor{g: rpcguard.New(rc)}, nil
+	return &Interceptor{g: g}, nil
 }
 
 // Unguarded returns, per operation, how many calls ran unguarded because

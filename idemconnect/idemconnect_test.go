@@ -17,7 +17,6 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -27,25 +26,12 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemconnect"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/outbox"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
-
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		return 1
-	}
-	return 0
-}
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // The test procedure, without generated code: Charge takes an amount
 // (Int64Value) and answers the charge's id (StringValue); -1 is refused

@@ -61,7 +61,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/internal/rpcguard"
+	"github.com/idemhq/idem/rpcguard"
 )
 
 // Metadata keys of the interceptor.
@@ -119,30 +119,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
-	if c.Scope == nil {
-		c.Scope = func(ctx context.Context, _ string) string {
-			if s := idemhttp.ScopeFrom(ctx); s != "" {
-				return s
-			}
-			return idem.DefaultTenant
-		}
-	}
-	if c.Operation == nil {
-		c.Operation = func(m string) string { return m }
-	}
-	if c.MaxReplyBytes == 0 {
-		c.MaxReplyBytes = 4 << 20
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return c
-}
-
 // Interceptor guards unary calls. It is safe for concurrent use.
 type Interceptor struct {
 	g   *rpcguard.Guard
@@ -152,16 +128,19 @@ type Interceptor struct {
 // New returns an Interceptor, or an error naming the Config field out of
 // bounds.
 func New(cfg Config) (*Interceptor, error) {
-	cfg = cfg.withDefaults()
-	rc := rpcguard.Config{
+	g, err := rpcguard.New(rpcguard.Config{
 		Keeper: cfg.Keeper, Scope: cfg.Scope, Operation: cfg.Operation, Methods: cfg.Methods,
 		AllowMissingKey: cfg.AllowMissingKey, MaxReplyBytes: cfg.MaxReplyBytes, RetryAfter: cfg.RetryAfter,
 		OnAnswer: cfg.OnAnswer, Logger: cfg.Logger, Name: "idemgrpc",
-	}
-	if err := rc.Validate(); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &Interceptor{g: rpcguard.New(rc), log: cfg.Logger}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Interceptor{g: g, log: log}, nil
 }
 
 // Unguarded returns, per operation, how many calls ran unguarded because

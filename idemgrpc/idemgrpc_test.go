@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,24 +29,11 @@ import (
 	"github.com/idemhq/idem/idemgrpc"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
-
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		return 1
-	}
-	return 0
-}
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // The test service is written without generated code: a hand-made service
 // description whose messages are well-known types. Charge takes an amount

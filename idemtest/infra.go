@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/internal/testpg"
+	"github.com/idemhq/idem/pgtest"
 )
 
 // Main runs a package's tests and then stops the PostgreSQL that Postgres
@@ -24,7 +24,7 @@ import (
 //
 // A test binary that also serves as a relay child (RelayMain) calls
 // RelayMain first.
-func Main(m interface{ Run() int }) int { return testpg.Main(m) }
+func Main(m interface{ Run() int }) int { return pgtest.Main(m) }
 
 // Postgres returns the URL of a fresh PostgreSQL schema of t's own, with
 // idem's migrations applied, dropped when t ends. Connections made with the
@@ -36,12 +36,12 @@ func Main(m interface{ Run() int }) int { return testpg.Main(m) }
 // saying so; nothing is installed for you.
 func Postgres(t testing.TB) string {
 	t.Helper()
-	u, err := url.Parse(testpg.URL(t))
+	u, err := url.Parse(pgtest.URL(t))
 	if err != nil {
 		t.Fatalf("idemtest: PostgreSQL URL: %v", err)
 	}
 	q := u.Query()
-	q.Set("search_path", testpg.Schema(t))
+	q.Set("search_path", pgtest.Schema(t))
 	u.RawQuery = q.Encode()
 	dbURL := u.String()
 	ctx := context.Background()

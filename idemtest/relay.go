@@ -12,8 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemhq/idem/internal/failpoint"
-	"github.com/idemhq/idem/internal/storage"
+	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/driver/sqlite"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -27,6 +28,28 @@ const (
 	// again, and only a stable message id lets the broker drop the copy.
 	AfterPublish = outbox.FailpointAfterPublish
 )
+
+// EnvFailpoint is the variable that arms a failpoint in the relay's
+// process (docs/operations.md); KillRelay sets it on the first run.
+const EnvFailpoint = "IDEM_FAILPOINT"
+
+// openDB opens the database RelayCrash.DB names: postgres://… or
+// postgresql://… for PostgreSQL, sqlite:PATH or file:PATH for SQLite (the
+// forms idem relay's --db takes, less its embedded default).
+func openDB(ctx context.Context, dbURL string) (driver.Driver, error) {
+	switch {
+	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+		return postgres.Open(ctx, postgres.Config{URL: dbURL})
+	case strings.HasPrefix(dbURL, "sqlite:"), strings.HasPrefix(dbURL, "file:"):
+		_, path, _ := strings.Cut(dbURL, ":")
+		if path = strings.TrimPrefix(path, "//"); path != "" {
+			return sqlite.Open(ctx, sqlite.Config{Path: path})
+		}
+	}
+	// Only the scheme is named: the URL may hold a password.
+	scheme, _, _ := strings.Cut(dbURL, ":")
+	return nil, fmt.Errorf("a URL of scheme %q: want postgres://…, postgresql://…, sqlite:PATH or file:PATH", scheme)
+}
 
 // RelayCrash describes one crash test of a relay.
 type RelayCrash struct {
@@ -93,7 +116,7 @@ func KillRelay(t TB, c RelayCrash) {
 	}
 
 	ctx := context.Background()
-	d, err := storage.Open(ctx, c.DB)
+	d, err := openDB(ctx, c.DB)
 	if err != nil {
 		t.Fatalf("idemtest: open RelayCrash.DB: %v", err)
 		return
@@ -216,7 +239,7 @@ func startChild(cmd *exec.Cmd, fp string) (*child, error) {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
-	cmd.Env = append(cmd.Env, failpoint.Env+"="+fp)
+	cmd.Env = append(cmd.Env, EnvFailpoint+"="+fp)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

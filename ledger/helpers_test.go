@@ -3,36 +3,21 @@ package ledger_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/ledger"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // leakChecked fails a passing run that left goroutines behind (a pool or a
 // rows cursor not closed).
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
-
 const tenant = "acme"
 
 // stepClock returns a clock that advances 1ms per reading, so recorded

@@ -1,11 +1,10 @@
 package outbox_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/idemhq/idem/internal/leakcheck"
 )
 
 // TestMain fails the run if a goroutine outlived the tests. The tests that
@@ -13,11 +12,6 @@ import (
 // binary's module, so that this module does not depend on nats-server.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"net/http"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
@@ -23,11 +21,8 @@ func TestMain(m *testing.M) {
 	code := testpg.Main(m)
 	// The leak check is skipped while fuzzing: the fuzzing engine's own
 	// goroutines may still be winding down when m.Run returns.
-	if f := flag.Lookup("test.fuzz"); code == 0 && (f == nil || f.Value.String() == "") {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		code = leakcheck.After(code)
 	}
 	os.Exit(code)
 }

@@ -10,7 +10,10 @@ ON CONFLICT (scope, operation, key) DO UPDATE
  WHERE idem_keys.expires_at <= EXCLUDED.created_at
 RETURNING true;
 INSERT INTO biz (k, note) VALUES ('bench', 'one side effect');
-UPDATE idem_keys SET status = 201, header = NULL,
-       body = convert_to('{"id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"posted","amount":1250,"currency":"EUR"}', 'UTF8')
- WHERE scope = 'tenant-a' AND operation = 'POST /v1/things' AND key = 'pgb-' || :k;
+WITH r AS (
+  UPDATE idem_keys SET status = 201, header = NULL,
+         body = convert_to('{"id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"posted","amount":1250,"currency":"EUR"}', 'UTF8')
+   WHERE scope = 'tenant-a' AND operation = 'POST /v1/things' AND key = 'pgb-' || :k
+  RETURNING 1)
+SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome');
 COMMIT;

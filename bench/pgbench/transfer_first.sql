@@ -60,7 +60,10 @@ SELECT created_at FROM t;
 INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at)
 SELECT * FROM unnest(ARRAY[gen_random_uuid()], ARRAY['bench'], ARRAY['transfer.created'], ARRAY['transfer/pgb-' || :k],
                      ARRAY[(:k::bigint % 64)::integer], ARRAY[convert_to(repeat('x', 180), 'UTF8')], ARRAY[NULL::bytea], ARRAY[now()]);
-UPDATE idem_keys SET status = 201, header = convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8'),
-       body = convert_to(repeat('x', 280), 'UTF8')
- WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = 'pgb-' || :k;
+WITH r AS (
+  UPDATE idem_keys SET status = 201, header = convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8'),
+         body = convert_to(repeat('x', 280), 'UTF8')
+   WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = 'pgb-' || :k
+  RETURNING 1)
+SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome');
 COMMIT;

@@ -13,33 +13,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log"
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/examples/receipts"
 )
 
 // consumerName is both the queue's name and the inbox's consumer name:
 // message ids are deduplicated per consumer.
 const consumerName = "receipts"
-
-// createReceipts is the consumer's own table. No unique constraint on
-// order_id: the inbox is what keeps a redelivery from writing a second row.
-const createReceipts = `CREATE TABLE IF NOT EXISTS receipts (
-	id         bigserial PRIMARY KEY,
-	order_id   text   NOT NULL,
-	amount     bigint NOT NULL
-)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,23 +49,15 @@ type config struct {
 	stats *stats
 }
 
-type stats struct {
-	applied, duplicates atomic.Int64
-}
+type stats = receipts.Stats
 
 // run consumes until ctx ends.
 func run(ctx context.Context, dbURL, amqpURL string, cfg config) error {
-	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL})
+	store, err := receipts.Open(ctx, dbURL, consumerName, cfg.stats)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		return err
-	}
-	if err := exec(ctx, d, createReceipts); err != nil {
-		return err
-	}
+	defer store.Close()
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
 		return err
@@ -105,24 +85,14 @@ func run(ctx context.Context, dbURL, amqpURL string, cfg config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.stats == nil {
-		cfg.stats = &stats{}
-	}
-	in, err := inbox.New(d, inbox.Config{})
-	if err != nil {
-		return err
-	}
 	for m := range deliveries {
-		dup, err := handle(ctx, d, in, m)
-		if err != nil {
+		// The relay's stable message id (the outbox row's), never the
+		// delivery tag: a redelivery and a republish have new tags.
+		if _, err := store.Apply(ctx, m.MessageId, m.Body); err != nil {
 			slog.Warn("consumer: message not applied", "err", err)
-			_ = m.Nack(false, true) // requeued: tried again
+			// Requeued to be tried again, unless it can never apply.
+			_ = m.Nack(false, !errors.Is(err, receipts.ErrMalformed))
 			continue
-		}
-		if dup {
-			cfg.stats.duplicates.Add(1)
-		} else {
-			cfg.stats.applied.Add(1)
 		}
 		if cfg.requeue > 0 {
 			cfg.requeue--
@@ -132,46 +102,4 @@ func run(ctx context.Context, dbURL, amqpURL string, cfg config) error {
 		_ = m.Ack(false)
 	}
 	return nil
-}
-
-// handle applies one message once: the receipt row and the inbox record
-// commit together.
-func handle(ctx context.Context, d driver.Driver, in *inbox.Inbox, m amqp.Delivery) (duplicate bool, err error) {
-	// The relay's stable message id (the outbox row's), never the
-	// delivery tag: a redelivery and a republish have new tags.
-	if m.MessageId == "" {
-		return false, errors.New("message without a message-id")
-	}
-	var order struct {
-		OrderID string `json:"order_id"`
-		Amount  int64  `json:"amount"`
-	}
-	if err := json.Unmarshal(m.Body, &order); err != nil {
-		return false, err
-	}
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(ctx)
-	dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: consumerName, MessageID: m.MessageId}, func(ctx context.Context, tx driver.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO receipts (order_id, amount) VALUES ($1, $2)`, order.OrderID, order.Amount)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	return dup, tx.Commit(ctx)
-}
-
-func exec(ctx context.Context, d driver.Driver, sql string) error {
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }

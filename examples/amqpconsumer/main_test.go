@@ -59,16 +59,16 @@ func TestRedeliveryWritesOneReceipt(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	for st.applied.Load()+st.duplicates.Load() < 6 && time.Now().Before(deadline) {
+	for st.Applied.Load()+st.Duplicates.Load() < 6 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st.applied.Load() != 3 || st.duplicates.Load() < 3 {
+	if st.Applied.Load() != 3 || st.Duplicates.Load() < 3 {
 		t.Fatalf("applied %d, duplicates %d; want 3 applied, the republish and the 2 requeued messages duplicates",
-			st.applied.Load(), st.duplicates.Load())
+			st.Applied.Load(), st.Duplicates.Load())
 	}
 
 	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL, MaxConns: 2})

@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log"
 	"log/slog"
@@ -26,22 +25,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/examples/receipts"
 )
 
 // consumerName is both the JetStream durable consumer and the inbox's
 // consumer name: message ids are deduplicated per consumer.
 const consumerName = "receipts"
-
-// createReceipts is the consumer's own table. No unique constraint on
-// order_id: the inbox is what keeps a redelivery from writing a second row.
-const createReceipts = `CREATE TABLE IF NOT EXISTS receipts (
-	id         bigserial PRIMARY KEY,
-	order_id   text   NOT NULL,
-	amount     bigint NOT NULL
-)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,23 +50,15 @@ type config struct {
 	stats *stats
 }
 
-type stats struct {
-	applied, duplicates atomic.Int64
-}
+type stats = receipts.Stats
 
 // run consumes until ctx ends.
 func run(ctx context.Context, dbURL, natsURL string, cfg config) error {
-	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL})
+	store, err := receipts.Open(ctx, dbURL, consumerName, cfg.stats)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		return err
-	}
-	if err := exec(ctx, d, createReceipts); err != nil {
-		return err
-	}
+	defer store.Close()
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		return err
@@ -96,26 +77,24 @@ func run(ctx context.Context, dbURL, natsURL string, cfg config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.stats == nil {
-		cfg.stats = &stats{}
-	}
-	in, err := inbox.New(d, inbox.Config{})
-	if err != nil {
-		return err
-	}
 	dropAcks := atomic.Int32{}
 	dropAcks.Store(cfg.dropAcks)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		dup, err := handle(ctx, d, in, m)
-		if err != nil {
-			// Not acked: JetStream redelivers after AckWait.
-			slog.Warn("consumer: message not applied", "err", err)
+		// The relay's stable message id (the outbox row's), not the
+		// JetStream sequence: a republish after a relay crash has a new one.
+		id := m.Headers().Get(nats.MsgIdHdr)
+		if id == "" {
+			slog.Warn("consumer: message without Nats-Msg-Id")
+			_ = m.Term()
 			return
 		}
-		if dup {
-			cfg.stats.duplicates.Add(1)
-		} else {
-			cfg.stats.applied.Add(1)
+		if _, err := store.Apply(ctx, id, m.Data()); err != nil {
+			if errors.Is(err, receipts.ErrMalformed) {
+				_ = m.Term() // never valid: do not redeliver
+			}
+			// Otherwise not acked: JetStream redelivers after AckWait.
+			slog.Warn("consumer: message not applied", "err", err)
+			return
 		}
 		if dropAcks.Add(-1) >= 0 {
 			return
@@ -129,48 +108,4 @@ func run(ctx context.Context, dbURL, natsURL string, cfg config) error {
 	cc.Drain()
 	<-cc.Closed()
 	return nil
-}
-
-// handle applies one message once: the receipt row and the inbox record
-// commit together.
-func handle(ctx context.Context, d driver.Driver, in *inbox.Inbox, m jetstream.Msg) (duplicate bool, err error) {
-	// The relay's stable message id (the outbox row's), not the JetStream
-	// sequence: a republish after a relay crash has a new sequence.
-	id := m.Headers().Get(nats.MsgIdHdr)
-	if id == "" {
-		return false, errors.New("message without Nats-Msg-Id")
-	}
-	var order struct {
-		OrderID string `json:"order_id"`
-		Amount  int64  `json:"amount"`
-	}
-	if err := json.Unmarshal(m.Data(), &order); err != nil {
-		_ = m.Term() // never valid: do not redeliver
-		return false, err
-	}
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(ctx)
-	dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: consumerName, MessageID: id}, func(ctx context.Context, tx driver.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO receipts (order_id, amount) VALUES ($1, $2)`, order.OrderID, order.Amount)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	return dup, tx.Commit(ctx)
-}
-
-func exec(ctx context.Context, d driver.Driver, sql string) error {
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }

@@ -53,15 +53,15 @@ func TestRedeliveryWritesOneReceipt(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, dbURL, natsURL, config{AckWait: time.Second, dropAcks: 2, stats: st}) }()
 	deadline := time.Now().Add(15 * time.Second)
-	for st.duplicates.Load() < 2 && time.Now().Before(deadline) {
+	for st.Duplicates.Load() < 2 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st.applied.Load() != 3 || st.duplicates.Load() < 2 {
-		t.Fatalf("applied %d, duplicates %d; want 3 applied and the 2 unacked messages redelivered as duplicates", st.applied.Load(), st.duplicates.Load())
+	if st.Applied.Load() != 3 || st.Duplicates.Load() < 2 {
+		t.Fatalf("applied %d, duplicates %d; want 3 applied and the 2 unacked messages redelivered as duplicates", st.Applied.Load(), st.Duplicates.Load())
 	}
 
 	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL, MaxConns: 2})

@@ -14,35 +14,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"log"
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/examples/receipts"
 	"github.com/idemhq/idem/outbox/kafka"
 )
 
 // consumerName is both the consumer group and the inbox's consumer name:
 // message ids are deduplicated per consumer.
 const consumerName = "receipts"
-
-// createReceipts is the consumer's own table. No unique constraint on
-// order_id: the inbox is what keeps a record read again from writing a
-// second row.
-const createReceipts = `CREATE TABLE IF NOT EXISTS receipts (
-	id         bigserial PRIMARY KEY,
-	order_id   text   NOT NULL,
-	amount     bigint NOT NULL
-)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -65,23 +51,15 @@ type config struct {
 	stats *stats
 }
 
-type stats struct {
-	applied, duplicates atomic.Int64
-}
+type stats = receipts.Stats
 
 // run consumes until ctx ends.
 func run(ctx context.Context, dbURL string, cfg config) error {
-	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL})
+	store, err := receipts.Open(ctx, dbURL, consumerName, cfg.stats)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		return err
-	}
-	if err := exec(ctx, d, createReceipts); err != nil {
-		return err
-	}
+	defer store.Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumerGroup(consumerName),
 		kgo.ConsumeTopics(cfg.Topic), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -89,13 +67,6 @@ func run(ctx context.Context, dbURL string, cfg config) error {
 		return err
 	}
 	defer cl.Close()
-	if cfg.stats == nil {
-		cfg.stats = &stats{}
-	}
-	in, err := inbox.New(d, inbox.Config{})
-	if err != nil {
-		return err
-	}
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -106,17 +77,8 @@ func run(ctx context.Context, dbURL string, cfg config) error {
 		}
 		var failed error
 		fs.EachRecord(func(r *kgo.Record) {
-			if failed != nil {
-				return
-			}
-			dup, err := handle(ctx, d, in, r)
-			switch {
-			case err != nil:
-				failed = err
-			case dup:
-				cfg.stats.duplicates.Add(1)
-			default:
-				cfg.stats.applied.Add(1)
+			if failed == nil {
+				_, failed = store.Apply(ctx, recordID(r), r.Value)
 			}
 		})
 		if failed != nil {
@@ -131,50 +93,13 @@ func run(ctx context.Context, dbURL string, cfg config) error {
 	}
 }
 
-// handle applies one record once: the receipt row and the inbox record
-// commit together.
-func handle(ctx context.Context, d driver.Driver, in *inbox.Inbox, r *kgo.Record) (duplicate bool, err error) {
-	// The relay's stable message id (the outbox row's), never the offset:
-	// a republish after a relay crash has a new offset.
-	var id string
+// recordID is the relay's stable message id (the outbox row's), never the
+// offset: a republish after a relay crash has a new offset.
+func recordID(r *kgo.Record) string {
 	for _, h := range r.Headers {
 		if h.Key == kafka.HeaderID {
-			id = string(h.Value)
+			return string(h.Value)
 		}
 	}
-	if id == "" {
-		return false, errors.New("record without " + kafka.HeaderID)
-	}
-	var order struct {
-		OrderID string `json:"order_id"`
-		Amount  int64  `json:"amount"`
-	}
-	if err := json.Unmarshal(r.Value, &order); err != nil {
-		return false, err
-	}
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(ctx)
-	dup, err := in.Process(ctx, tx, inbox.Delivery{Consumer: consumerName, MessageID: id}, func(ctx context.Context, tx driver.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO receipts (order_id, amount) VALUES ($1, $2)`, order.OrderID, order.Amount)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	return dup, tx.Commit(ctx)
-}
-
-func exec(ctx context.Context, d driver.Driver, sql string) error {
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return ""
 }

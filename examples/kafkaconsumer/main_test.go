@@ -57,7 +57,7 @@ func TestRereadWritesOneReceipt(t *testing.T) {
 			done <- run(runCtx, dbURL, config{Brokers: c.ListenAddrs(), Topic: "idem", noCommit: noCommit, stats: st})
 		}()
 		// A bound for a hang, not a speed check.
-		for deadline := time.Now().Add(60 * time.Second); st.applied.Load()+st.duplicates.Load() < 4 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(60 * time.Second); st.Applied.Load()+st.Duplicates.Load() < 4 && time.Now().Before(deadline); {
 			time.Sleep(20 * time.Millisecond)
 		}
 		cancel()
@@ -66,12 +66,12 @@ func TestRereadWritesOneReceipt(t *testing.T) {
 		}
 		return st
 	}
-	if st := consume(true); st.applied.Load() != 3 || st.duplicates.Load() != 1 {
-		t.Fatalf("first run: applied %d, duplicates %d; want 3 and the republish", st.applied.Load(), st.duplicates.Load())
+	if st := consume(true); st.Applied.Load() != 3 || st.Duplicates.Load() != 1 {
+		t.Fatalf("first run: applied %d, duplicates %d; want 3 and the republish", st.Applied.Load(), st.Duplicates.Load())
 	}
-	if st := consume(false); st.applied.Load() != 0 || st.duplicates.Load() != 4 {
+	if st := consume(false); st.Applied.Load() != 0 || st.Duplicates.Load() != 4 {
 		t.Fatalf("second run: applied %d, duplicates %d; want every record read again as a duplicate",
-			st.applied.Load(), st.duplicates.Load())
+			st.Applied.Load(), st.Duplicates.Load())
 	}
 
 	d, err := postgres.Open(ctx, postgres.Config{URL: dbURL, MaxConns: 2})

@@ -12,31 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/ledger"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
-
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		return 1
-	}
-	return 0
-}
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // store runs one request through a real keeper, so the record is exactly
 // what the service would have stored.

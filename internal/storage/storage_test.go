@@ -10,30 +10,16 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/storage"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // leakChecked fails a passing run that left goroutines behind.
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
-
 // place is a database URL of the dialect that names nothing yet: a SQLite
 // path in a directory that does not exist, or a fresh Postgres schema.
 func place(t *testing.T, dialect string) (dbURL, dir string) {

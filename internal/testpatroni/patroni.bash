@@ -56,6 +56,13 @@
 set -euo pipefail
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 
+# The shared helpers (free_port, as_owner, install_packages): beside this
+# file where a test wrote both, in internal/testserver/ in the repository.
+testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
+[ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
+# shellcheck source=../testserver/testserver.bash
+source "$testserver_lib"
+
 find_bindir() {
   if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
     pg_config --bindir; return
@@ -86,29 +93,6 @@ install_patroni() {
   # the packages from starting the system's etcd and Patroni; if they did
   # start, they use the default ports, which our servers never use.
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq patroni etcd-server postgresql >&2
-}
-
-# free_port picks a free loopback port below the kernel's ephemeral range,
-# so that no outgoing connection takes it while its server is down.
-free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
-import random, socket
-with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-    low = int(f.read().split()[0])
-for _ in range(200):
-    port = random.randrange(max(1024, low - 12000), low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(port)
-    break
-else:
-    raise SystemExit(1)
-PY
 }
 
 as_owner() {

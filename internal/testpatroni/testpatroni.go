@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/internal/testserver"
 )
 
 // Config configures a cluster.
@@ -86,7 +88,7 @@ func Start(tb testing.TB, cfg Config) *Cluster {
 	if err := os.Chmod(parent, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(parent, "patroni.bash"), script, 0o644); err != nil {
+	if _, err := testserver.WriteScript(parent, "patroni.bash", script); err != nil {
 		tb.Fatalf("testpatroni: write the script: %v", err)
 	}
 	c := &Cluster{dir: filepath.Join(parent, "cluster")}

@@ -28,6 +28,13 @@
 # root).
 set -euo pipefail
 
+# The shared helpers (free_port, as_owner, install_packages): beside this
+# file where a test wrote both, in internal/testserver/ in the repository.
+testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
+[ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
+# shellcheck source=../testserver/testserver.bash
+source "$testserver_lib"
+
 find_bindir() {
   if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
     pg_config --bindir; return
@@ -40,50 +47,7 @@ find_bindir() {
   return 1
 }
 
-install_postgres() {
-  if [ -n "${IDEM_PG_NO_INSTALL:-}" ]; then
-    echo "scripts/pg: PostgreSQL is not installed: install it (Debian: apt-get install postgresql)" >&2
-    exit 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "scripts/pg: PostgreSQL is not installed and we are not root: install Debian's postgresql package" >&2
-    exit 1
-  fi
-  echo "scripts/pg: installing PostgreSQL with apt-get" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq postgresql postgresql-contrib >&2
-}
-
-# free_port picks a free loopback port below the kernel's ephemeral range
-# (ip_local_port_range). A port the kernel chose would be its to give again:
-# while the server is down (pause, restart) an outgoing connection can get
-# it as its local port, and the server cannot listen on it again ("could
-# not bind ... Address already in use").
-free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
-import random, socket
-with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-    low = int(f.read().split()[0])
-for _ in range(200):
-    port = random.randrange(max(1024, low - 12000), low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(port)
-    break
-else:
-    raise SystemExit(1)
-PY
-}
-
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
+install_postgres() { install_packages pg 'PostgreSQL' IDEM_PG_NO_INSTALL postgresql postgresql-contrib; }
 
 cmd=${1:-}; dir=${2:-}
 if [ "$cmd" = install ]; then

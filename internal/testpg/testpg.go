@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/testserver"
 )
 
 // EnvURL names the variable that points tests at an existing server.
@@ -129,7 +131,7 @@ var pgScript []byte
 // holds a cluster, so that it lives as long as the cluster does (for
 // Cluster.RestartCommand's other processes too).
 func writeScript(parent string) error {
-	if err := os.WriteFile(script(parent), pgScript, 0o644); err != nil {
+	if _, err := testserver.WriteScript(parent, "pg.bash", pgScript); err != nil {
 		return fmt.Errorf("write the PostgreSQL script: %w", err)
 	}
 	return nil

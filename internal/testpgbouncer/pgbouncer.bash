@@ -32,6 +32,13 @@
 # (PgBouncer refuses root). Nothing is written outside DIR.
 set -euo pipefail
 
+# The shared helpers (free_port, as_owner, install_packages): beside this
+# file where a test wrote both, in internal/testserver/ in the repository.
+testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
+[ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
+# shellcheck source=../testserver/testserver.bash
+source "$testserver_lib"
+
 find_pgbouncer() {
   local p
   for p in "$(command -v pgbouncer 2>/dev/null || true)" /usr/sbin/pgbouncer /usr/bin/pgbouncer; do
@@ -40,47 +47,7 @@ find_pgbouncer() {
   return 1
 }
 
-install_pgbouncer() {
-  if [ -n "${IDEM_PG_NO_INSTALL:-}" ]; then
-    echo "scripts/pgbouncer: PgBouncer is not installed: install it (Debian: apt-get install pgbouncer)" >&2
-    exit 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "scripts/pgbouncer: PgBouncer is not installed and we are not root: install Debian's pgbouncer package" >&2
-    exit 1
-  fi
-  echo "scripts/pgbouncer: installing PgBouncer with apt-get" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq pgbouncer >&2
-}
-
-# free_port picks a free loopback port below the kernel's ephemeral range,
-# as scripts/pg does: the pooler listens on it again after a restart.
-free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
-import random, socket
-with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-    low = int(f.read().split()[0])
-for _ in range(200):
-    port = random.randrange(max(1024, low - 12000), low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(port)
-    break
-else:
-    raise SystemExit(1)
-PY
-}
-
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
+install_pgbouncer() { install_packages pgbouncer 'PgBouncer' IDEM_PG_NO_INSTALL pgbouncer; }
 
 # launch starts the pooler in DIR as a daemon and waits until it listens,
 # for up to 10 s: a loaded machine may be slow to start it. A start that

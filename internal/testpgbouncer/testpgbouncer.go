@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/internal/testserver"
 )
 
 //go:embed pgbouncer.bash
@@ -58,7 +60,7 @@ func New(tb testing.TB, pgURL string, opts Options) *Bouncer {
 	if err := os.Chmod(parent, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(parent, "pgbouncer.bash"), script, 0o644); err != nil {
+	if _, err := testserver.WriteScript(parent, "pgbouncer.bash", script); err != nil {
 		tb.Fatal(err)
 	}
 	b := &Bouncer{dir: filepath.Join(parent, "pgbouncer")}

@@ -32,50 +32,18 @@
 # install). The node runs as the calling user.
 set -euo pipefail
 
+# The shared helpers (free_port, as_owner, install_packages): beside this
+# file where a test wrote both, in internal/testserver/ in the repository.
+testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
+[ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
+# shellcheck source=../testserver/testserver.bash
+source "$testserver_lib"
+
 sbin=/usr/lib/rabbitmq/bin
 
-install_rabbitmq() {
-  if [ -n "${IDEM_RABBITMQ_NO_INSTALL:-}" ]; then
-    echo "scripts/rabbitmq: RabbitMQ is not installed: install it (Debian: apt-get install rabbitmq-server)" >&2
-    exit 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "scripts/rabbitmq: RabbitMQ is not installed and we are not root: install Debian's rabbitmq-server package" >&2
-    exit 1
-  fi
-  echo "scripts/rabbitmq: installing RabbitMQ with apt-get" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  # Debian's policy-rc.d (in containers) or a stopped service manager keeps
-  # the package from starting the system's node; if it did start, it runs
-  # on the default ports and names, which our nodes never use.
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq rabbitmq-server >&2
-}
+install_rabbitmq() { install_packages rabbitmq 'RabbitMQ' IDEM_RABBITMQ_NO_INSTALL rabbitmq-server; }
 
 installed() { [ -x "$sbin/rabbitmq-server" ] && command -v epmd >/dev/null 2>&1; }
-
-# free_port picks a free loopback port below the kernel's ephemeral range,
-# so that no outgoing connection takes it while the node is down (restart).
-free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
-import random, socket
-with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-    low = int(f.read().split()[0])
-for _ in range(200):
-    port = random.randrange(max(1024, low - 12000), low)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(port)
-    break
-else:
-    raise SystemExit(1)
-PY
-}
 
 # node_env exports the node's private environment, kept in DIR/env.
 node_env() {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/internal/testserver"
 )
 
 // Node is one RabbitMQ node of a test's own.
@@ -91,7 +93,7 @@ func start(files *TLSFiles) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(parent, "rabbitmq.bash"), rabbitScript, 0o644); err != nil {
+	if _, err := testserver.WriteScript(parent, "rabbitmq.bash", rabbitScript); err != nil {
 		return nil, err
 	}
 	n := &Node{dir: filepath.Join(parent, "node")}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/cmd/idem/internal/console"
 	"github.com/idemhq/idem/cmd/idem/internal/server"
@@ -24,28 +23,15 @@ import (
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/internal/inspect"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/ledger"
 )
 
-func TestMain(m *testing.M) { os.Exit(testpg.Main(leakChecked{m})) }
+func TestMain(m *testing.M) { os.Exit(testpg.Main(leakcheck.Wrap(m))) }
 
 // leakChecked fails the run when goroutines outlive the tests (a server,
 // a pool, a browser connection the tests forgot).
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak:", err)
-		return 1
-	}
-	return 0
-}
-
 // fakeOutbox is an in-memory OutboxView: the real one arrives with the
 // outbox package; these tests check the console's side of the seam.
 type fakeOutbox struct {

@@ -8,8 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 )
 
@@ -25,12 +24,7 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }
 

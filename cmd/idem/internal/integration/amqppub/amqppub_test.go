@@ -12,9 +12,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/cmd/idem/internal/broker"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testrabbit"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/amqppub"
@@ -33,12 +33,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	node.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }
 

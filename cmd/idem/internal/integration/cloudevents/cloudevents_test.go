@@ -35,6 +35,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testrabbit"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/amqppub"
@@ -54,12 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	node.Stop()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/cloudevents/sdk-go/v2/protocol/http.(*Protocol).OpenInbound")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code, goleak.IgnoreAnyFunction("github.com/cloudevents/sdk-go/v2/protocol/http.(*Protocol).OpenInbound"))
 	os.Exit(code)
 }
 

@@ -3,18 +3,17 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/natspub"
@@ -24,12 +23,7 @@ import (
 // goroutine outlived them (a relay, consumer or connection left running).
 func TestMain(m *testing.M) {
 	code := testpg.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }
 

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/embeddednats"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/leakcheck"
 	"github.com/idemhq/idem/internal/testpg"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/natspub"
@@ -25,12 +25,7 @@ import (
 func TestMain(m *testing.M) {
 	code := testpg.Main(m)
 	stopRabbit()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
+	code = leakcheck.After(code)
 	os.Exit(code)
 }
 

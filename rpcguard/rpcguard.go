@@ -1,9 +1,22 @@
-// Package rpcguard is what the gRPC and Connect interceptors (modules
-// idemgrpc and idemconnect) share: the key's checks, the claim, the
+// Package rpcguard is the shared core of the RPC interceptors, the
+// modules idemgrpc and idemconnect: the key's checks, the claim, the
 // handler's run inside the keeper's transaction, which replies are stored,
-// and which refusal answers each error of the keeper. It speaks in gRPC
-// status codes as numbers (Connect's codes are the same), so that it needs
-// neither grpc nor connect and the library's module stays lean.
+// which refusal answers each error of the keeper, and the defaults and
+// bounds of their configuration. It speaks in gRPC status codes as numbers
+// (Connect's codes are the same), so that it needs neither grpc nor
+// connect and the library's module stays lean.
+//
+// Applications use idemgrpc or idemconnect, not this package; a new RPC
+// framework's interceptor is built on it as those two are.
+//
+// Compatibility: rpcguard is part of the library's module
+// (github.com/idemhq/idem) and follows its semantic versioning, like every
+// exported package of it. Within a major version an identifier keeps its
+// name, type and meaning, and fields, codes and reasons are only added, so
+// an interceptor module built against one release of the library builds
+// and behaves the same against any later release of the same major
+// version. This is why the interceptors import it and not a package under
+// internal/, whose API no version promises anything about.
 package rpcguard
 
 import (
@@ -56,23 +69,75 @@ const (
 // MaxUnguardedOperations bounds the operations counted apart by Unguarded.
 const MaxUnguardedOperations = 256
 
-// Config is the shared part of the interceptors' configs, with defaults
-// applied by the interceptor (its fields' comments are the contract).
+// Config is the shared part of the interceptors' configs. Each interceptor
+// documents its fields' defaults and bounds on its own Config; New applies
+// the defaults with WithDefaults and the bounds with Validate.
 type Config struct {
-	Keeper          *idem.Keeper
-	Scope           func(ctx context.Context, method string) string
-	Operation       func(method string) string
-	Methods         []string
+	// Keeper claims keys and stores replies. Required.
+	Keeper *idem.Keeper
+	// Scope returns a call's tenant; it must not return "". Default:
+	// idemhttp.ScopeFrom(ctx), or idem.DefaultTenant when that is empty.
+	Scope func(ctx context.Context, method string) string
+	// Operation names what a call does. Default: the method itself.
+	Operation func(method string) string
+	// Methods are the methods that require a key. Default nil: every
+	// unary method; an empty list is refused. Bound 1024.
+	Methods []string
+	// AllowMissingKey runs a guarded call without a key unguarded and
+	// counts it apart (Unguarded). Default false: such a call is refused.
 	AllowMissingKey bool
-	MaxReplyBytes   int
-	RetryAfter      time.Duration
-	OnAnswer        func(ctx context.Context, method string, kind idemhttp.Kind)
-	Logger          *slog.Logger
-	// Name prefixes the messages: "idemgrpc", "idemconnect".
+	// MaxReplyBytes bounds a stored reply (Reply's body and header
+	// values). Default DefaultMaxReplyBytes; bound 1 KiB..64 MiB.
+	MaxReplyBytes int
+	// RetryAfter is the delay suggested with Aborted (in flight) and
+	// Unavailable refusals. Default DefaultRetryAfter; bound 1ms..1h.
+	RetryAfter time.Duration
+	// OnAnswer, when set, is called once per guarded call with the kind of
+	// answer it got. Default none.
+	OnAnswer func(ctx context.Context, method string, kind idemhttp.Kind)
+	// Logger receives unexpected errors (answered Internal). Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Name prefixes the messages: "idemgrpc", "idemconnect". Default
+	// "rpcguard".
 	Name string
 }
 
-// Validate checks the fields' bounds.
+// The defaults of Config's bounded fields.
+const (
+	DefaultMaxReplyBytes = 4 << 20
+	DefaultRetryAfter    = time.Second
+)
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Scope == nil {
+		c.Scope = func(ctx context.Context, _ string) string {
+			if s := idemhttp.ScopeFrom(ctx); s != "" {
+				return s
+			}
+			return idem.DefaultTenant
+		}
+	}
+	if c.Operation == nil {
+		c.Operation = func(m string) string { return m }
+	}
+	if c.MaxReplyBytes == 0 {
+		c.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Name == "" {
+		c.Name = "rpcguard"
+	}
+	return c
+}
+
+// Validate checks the fields' bounds; it expects the defaults applied.
 func (c Config) Validate() error {
 	switch {
 	case c.Keeper == nil:
@@ -95,9 +160,14 @@ type Guard struct {
 	unguarded *opcount.Counter
 }
 
-// New returns a Guard on cfg, which must be valid.
-func New(cfg Config) *Guard {
-	return &Guard{cfg: cfg, unguarded: opcount.New(MaxUnguardedOperations)}
+// New returns a Guard on cfg with its defaults applied, or an error naming
+// the field out of bounds.
+func New(cfg Config) (*Guard, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{cfg: cfg, unguarded: opcount.New(MaxUnguardedOperations)}, nil
 }
 
 // Unguarded returns the calls without a key run under AllowMissingKey, per

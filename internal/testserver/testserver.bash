@@ -1,0 +1,69 @@
+# The helpers the test-server scripts share (internal/testpg/pg.bash,
+# internal/testpgbouncer/pgbouncer.bash, internal/testrabbit/rabbitmq.bash,
+# internal/testpatroni/patroni.bash). A script sources this file from beside
+# itself, where its Go package writes it with the script (the tests need no
+# source tree), or from internal/testserver/ when run from the repository
+# (scripts/pg and friends):
+#
+#   testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
+#   [ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
+#   source "$testserver_lib"
+#
+# It defines functions only and sets nothing: the script keeps its own
+# options (set -euo pipefail).
+
+# free_port picks a free loopback port below the kernel's ephemeral range
+# (ip_local_port_range). A port the kernel chose would be its to give again:
+# while the server is down (pause, restart) an outgoing connection can get
+# it as its local port, and the server cannot listen on it again ("could
+# not bind ... Address already in use").
+free_port() {
+  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
+import random, socket
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, low - 12000), low)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit(1)
+PY
+}
+
+# as_owner runs a command as the postgres user when we are root (PostgreSQL
+# and PgBouncer refuse root), as ourselves otherwise.
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# install_packages TOOL WHAT NO_INSTALL_VAR PACKAGE... installs Debian
+# packages for scripts/TOOL, which found WHAT missing: never when the
+# variable NO_INSTALL_VAR is set (the tests set it: test code installs
+# nothing) or when we are not root, where it exits 1 saying what to
+# install. Debian's policy-rc.d (in containers) or a stopped service
+# manager keeps the packages from starting the system's own servers; if
+# they did start, they use the default ports and names, which the test
+# servers never use.
+install_packages() {
+  local tool=$1 what=$2 var=$3; shift 3
+  if [ -n "${!var:-}" ]; then
+    echo "scripts/$tool: $what is not installed: install it (Debian: apt-get install $*)" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/$tool: $what is not installed and we are not root: install Debian's packages $*" >&2
+    exit 1
+  fi
+  echo "scripts/$tool: installing $what with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >&2
+}
