@@ -375,6 +375,14 @@ func TestKeylessPostIsSentOnce(t *testing.T) {
 	if _, err := post(client(idemclient.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxAttempts: 3}), srv.URL+"/drop"); err == nil || posts.Load() != 3 {
 		t.Fatalf("keyed dropped connection: %v, %d POSTs; want 3", err, posts.Load())
 	}
+	// A Standard Webhooks delivery is keyed by its webhook-id: retried.
+	posts.Store(0)
+	hook, _ := http.NewRequest(http.MethodPost, srv.URL+"/bad-gateway", strings.NewReader(`{"amount":1}`))
+	hook.Header.Set("Webhook-Id", "msg_1")
+	if resp, err := client(idemclient.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxAttempts: 3,
+		NewKey: func(*http.Request) (string, error) { return "", nil }}).Do(hook); err == nil || posts.Load() != 3 {
+		t.Fatalf("webhook delivery's 502: %v %v, %d POSTs; want the budget spent after 3", resp, err, posts.Load())
+	}
 
 	// A port nothing listens on: every attempt is a dial error, so the
 	// keyless POST uses its whole budget.

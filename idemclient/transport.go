@@ -136,7 +136,8 @@ func (p Policy) validate() error {
 //   - but a POST or PATCH sent without a key (NewKey returned "") is sent
 //     once, and again only when the connection could not be made (a dial
 //     error: nothing was written): without a key a second arrival is a
-//     second operation, not a replay.
+//     second operation, not a replay. A Standard Webhooks delivery (a
+//     webhook-id header) counts as keyed: its receiver dedupes by that id.
 //
 // Every other answer is final and returned as it is: 2xx, a 4xx refusal
 // (400, 422 and the others), a 500 (idem stores nothing for its own 500,
@@ -188,7 +189,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A POST or PATCH without a key (NewKey gave "") has no replay to
 	// fall back on: a second arrival would do the work again. It is sent
 	// again only when its attempt never reached the server.
-	keyless := needsKey(r.Method) && r.Header.Get(HeaderKey) == ""
+	// A Standard Webhooks delivery is keyed by its webhook-id, which the
+	// receiver deduplicates by: it is retried as a keyed request is.
+	keyless := needsKey(r.Method) && r.Header.Get(HeaderKey) == "" && r.Header.Get("Webhook-Id") == ""
 	var last lastAnswer
 	for n := 1; ; n++ {
 		// Each attempt is a request of its own: a transport may still

@@ -266,8 +266,9 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
     const maxAttempts = replayable ? bounds.maxAttempts : 1;
     // A POST or PATCH without a key has no replay to fall back on: a
     // second arrival would do the work again. It is sent again only when
-    // its attempt never reached the server.
-    const keyless = key === undefined && needsKey(method);
+    // its attempt never reached the server. A Standard Webhooks delivery
+    // is keyed by its webhook-id, which its receiver dedupes by.
+    const keyless = key === undefined && needsKey(method) && !headers.has("webhook-id");
 
     for (let n = 1; ; n++) {
       if (signal?.aborted) {

@@ -233,8 +233,11 @@ func (c *Client) Send(ctx context.Context, o *Op) (Answer, bool) {
 		return Answer{}, false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if o.Kind != KindWebhook {
-		// A webhook delivery carries neither: targets signs each attempt.
+	if o.Kind == KindWebhook {
+		// A webhook delivery's key is its webhook-id, which idemclient's
+		// Transport then retries by; targets signs each attempt.
+		req.Header.Set("Webhook-Id", o.Key)
+	} else {
 		req.Header.Set(idemclient.HeaderKey, o.Key)
 		if c.apiKey != "" {
 			req.Header.Set("Authorization", "Bearer "+c.apiKey)
