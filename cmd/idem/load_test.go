@@ -80,13 +80,14 @@ func TestLoad(t *testing.T) {
 		natsURL, _ := startNATS(t)
 		p, _ := serveDB(t, dialect, nil, "--publish", natsURL, "--config", loadWebhookConfig(t))
 		journal := filepath.Join(t.TempDir(), "journal.json")
-		// The run's end is its 1000 operations, not the clock: the default
+		// The run's end is its 1000 operations, not the clock (--duration
+		// alone would be the run's length): the default
 		// 30s duration cut the main phase short on a loaded machine (half
 		// the operations sent, the count below wrong). A copy that times
 		// out is retried, and its retry may be a replay the service counts
 		// and the run does not see: the exchange's bound is generous too.
 		r, err := loadRun(t, "--target", p.URL, "--journal", journal, "--nats", natsURL,
-			"--duration", "10m", "--timeout", "2m",
+			"--operations", "1000", "--duration", "10m", "--timeout", "2m",
 			"--webhook-endpoint", "hooks", "--webhook-secret", loadWebhookSecret)
 		if err != nil || r.Violations != 0 {
 			t.Fatalf("load: %v; %d violations: %v", err, r.Violations, r.Details)

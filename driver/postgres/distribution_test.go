@@ -38,6 +38,11 @@ var notByTenant = map[string]string{
 	"idem_inbox": "consumer-side dedupe, keyed by (consumer, message_id) in the consumer's database: " +
 		"co-located with the consumer's own rows, not with idem's tenants",
 	"idem_migrations": "the schema's version, one row per migration: a reference table",
+	"idem_webhook_endpoints": "primary key (id), a random endpoint id the tenant's routes filter by tenant too; " +
+		"distributed by tenant it needs the key (tenant, id)",
+	"idem_webhook_deliveries": "primary key (endpoint_id, event_id): the deliverer claims due deliveries across tenants; " +
+		"distributed by tenant it needs the tenant first and the deliverer a claim per node",
+	"idem_webhook_attempts": "primary key (id), the attempts log read by endpoint: distributed by tenant it needs (tenant, id)",
 }
 
 // TestSchemaKeysLeadWithTenant checks every primary key and unique

@@ -96,9 +96,6 @@ func TestWebhookEndpointsDeliverPerTenant(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // a delivery of b's event would have come by now
 		mu.Lock()
 		defer mu.Unlock()
-		if len(got) != 1 {
-			t.Fatalf("%d deliveries, want tenant a's one", len(got))
-		}
 		// Tenant a's transfer's event, read from the table (GET /v1/events
 		// lists it only once every older transaction of the cluster ended).
 		q := `SELECT id::text FROM idem_outbox WHERE tenant = $1 AND type = $2 AND convert_from(payload, 'UTF8') LIKE $3`
@@ -109,8 +106,12 @@ func TestWebhookEndpointsDeliverPerTenant(t *testing.T) {
 		if err := d.Reader().QueryRow(context.Background(), q, "a", "transfer.created", `%"amount":7%`).Scan(&want); err != nil {
 			t.Fatal(err)
 		}
-		if id := got[0].Header.Get("webhook-id"); id != want || want == "" {
-			t.Errorf("webhook-id %q, want the event's id %q", id, want)
+		// At least once: a delivery may come again (its lease ran out on a
+		// loaded machine), always tenant a's one event, never b's.
+		for i, r := range got {
+			if id := r.Header.Get("webhook-id"); id != want || want == "" {
+				t.Fatalf("delivery %d of %d: webhook-id %q, want tenant a's event %q only", i+1, len(got), id, want)
+			}
 		}
 		v, err := webhook.NewVerifier(webhook.Endpoint{Name: "a", Provider: webhook.ProviderStandard, Secrets: []string{ep.Secret}})
 		if err != nil {
