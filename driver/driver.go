@@ -193,6 +193,34 @@ func Optional[T any](d any) (T, bool) {
 	}
 }
 
+// Later marks tx so that the writes that return nothing (LedgerWrite,
+// OutboxInsert) travel with the transaction's next round trip, usually its
+// commit's, instead of taking one of their own. Each still answers its own
+// error, named ("postgres: ledger write: ..."), from the call that sends
+// it. A driver with no round trips to share, or a transaction it did not
+// begin, runs them at once. Mark a transaction only where a write's
+// failure is an error, never an answer: the caller learns of it later.
+func Later(tx Tx) Tx { return laterTx{tx} }
+
+type laterTx struct{ Tx }
+
+func (t laterTx) Unwrap() Tx { return t.Tx }
+
+// IsLater reports whether tx, or a transaction it wraps, was marked by
+// Later.
+func IsLater(tx Tx) bool {
+	for {
+		if _, ok := tx.(laterTx); ok {
+			return true
+		}
+		w, ok := tx.(Wrapper)
+		if !ok {
+			return false
+		}
+		tx = w.Unwrap()
+	}
+}
+
 // Underlying is tx with every Wrapper around it removed.
 func Underlying(tx Tx) Tx {
 	for {

@@ -416,7 +416,7 @@ func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.Ledger
 		hAmounts[i], hTimeouts[i] = h.Amount, h.TimeoutSeconds
 	}
 	relTenants, relIDs := keyArrays(p.Released)
-	return pipeline(ctx, tx, generic(unread(sqlLedgerWrite, p.At,
+	return write(ctx, tx, "ledger write", generic(unread(sqlLedgerWrite, p.At,
 		tTenants, tIDs, debits, credits, amounts, currencies, metas, reverses, reasons,
 		pendings, timeouts, pendingIDs, settles,
 		eTenants, eAccounts, eSeqs, eTransfers, eAmounts, eCredit, eDebits, eCredits,

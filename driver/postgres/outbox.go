@@ -168,7 +168,7 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
 		parents[i], states[i] = r.TraceParent, r.TraceState
 	}
-	return pipeline(ctx, tx, generic(unread(sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
+	return write(ctx, tx, "outbox insert", generic(unread(sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
 		parents, states))...)
 }
 

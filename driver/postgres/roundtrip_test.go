@@ -59,15 +59,16 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 	return &Driver{pool: pool, lockTimeout: 5 * time.Second}, counter
 }
 
-// A keeper batch of transfers is five round trips whatever its size: BEGIN
-// with the claim, the ledger's locks with its reads and clock, the ledger's
-// write, the outbox's rows, the outcomes with COMMIT; a single request with
-// one statement of work is three; the relay's mark of its rows as sent,
-// two. Each write answers its own error: the ledger's and the outbox's in
-// round trips of their own, the outcomes' in COMMIT's, where the check
-// that they found their claims is the statement's own (idem_expect). Its per-transaction settings (lock timeout) and
-// idem's generic plans add none, and, being parameters, no new statement to prepare
-// when their values change.
+// A keeper batch of transfers is three round trips whatever its size: BEGIN
+// with the claim, the ledger's locks with its reads and clock, and the
+// ledger's write, the outbox's rows and the outcomes with COMMIT (the
+// writes made through driver.Later); a single request with one statement
+// of work is three; the relay's mark of its rows as sent, two. Each write
+// answers its own error from the round trip that carries it, and the
+// check that the outcomes found their claims is the statement's own
+// (idem_expect). Its per-transaction settings (lock timeout) and idem's
+// generic plans add none, and, being parameters, no new statement to
+// prepare when their values change.
 func TestBatchRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -130,19 +131,24 @@ func TestBatchRoundTrips(t *testing.T) {
 		if locked.Accounts[0].Sequence != accounts[0].Sequence || locked.Accounts[1].Sequence != accounts[1].Sequence {
 			t.Fatalf("locked %+v, read before %+v", locked.Accounts, accounts)
 		}
-		if err := d.LedgerWrite(ctx, tx, &driver.LedgerWriteParams{Transfers: transfers, Entries: entries,
+		if err := d.LedgerWrite(ctx, driver.Later(tx), &driver.LedgerWriteParams{Transfers: transfers, Entries: entries,
 			Accounts: []driver.LedgerAccount{a, b}, At: locked.Clock}); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.OutboxInsert(ctx, tx, &driver.OutboxInsertParams{Rows: rows}); err != nil {
+		if err := d.OutboxInsert(ctx, driver.Later(tx), &driver.OutboxInsertParams{Rows: rows}); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.KeyRecordCommit(ctx, tx, &driver.KeyRecordBatchParams{Records: records}); err != nil {
 			t.Fatal(err)
 		}
 		trips, prepares := counter.trips.Load()-before, counter.prepares.Load()-beforePrep
-		if run > 0 && (trips != 5 || prepares != 0) {
-			t.Errorf("run %d: %d round trips and %d prepares, want 5 and 0", run, trips, prepares)
+		if run > 0 && (trips != 3 || prepares != 0) {
+			t.Errorf("run %d: %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
+		}
+		var written int
+		if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM ledger_transfers WHERE id = ANY($1)`,
+			[]string{transfers[0].ID, transfers[1].ID, transfers[2].ID}).Scan(&written); err != nil || written != 3 {
+			t.Fatalf("run %d: %d of 3 transfers written (%v)", run, written, err)
 		}
 
 		// A single request (Keeper.Do) is three: BEGIN with the claim, its
@@ -423,5 +429,97 @@ func TestBeginSettingsOneStatement(t *testing.T) {
 		if n != statements || trips != 1 {
 			t.Errorf("%+v: %d statements in %d round trips, want %d in 1", opts, n, trips, statements)
 		}
+	}
+}
+
+// A write made through driver.Later waits for the transaction's next round
+// trip and answers its own error, named, from the call that sends it: the
+// commit's, where COMMIT then does not run and nothing is stored; or a
+// later statement's, which runs after it and sees it. In a transaction the
+// driver did not begin it runs at once.
+func TestLaterWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := migratedSchema(t)
+	d, err := Open(ctx, Config{URL: testpg.URL(t), SearchPath: schema, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	row := func(id string) driver.OutboxRow {
+		return driver.OutboxRow{ID: id, Tenant: "t", Type: "x", Key: "k", Payload: []byte("{}"), CreatedAt: time.Now()}
+	}
+	const taken, fresh = "0190a000-0000-7000-8000-000000000001", "0190a000-0000-7000-8000-000000000002"
+	if err := d.OutboxInsert(ctx, d.Reader(), &driver.OutboxInsertParams{Rows: []driver.OutboxRow{row(taken)}}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q driver.Tx, id string) (n int) {
+		t.Helper()
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM idem_outbox WHERE id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	key := driver.KeyID{Scope: "t", Operation: "POST", Key: "later"}
+	claim := func(tx driver.Tx) {
+		t.Helper()
+		if c, err := d.KeyClaimBatch(ctx, tx, &driver.KeyClaimBatchParams{Claims: []driver.KeyClaimItem{{ID: key, Fingerprint: []byte("fp")}},
+			Now: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}); err != nil || !c[0].Claimed {
+			t.Fatalf("claim: %+v %v", c, err)
+		}
+	}
+
+	// Failing at the commit: the write's own error, and nothing stored.
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim(tx)
+	if err := d.OutboxInsert(ctx, driver.Later(tx), &driver.OutboxInsertParams{Rows: []driver.OutboxRow{row(fresh), row(taken)}}); err != nil {
+		t.Fatalf("a later write failed before it was sent: %v", err)
+	}
+	err = d.KeyRecordCommit(ctx, tx, &driver.KeyRecordBatchParams{Records: []driver.KeyRecordParams{{ID: key, Status: 201}}})
+	var pgErr *pgconn.PgError
+	if !errors.Is(err, driver.ErrUniqueViolation) || !errors.As(err, &pgErr) || !strings.HasPrefix(err.Error(), "postgres: outbox insert: ") {
+		t.Fatalf("commit after a failing later write: %v, want the outbox insert's own unique violation", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var keys int
+	if err := d.Reader().QueryRow(ctx, `SELECT count(*) FROM idem_keys WHERE key = 'later'`).Scan(&keys); err != nil || keys != 0 || count(d.Reader(), fresh) != 0 {
+		t.Fatalf("after the failed commit: %d keys, %d fresh rows (%v), want none", keys, count(d.Reader(), fresh), err)
+	}
+
+	// Sent by the next statement, which sees it; then stored by the commit.
+	tx, err = d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim(tx)
+	if err := d.OutboxInsert(ctx, driver.Later(tx), &driver.OutboxInsertParams{Rows: []driver.OutboxRow{row(fresh)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(tx, fresh); n != 1 {
+		t.Fatalf("a statement after a later write sees %d of its rows, want 1", n)
+	}
+	if err := tx.Commit(ctx); err != nil || count(d.Reader(), fresh) != 1 {
+		t.Fatalf("commit: %v, %d rows", err, count(d.Reader(), fresh))
+	}
+
+	// In a transaction of the caller's, at once.
+	pool, err := pgxpool.New(ctx, testpg.URL(t)+"&search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ptx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptx.Rollback(ctx)
+	err = d.OutboxInsert(ctx, driver.Later(TxFromPgx(ptx)), &driver.OutboxInsertParams{Rows: []driver.OutboxRow{row(taken)}})
+	if !errors.Is(err, driver.ErrUniqueViolation) {
+		t.Fatalf("a later write in the caller's transaction: %v, want its unique violation at once", err)
 	}
 }

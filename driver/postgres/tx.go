@@ -24,11 +24,23 @@ const dialect = "postgres"
 // never as that statement's. The connection is the transaction's until
 // Commit or Rollback returns it to the pool; the pool destroys a connection
 // it gets back inside a transaction.
+//
+// Writes made through a transaction marked by driver.Later wait too: they
+// travel with the next round trip, after the opening and before what
+// that round trip was sent for, and a failure among them is returned from
+// that call wrapped as the write's own ("postgres: ledger write: ...").
 type ownedTx struct {
 	conn      *pgxpool.Conn
 	opening   []queuedStmt // BEGIN and its settings until the first statement sends them
+	later     []laterWrite // writes waiting for the next round trip, in order
 	done      bool
 	committed bool // by commitAfter: Commit then answers nil
+}
+
+// laterWrite is a write made through driver.Later, waiting to be sent.
+type laterWrite struct {
+	name  string
+	steps []step
 }
 
 // queuedStmt is an opening statement waiting for the first round trip.
@@ -39,36 +51,101 @@ type queuedStmt struct {
 
 func (t *ownedTx) Dialect() string { return dialect }
 
-// send sends the opening statements, if still unsent, and then b's in one
-// round trip, and returns the batch at b's first result.
+// send sends the opening statements and the later writes, if still
+// unsent, and then b's in one round trip, and returns the batch at b's
+// first result.
 func (t *ownedTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
 	if t.done {
 		return nil, mapErr(pgx.ErrTxClosed)
 	}
-	opening := t.opening
-	if len(opening) == 0 {
+	if len(t.opening) == 0 && len(t.later) == 0 {
 		return t.conn.SendBatch(ctx, b), nil
 	}
-	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(opening)+len(b.QueuedQueries))}
-	for _, q := range opening {
-		all.Queue(q.sql, q.args...)
-	}
+	all, opening, later := t.queued(len(b.QueuedQueries))
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	t.opening = nil
 	br := t.conn.SendBatch(ctx, all)
-	for range opening {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("postgres: begin: %w", mapErr(err))
-		}
+	if err := readQueued(br, opening, later, mapErr); err != nil {
+		_ = br.Close()
+		return nil, err
 	}
 	return br, nil
 }
 
-// open sends the opening statements alone, for statements that cannot
-// travel with them (those sent through PgxFromTx).
+// queued empties the transaction's waiting statements into a batch with
+// room for n more, and returns them for readQueued.
+func (t *ownedTx) queued(n int) (*pgx.Batch, []queuedStmt, []laterWrite) {
+	opening, later := t.opening, t.later
+	t.opening, t.later = nil, nil
+	for _, w := range later {
+		n += len(w.steps)
+	}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(opening)+n)}
+	for _, q := range opening {
+		b.Queue(q.sql, q.args...)
+	}
+	for _, w := range later {
+		for _, s := range w.steps {
+			b.Queue(s.sql, s.args...)
+		}
+	}
+	return b, opening, later
+}
+
+// readQueued reads the results of what queued put first in br: the first
+// failure is the opening's or that write's, mapped by mapped.
+func readQueued(br pgx.BatchResults, opening []queuedStmt, later []laterWrite, mapped func(error) error) error {
+	for range opening {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: begin: %w", mapped(err))
+		}
+	}
+	for _, w := range later {
+		if err := readSteps(br, w.steps, mapped); err != nil {
+			return fmt.Errorf("postgres: %s: %w", w.name, err)
+		}
+	}
+	return nil
+}
+
+// readSteps gives each step its rows from br, in order, and returns the
+// first failure mapped by mapped.
+func readSteps(br pgx.BatchResults, steps []step, mapped func(error) error) error {
+	for _, s := range steps {
+		rows, err := br.Query()
+		if err == nil {
+			err = s.read(rows) // pgx's own rows: their errors unmapped, for mapped
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			return mapped(err)
+		}
+	}
+	return nil
+}
+
+// write runs steps, which return no rows the caller reads, as pipeline
+// does; when tx is this driver's and marked by driver.Later, it queues
+// them for the transaction's next round trip instead (ownedTx).
+func write(ctx context.Context, tx driver.Tx, name string, steps ...step) error {
+	if driver.IsLater(tx) {
+		if t, ok := driver.Underlying(tx).(*ownedTx); ok {
+			if t.done {
+				return mapErr(pgx.ErrTxClosed)
+			}
+			t.later = append(t.later, laterWrite{name: name, steps: steps})
+			return nil
+		}
+	}
+	return pipeline(ctx, tx, steps...)
+}
+
+// open sends the opening statements and later writes alone, for
+// statements that cannot travel with them (those sent through PgxFromTx).
 func (t *ownedTx) open(ctx context.Context) error {
-	if len(t.opening) == 0 {
+	if len(t.opening) == 0 && len(t.later) == 0 {
 		return nil
 	}
 	br, err := t.send(ctx, &pgx.Batch{})
@@ -215,6 +292,9 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	if t.done {
 		return mapErr(pgx.ErrTxClosed)
 	}
+	if len(t.later) > 0 {
+		return t.commitAfter(ctx)
+	}
 	t.done = true
 	defer t.conn.Release()
 	defer checkReplicated(t.conn)(&err)
@@ -239,17 +319,18 @@ func (t *ownedTx) Commit(ctx context.Context) (err error) {
 	return nil
 }
 
-// commitAfter sends steps and COMMIT in one round trip (with the opening,
-// if unsent). Each step answers its own error; when one fails the server
-// skips COMMIT, and t stays open (aborted) for Rollback to end. Once the
-// round trip is sent COMMIT may have run: a failure without an SQLSTATE
-// is driver.ErrCommitUnknown (commitErr). Once COMMIT ran, t is done, and
-// Commit answers nil, so that the wrappers around t see their Commit.
+// commitAfter sends the later writes, steps and COMMIT in one round trip
+// (with the opening, if unsent). Each answers its own error; when one
+// fails the server skips COMMIT, and t stays open (aborted) for Rollback
+// to end. Once the round trip is sent COMMIT may have run: a failure
+// without an SQLSTATE is driver.ErrCommitUnknown (commitErr). Once COMMIT
+// ran, t is done, and Commit answers nil, so that the wrappers around t
+// see their Commit.
 func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	if t.done {
 		return mapErr(pgx.ErrTxClosed)
 	}
-	if len(t.opening) > 0 && len(steps) == 0 {
+	if len(t.opening) > 0 && len(t.later) == 0 && len(steps) == 0 {
 		return t.Commit(ctx) // nothing was sent: there is nothing to commit
 	}
 	// Refused before anything is sent: nothing committed.
@@ -259,37 +340,21 @@ func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	if t.conn.Conn().IsClosed() {
 		return mapErr(pgconn.ErrConnClosed)
 	}
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.opening)+len(steps)+1)}
-	opening := t.opening
-	t.opening = nil
-	for _, q := range opening {
-		b.Queue(q.sql, q.args...)
-	}
+	b, opening, later := t.queued(len(steps) + 1)
 	for _, s := range steps {
 		b.Queue(s.sql, s.args...)
 	}
 	b.Queue("COMMIT")
+	mapped := func(err error) error { return commitErr(err, mapErr) }
 	replicated := checkReplicated(t.conn)
 	br := t.conn.SendBatch(ctx, b)
-	for range opening {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("postgres: begin: %w", commitErr(err, mapErr))
-		}
+	if err := readQueued(br, opening, later, mapped); err != nil {
+		_ = br.Close()
+		return err
 	}
-	for _, s := range steps {
-		rows, err := br.Query()
-		if err == nil {
-			err = s.read(rows) // pgx's own rows: their errors unmapped, for commitErr
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-		if err != nil {
-			_ = br.Close()
-			return commitErr(err, mapErr)
-		}
+	if err := readSteps(br, steps, mapped); err != nil {
+		_ = br.Close()
+		return err
 	}
 	t.done = true
 	defer t.conn.Release()

@@ -145,7 +145,12 @@ func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte
 // refusal of the request's input (400) is an *idemhttp.ResponseError, sent
 // and not stored. The events of what was created go to the outbox in one
 // write. The error is the database's: the caller rolls back.
+//
+// The ledger's write and the events' travel with the commit's round trip
+// (driver.Later): neither failure is an answer, and the key's outcome is
+// recorded in that round trip too.
 func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite) ([]idem.ItemResult, error) {
+	tx = driver.Later(tx)
 	ops := make([]ledger.Op, len(ws))
 	for i := range ws {
 		ops[i] = ws[i].op
