@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/benchknob"
 	"github.com/idemhq/idem/internal/failpoint"
 	"github.com/idemhq/idem/internal/tracing"
 )
@@ -65,6 +66,9 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 		return nil, err
 	}
 	rb, _ := driver.Optional[driver.KeyReadBatcher](d)
+	if benchknob.Off("coalesce") {
+		rb = nil
+	}
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
 		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
 }
@@ -256,6 +260,9 @@ func (k *Keeper) prepare(req *Request) ([]byte, error) {
 	}
 	if req.Fingerprint != nil {
 		return req.Fingerprint, nil
+	}
+	if memoOff {
+		return Fingerprint(req.Key.Operation, req.Body, k.cfg.IgnoreFields...)
 	}
 	return k.fingerprints.get(req.Key.Operation, req.Body, k.cfg.IgnoreFields)
 }

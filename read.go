@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/benchknob"
 )
 
 // The fast path's reads, coalesced where a read is a round trip
@@ -65,7 +66,12 @@ type reads struct {
 
 // first reports whether a request is to read its key's record before its
 // claim, as the policy says.
-func (s *reads) first() bool { return !s.skip.Load() }
+func (s *reads) first() bool { return readFirstOff || !s.skip.Load() }
+
+// Benchmarks' knobs (internal/benchknob): with the read-first policy off
+// every request reads first; with the memo off every fingerprint is
+// computed.
+var readFirstOff, memoOff = benchknob.Off("read-first"), benchknob.Off("memo")
 
 // note tells the policy whether a request's key held a committed record,
 // and at the end of each window decides for the next.

@@ -45,6 +45,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/benchknob"
 	"github.com/idemhq/idem/internal/opcount"
 )
 
@@ -277,7 +278,7 @@ func New(cfg Config) (*Middleware, error) {
 	for _, h := range cfg.ReplayHeaders {
 		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
 	}
-	if cfg.ReplayCache > 0 {
+	if cfg.ReplayCache > 0 && !benchknob.Off("replay-cache") {
 		m.cache = newReplayCache(cfg.ReplayCache, cfg.ReplayCacheBytes)
 	}
 	return m, nil

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/cmd/idem/internal/server"
+	"github.com/idemhq/idem/internal/benchknob"
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/storage"
 )
@@ -21,6 +23,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	if bad := benchknob.Unknown(); len(bad) > 0 {
+		return fmt.Errorf("IDEM_BENCH_OFF: unknown mechanism %s (known: %s)", strings.Join(bad, ", "), strings.Join(benchknob.Names, ", "))
+	}
+	if os.Getenv("IDEM_BENCH_OFF") != "" {
+		log.Warn("idem: hot-path mechanisms turned off for a benchmark", "IDEM_BENCH_OFF", os.Getenv("IDEM_BENCH_OFF"))
+	}
 	stopTracing, err := setupTracing(ctx, os.Getenv, log)
 	if err != nil {
 		return err
