@@ -81,11 +81,11 @@ func (t *ownedTx) queued(n int) (*pgx.Batch, []queuedStmt, []laterWrite) {
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(opening)+n)}
 	for _, q := range opening {
-		b.Queue(q.sql, q.args...)
+		queue(b, t.conn.Conn(), q.sql, q.args)
 	}
 	for _, w := range later {
 		for _, s := range w.steps {
-			b.Queue(s.sql, s.args...)
+			queue(b, t.conn.Conn(), s.sql, s.args)
 		}
 	}
 	return b, opening, later
@@ -158,7 +158,7 @@ func (t *ownedTx) open(ctx context.Context) error {
 // sendOne sends sql as send does and returns the batch at its result.
 func (t *ownedTx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
-	b.Queue(sql, args...)
+	b.Queue(sql, args...) // the caller's own statement: its arguments as given
 	return t.send(ctx, b)
 }
 
@@ -235,17 +235,20 @@ const (
 // error is that step's: the server skips the steps behind it.
 func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 	b := &pgx.Batch{}
-	for _, s := range steps {
-		b.Queue(s.sql, s.args...)
-	}
 	var br pgx.BatchResults
 	switch t := driver.Underlying(tx).(type) {
 	case *ownedTx:
+		for _, s := range steps {
+			queue(b, t.conn.Conn(), s.sql, s.args)
+		}
 		var err error
 		if br, err = t.send(ctx, b); err != nil {
 			return err
 		}
 	case *pgTx:
+		for _, s := range steps {
+			b.Queue(s.sql, s.args...)
+		}
 		br = t.q.SendBatch(ctx, b)
 	default:
 		for _, s := range steps {
@@ -342,7 +345,7 @@ func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	}
 	b, opening, later := t.queued(len(steps) + 1)
 	for _, s := range steps {
-		b.Queue(s.sql, s.args...)
+		queue(b, t.conn.Conn(), s.sql, s.args)
 	}
 	b.Queue("COMMIT")
 	mapped := func(err error) error { return commitErr(err, mapErr) }
