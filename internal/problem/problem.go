@@ -64,8 +64,11 @@ func JSON(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	body = append(body, '\n')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	h := w.Header()
+	h["Content-Type"] = contentJSON // shared: replaced by Set and copied by Add, never written in place
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+var contentJSON = []string{"application/json"}
