@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // tracingFlushTimeout bounds the export of the spans still buffered when
@@ -25,12 +26,15 @@ const tracingFlushTimeout = 5 * time.Second
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) with OTEL_TRACES_EXPORTER unset.
 // The SDK reads the rest (sampler, endpoint, headers, batching, resource
 // attributes) from its own OTEL_* variables; service.name defaults to
-// "idem". Otherwise the global provider stays the API's no-op and the
-// spans of idem's packages cost next to nothing (docs/benchmarks.md).
+// "idem". Otherwise the global provider is the API's no-op provider
+// (trace/noop), whose spans allocate nothing of their own: the API's
+// default, a delegate kept for an SDK installed later, makes one for
+// every span idem's packages start.
 // shutdown flushes the buffered spans, bounded by tracingFlushTimeout.
 func setupTracing(ctx context.Context, getenv func(string) string, log *slog.Logger) (shutdown func(), err error) {
 	noop := func() {}
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 		return noop, nil
 	}
 	exporter := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
@@ -39,6 +43,7 @@ func setupTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 	}
 	switch exporter {
 	case "", "none":
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 		return noop, nil
 	case "otlp":
 	default:

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemhq/idem/internal/config"
 	"github.com/idemhq/idem/internal/drivertest"
@@ -24,6 +26,10 @@ func newBenchServer(b *testing.B, dialect string) *httptest.Server {
 	b.Helper()
 	cfg := config.Default()
 	cfg.Relay = false // measured apart (outbox benchmarks)
+	// As serve without a trace exporter (cmd/idem/tracing.go).
+	saved := otel.GetTracerProvider()
+	otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	b.Cleanup(func() { otel.SetTracerProvider(saved) })
 	s, err := New(context.Background(), cfg, drivertest.Open(b, dialect), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
