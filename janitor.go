@@ -7,17 +7,19 @@ import (
 	"github.com/idemhq/idem/driver"
 )
 
-// DeleteExpired deletes one batch (at most Config.JanitorBatch) of records
-// whose retention has passed, in a transaction of its own, and returns how
-// many it deleted.
+// DeleteExpired turns one batch (at most Config.JanitorBatch) of records
+// whose retention has passed into tombstones, and deletes one batch of
+// tombstones past Config.Memory, in a transaction of its own. It returns
+// the larger of the two counts.
 func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 	tx, err := k.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	now := k.cfg.Clock()
 	n, err := k.d.KeyDeleteExpired(ctx, tx, &driver.KeyDeleteExpiredParams{
-		Now: k.cfg.Clock(), Limit: k.cfg.JanitorBatch,
+		Now: now, ForgetBefore: now.Add(-k.cfg.Memory), Limit: k.cfg.JanitorBatch,
 	})
 	if err != nil {
 		return 0, err
@@ -25,7 +27,7 @@ func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 	return n, tx.Commit(ctx)
 }
 
-// RunJanitor deletes expired records every Config.JanitorInterval, batch
+// RunJanitor runs DeleteExpired every Config.JanitorInterval, batch
 // after batch while full batches come back, until ctx is done. Each batch
 // ends by Config.JanitorTimeout, so a database that stops answering fails
 // a batch instead of hanging the loop. Errors are logged and retried at

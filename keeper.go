@@ -126,7 +126,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
-			return replay(req.Key, rec, fp)
+			return replay(req.Key, rec, fp, k.cfg.Clock())
 		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
@@ -305,6 +305,7 @@ type answer struct {
 func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, store *driver.KeyRecordBatchParams, err error) {
 	now := k.cfg.Clock()
 	expires := now.Add(k.cfg.Retention)
+	forget := now.Add(-k.cfg.Memory)
 	claims := make([]driver.KeyClaimItem, len(cs))
 	for i, c := range cs {
 		claims[i] = driver.KeyClaimItem{ID: c.key.id(), Fingerprint: c.fp}
@@ -312,7 +313,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires})
+	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires, ForgetBefore: forget})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
 	}
@@ -324,6 +325,9 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 		if len(cs) == 1 && errors.Is(err, driver.ErrLockTimeout) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
+		if len(cs) == 1 && errors.Is(err, driver.ErrTombstoned) {
+			err = fmt.Errorf("%w: %w", ErrKeyExpired, err)
+		}
 		return nil, nil, err
 	}
 
@@ -334,7 +338,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, work
 			todo = append(todo, i)
 			continue
 		}
-		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp)
+		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp, now)
 	}
 	if len(todo) == 0 {
 		return answers, nil, nil

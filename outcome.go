@@ -74,8 +74,20 @@ func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError
-// when the request differs from the one stored.
-func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
+// when the request differs from the one stored. A record past its
+// retention, or a tombstone, replays nothing: ErrKeyExpired for the same
+// request, a *ReusedError (with the stored status only) for another.
+func replay(key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, error) {
+	if rec.Tombstone || !rec.ExpiresAt.After(now) {
+		same := string(rec.Fingerprint) == string(fp)
+		if rec.Tombstone {
+			same = string(rec.Fingerprint) == string(driver.TombstoneFingerprint(fp))
+		}
+		if !same {
+			return Result{}, &ReusedError{Key: key, Stored: Outcome{Status: rec.Status}}
+		}
+		return Result{}, ErrKeyExpired
+	}
 	out, err := storedOutcome(key, rec)
 	if err != nil {
 		return Result{}, err

@@ -34,6 +34,9 @@ var (
 	// ErrSerialization: the transaction lost a serialization or deadlock
 	// check and was rolled back by the database. Retryable.
 	ErrSerialization = errors.New("idem/driver: serialization failure")
+	// ErrTombstoned: a claim found, after its insert, that the key had
+	// just become a tombstone (KeyClaim); the transaction must roll back.
+	ErrTombstoned = errors.New("idem/driver: key is remembered by its tombstone")
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")

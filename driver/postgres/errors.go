@@ -34,6 +34,9 @@ const (
 	// codeClaimMissing is raised by idem_expect: an outcome or a release
 	// found no claim of its transaction's.
 	codeClaimMissing = "IDM02"
+	// codeTombstoned is raised by idem_claimable: a claim inserted a key
+	// that the janitor had just moved to its tombstone.
+	codeTombstoned = "IDM03"
 )
 
 // mapErr wraps err with the driver sentinel it corresponds to. The original
@@ -69,6 +72,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrImmutable, err)
 		case codeClaimMissing:
 			return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
+		case codeTombstoned:
+			return fmt.Errorf("%w: %w", driver.ErrTombstoned, err)
 		}
 		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
