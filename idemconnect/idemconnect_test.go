@@ -14,8 +14,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
