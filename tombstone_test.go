@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/driver/postgres"
 	"github.com/idemhq/idem/internal/drivertest"
 )
 
@@ -231,4 +234,108 @@ func TestClaimBehindTheJanitor(t *testing.T) {
 	if keys, stones := countRows(t, d, "idem_keys"), countRows(t, d, "idem_tombstones"); keys != 0 || stones != 1 {
 		t.Fatalf("%d records, %d tombstones; want 0 and 1", keys, stones)
 	}
+}
+
+// tombstoneKeys is how many keys TestTombstoneSize measures over;
+// IDEM_TOMBSTONE_KEYS raises it (docs/operations.md gives 1,000,000).
+func tombstoneKeys(t *testing.T) int {
+	n := 20000
+	if v := os.Getenv("IDEM_TOMBSTONE_KEYS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 10_000_000 {
+			t.Fatalf("IDEM_TOMBSTONE_KEYS=%q: want 1..10000000", v)
+		}
+	}
+	return n
+}
+
+// A tombstone's row data is at most 64 bytes on PostgreSQL (the sum of
+// pg_column_size of its columns); the test reports that, the bytes a
+// tombstone takes in the table's and its indexes' pages, and what the same
+// key takes as a record without its answer in idem_keys. On SQLite it
+// reports the pages' bytes per tombstone. The tombstones are made by the
+// janitor's own statements from records of 36-character keys and 32-byte
+// fingerprints.
+func TestTombstoneSize(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		n := tombstoneKeys(t)
+		now := time.Date(2026, 11, 29, 14, 2, 0, 0, time.UTC)
+		created := now.Add(-48 * time.Hour)
+		r := d.Reader()
+		exec := func(sql string, args ...any) {
+			t.Helper()
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, pg := d.(*postgres.Driver)
+		if pg {
+			exec(`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+			      SELECT 'tenant-a', 'POST /v1/transfers', md5(i::text)::uuid::text, sha256(i::text::bytea), 201, $2::timestamptz, $2::timestamptz + interval '1 day'
+			        FROM generate_series(1, $1::int) i`, n, created)
+			var record float64
+			if err := r.QueryRow(ctx, `SELECT avg(pg_column_size(scope) + pg_column_size(operation) + pg_column_size(key) +
+			    pg_column_size(fingerprint) + pg_column_size(status) + pg_column_size(created_at) + pg_column_size(expires_at))
+			  FROM idem_keys`).Scan(&record); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("postgres: a record without its answer in idem_keys: %.1f bytes of row data", record)
+		} else {
+			exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+			      INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+			      SELECT 'tenant-a', 'POST /v1/transfers', lower(hex(randomblob(18))), randomblob(32), 201, ?2, ?2 + 86400000000 FROM s`,
+				n, created.UnixMicro())
+		}
+		for {
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := d.KeyDeleteExpired(ctx, tx, &driver.KeyDeleteExpiredParams{Now: now, ForgetBefore: now.Add(-30 * 24 * time.Hour), Limit: 50000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if m < 50000 {
+				break
+			}
+		}
+		if got := countRows(t, d, "idem_tombstones"); got != n {
+			t.Fatalf("%d tombstones, want %d", got, n)
+		}
+		if pg {
+			var avg, most, heap, index float64
+			if err := r.QueryRow(ctx, `SELECT avg(s), max(s), pg_relation_size('idem_tombstones')::float8 / count(*),
+			    pg_indexes_size('idem_tombstones')::float8 / count(*)
+			  FROM (SELECT pg_column_size(id) + pg_column_size(fingerprint) + pg_column_size(status) + pg_column_size(created_at) AS s
+			          FROM idem_tombstones) t`).Scan(&avg, &most, &heap, &index); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("postgres, %d tombstones: %.1f bytes of row data (most %.0f); %.1f bytes of table pages and %.1f of index pages each",
+				n, avg, most, heap, index)
+			if most > 64 {
+				t.Fatalf("a tombstone holds %.0f bytes of row data, want at most 64", most)
+			}
+			return
+		}
+		var data, pages float64
+		if err := r.QueryRow(ctx, `SELECT avg(length(id) + length(fingerprint) + 8 + 8) FROM idem_tombstones`).Scan(&data); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.QueryRow(ctx, `SELECT CAST(sum(pgsize) AS REAL) / ?1 FROM dbstat WHERE name IN ('idem_tombstones', 'idem_tombstones_created_at')`, n).Scan(&pages); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("sqlite, %d tombstones: %.0f bytes of values at most; %.1f bytes of table and index pages each", n, data, pages)
+	})
 }

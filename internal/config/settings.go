@@ -114,7 +114,7 @@ var settingTypes = map[string]string{
 	"migrate": "bool", "relay": "bool", "group-commit": "bool",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
-	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration",
+	"relay-poll": "duration", "relay-lease": "duration", "key-retention": "duration", "key-memory": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
 	"db-timeout": "duration", "db-connect-timeout": "duration",
 }
@@ -129,7 +129,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr, or on --metrics-addr alone when that is set.
 var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "debug-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
+	"key-retention", "key-memory", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents"}, relayShared)
 
