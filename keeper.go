@@ -79,9 +79,10 @@ func (k *Keeper) Config() Config { return k.cfg }
 // together with the key's claim and the storage of its outcome.
 //
 // A copy of a completed request gets the stored outcome with Replayed set. A
-// copy with a different body gets a *ReusedError. A copy that arrives while
-// the first still runs waits up to Config.Wait, then replays or gets
-// ErrInFlight. An error returned by work rolls everything back and is
+// copy with a different body gets a *ReusedError. A copy that arrives past
+// Config.Retention and within Config.Memory gets ErrKeyExpired, nothing
+// run. A copy that arrives while the first still runs waits up to
+// Config.Wait, then replays or gets ErrInFlight. An error returned by work rolls everything back and is
 // returned as is.
 //
 // A panic in work is recovered, not passed on: the transaction rolls back

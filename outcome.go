@@ -37,9 +37,10 @@ type Outcome struct {
 type Result struct {
 	Outcome
 	Replayed bool
-	// ExpiresAt is when the stored record expires and the key behaves as
-	// new: until then the outcome is immutable, so a cache of it (idemhttp's
-	// replay cache) stays right without asking the database again.
+	// ExpiresAt is when the stored outcome expires (Config.Retention):
+	// until then it is immutable, so a cache of it (idemhttp's replay
+	// cache) stays right without asking the database again. After it a
+	// copy gets ErrKeyExpired until Config.Memory.
 	ExpiresAt time.Time
 }
 
