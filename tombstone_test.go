@@ -339,3 +339,31 @@ func TestTombstoneSize(t *testing.T) {
 		t.Logf("sqlite, %d tombstones: %.0f bytes of values at most; %.1f bytes of table and index pages each", n, data, pages)
 	})
 }
+
+// PostgreSQL computes a tombstone's id and fingerprint in SQL (the
+// janitor's statement and the claim's): they are driver.TombstoneID and
+// driver.TombstoneFingerprint, byte for byte, whatever the names hold.
+func TestTombstoneHashesMatchSQL(t *testing.T) {
+	d := drivertest.Open(t, "postgres")
+	ctx := context.Background()
+	for _, id := range []driver.KeyID{
+		{Scope: "", Operation: "", Key: "k"},
+		{Scope: "tenant-a", Operation: "POST /v1/transfers", Key: "0b6f-ab"},
+		{Scope: "ab", Operation: "c", Key: "d"}, {Scope: "a", Operation: "bc", Key: "d"},
+		{Scope: "münchen", Operation: "POST /v1/überweisungen", Key: "x"},
+	} {
+		fp := []byte(id.Scope + "|fingerprint")
+		var gotID, gotFP []byte
+		if err := d.Reader().QueryRow(ctx, `SELECT idem_tombstone_id($1, $2, $3), substr(sha256($4::bytea), 1, 16)`,
+			id.Scope, id.Operation, id.Key, fp).Scan(&gotID, &gotFP); err != nil {
+			t.Fatal(err)
+		}
+		if string(gotID) != string(driver.TombstoneID(id)) || string(gotFP) != string(driver.TombstoneFingerprint(fp)) {
+			t.Fatalf("%+v: SQL %x %x, Go %x %x", id, gotID, gotFP, driver.TombstoneID(id), driver.TombstoneFingerprint(fp))
+		}
+	}
+	if string(driver.TombstoneID(driver.KeyID{Scope: "ab", Operation: "c", Key: "d"})) ==
+		string(driver.TombstoneID(driver.KeyID{Scope: "a", Operation: "bc", Key: "d"})) {
+		t.Fatal("two keys whose parts split differently share a tombstone id")
+	}
+}
