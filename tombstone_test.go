@@ -318,7 +318,7 @@ func TestTombstoneSize(t *testing.T) {
 			var avg, most, heap, index float64
 			if err := r.QueryRow(ctx, `SELECT avg(s), max(s), pg_relation_size('idem_tombstones')::float8 / count(*),
 			    pg_indexes_size('idem_tombstones')::float8 / count(*)
-			  FROM (SELECT pg_column_size(id) + pg_column_size(fingerprint) + pg_column_size(status) + pg_column_size(created_at) AS s
+			  FROM (SELECT pg_column_size(scope) + pg_column_size(id) + pg_column_size(fingerprint) + pg_column_size(status) + pg_column_size(created_at) AS s
 			          FROM idem_tombstones) t`).Scan(&avg, &most, &heap, &index); err != nil {
 				t.Fatal(err)
 			}

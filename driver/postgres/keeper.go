@@ -23,7 +23,7 @@ const sqlKeyClaim = `
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
 SELECT $1::text, $2::text, $3::text, $4::bytea, $5::timestamptz, $6::timestamptz
  WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones
-                    WHERE id = idem_tombstone_id($1, $2, $3) AND created_at > $7)
+                    WHERE scope = $1 AND id = idem_tombstone_id($1, $2, $3) AND created_at > $7)
 ON CONFLICT (scope, operation, key) DO UPDATE
    SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
@@ -41,7 +41,8 @@ INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_a
 SELECT c.scope, c.operation, c.key, c.fingerprint, $5, $6
   FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS c(scope, operation, key, fingerprint)
  WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones t
-                    WHERE t.id = idem_tombstone_id(c.scope, c.operation, c.key) AND t.created_at > $7)
+                    WHERE t.scope = c.scope AND t.id = idem_tombstone_id(c.scope, c.operation, c.key)
+                      AND t.created_at > $7)
  ORDER BY c.scope, c.operation, c.key
 ON CONFLICT (scope, operation, key) DO UPDATE
    SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
@@ -57,7 +58,7 @@ SELECT fingerprint, status, header, body, created_at, expires_at, false
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3
 UNION ALL
 SELECT fingerprint, status, NULL, NULL, created_at, created_at, true
-  FROM idem_tombstones WHERE id = idem_tombstone_id($1, $2, $3) AND created_at > $4
+  FROM idem_tombstones WHERE scope = $1 AND id = idem_tombstone_id($1, $2, $3) AND created_at > $4
 LIMIT 1`
 
 // sqlKeyGetBatch is sqlKeyGet over arrays: each record comes with its key's
@@ -136,10 +137,10 @@ WITH moved AS (
     SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $3 FOR UPDATE SKIP LOCKED)
   RETURNING scope, operation, key, fingerprint, status, created_at),
 kept AS (
-  INSERT INTO idem_tombstones (id, fingerprint, status, created_at)
-  SELECT idem_tombstone_id(scope, operation, key), substr(sha256(fingerprint), 1, 16), status, created_at
+  INSERT INTO idem_tombstones (scope, id, fingerprint, status, created_at)
+  SELECT scope, idem_tombstone_id(scope, operation, key), substr(sha256(fingerprint), 1, 16), status, created_at
     FROM moved WHERE created_at > $2
-  ON CONFLICT (id) DO UPDATE
+  ON CONFLICT (scope, id) DO UPDATE
      SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, created_at = EXCLUDED.created_at
   RETURNING 1)
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM kept)`

@@ -5,15 +5,21 @@
 -- could be answered with. id is driver.TombstoneID (16 bytes of SHA-256
 -- of scope, operation and key) and fingerprint driver.TombstoneFingerprint
 -- (16 bytes of SHA-256 of the request's fingerprint): fixed sizes, so a
--- row's data is 46 bytes whatever the key's length (docs/operations.md,
--- "What idem keeps"). A new table and two functions: older binaries never
+-- row's data is 47 bytes and the tenant's name whatever the key's length
+-- (docs/operations.md, "What idem keeps"). A new table and two functions: older binaries never
 -- name them, and keep serving as they always did (they forget a key after
 -- its retention, and their janitor deletes records without tombstones).
+--
+-- The key leads with the tenant (scope), as every tenant table's does
+-- (docs/architecture.md, "Past one primary"): the claim finds a key's
+-- tombstone on the tenant's rows. It costs the tenant's name in each row.
 CREATE TABLE idem_tombstones (
-    id          bytea       PRIMARY KEY,
+    scope       text        NOT NULL,
+    id          bytea       NOT NULL,
     fingerprint bytea       NOT NULL,
     status      integer     NOT NULL,
-    created_at  timestamptz NOT NULL
+    created_at  timestamptz NOT NULL,
+    PRIMARY KEY (scope, id)
 );
 
 CREATE INDEX idem_tombstones_created_at ON idem_tombstones (created_at);
@@ -38,7 +44,7 @@ CREATE FUNCTION idem_claimable(scope text, operation text, key text, forget_befo
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM idem_tombstones t
-              WHERE t.id = idem_tombstone_id(scope, operation, key) AND t.created_at > forget_before) THEN
+              WHERE t.scope = $1 AND t.id = idem_tombstone_id($1, $2, $3) AND t.created_at > $4) THEN
     RAISE EXCEPTION 'idem: the key was moved to its tombstone while claimed' USING ERRCODE = 'IDM04';
   END IF;
   RETURN true;

@@ -1,7 +1,9 @@
 -- idem:compatible-from 10
 -- Tombstones: see the Postgres migration of the same number. SQLite's one
 -- writer at a time needs no idem_claimable: a claim never waits on the
--- janitor's move. A new table: older binaries never name it.
+-- janitor's move. The key is the id alone, without PostgreSQL's leading
+-- tenant: a SQLite database is never distributed. A new table: older
+-- binaries never name it.
 CREATE TABLE idem_tombstones (
     id          BLOB    PRIMARY KEY,
     fingerprint BLOB    NOT NULL,
