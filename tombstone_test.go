@@ -120,6 +120,54 @@ func TestTombstones(t *testing.T) {
 	})
 }
 
+// DoTx, in the caller's transaction (on PostgreSQL through the claim's
+// guard), judges a copy on day 2 by the tombstone as Do does:
+// ErrKeyExpired and nothing run; another request under the key is a reuse.
+func TestTombstoneDoTx(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		var mu sync.Mutex
+		now := time.Date(2026, 11, 29, 14, 2, 0, 0, time.UTC)
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		setup(t, d)
+		k := newKeeper(t, d, idem.Config{Retention: 24 * time.Hour, Memory: 30 * 24 * time.Hour, Clock: clock})
+		ctx := context.Background()
+		var runs atomic.Int64
+		tx := userTx(t, d)
+		if _, err := k.DoTx(ctx, tx, req("order-7", `{"n":1}`), insertWork(&runs, 201, `{"id":"t"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		now = now.Add(25 * time.Hour) // day 2
+		mu.Unlock()
+		if n, err := k.DeleteExpired(ctx); err != nil || n != 1 {
+			t.Fatalf("janitor: %d, %v; want 1", n, err)
+		}
+		tx = userTx(t, d)
+		_, err := k.DoTx(ctx, tx, req("order-7", `{"n":1}`), insertWork(&runs, 201, `{}`))
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			t.Fatal(rerr)
+		}
+		if !errors.Is(err, idem.ErrKeyExpired) {
+			t.Fatalf("DoTx copy on day 2: %v, want ErrKeyExpired", err)
+		}
+		tx = userTx(t, d)
+		_, err = k.DoTx(ctx, tx, req("order-7", `{"n":2}`), insertWork(&runs, 201, `{}`))
+		if rerr := tx.Rollback(ctx); rerr != nil {
+			t.Fatal(rerr)
+		}
+		if !errors.Is(err, idem.ErrKeyReused) {
+			t.Fatalf("DoTx of another request on day 2: %v, want ErrKeyReused", err)
+		}
+		if runs.Load() != 1 || countRows(t, d, "biz") != 1 || countRows(t, d, "idem_tombstones") != 1 || countRows(t, d, "idem_keys") != 0 {
+			t.Fatalf("runs %d, biz rows %d, tombstones %d, records %d; want 1, 1, 1, 0", runs.Load(),
+				countRows(t, d, "biz"), countRows(t, d, "idem_tombstones"), countRows(t, d, "idem_keys"))
+		}
+	})
+}
+
 // With Memory equal to Retention there are no tombstones: the janitor
 // deletes records outright, and a key is new after its retention.
 func TestNoMemoryBeyondRetention(t *testing.T) {
