@@ -793,11 +793,12 @@ func testKeyClaimBatch(t *testing.T, d driver.Driver) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// "old" is past the memory (made before ForgetBefore), "live" not.
 		for _, r := range []struct {
-			key     string
-			expires time.Time
-		}{{"live", now.Add(time.Hour)}, {"old", now.Add(-time.Hour)}} {
-			if _, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id(r.key), Fingerprint: []byte(r.key), Now: now.Add(-2 * time.Hour), ExpiresAt: r.expires}); err != nil {
+			key              string
+			created, expires time.Time
+		}{{"live", now.Add(-30 * time.Minute), now.Add(time.Hour)}, {"old", now.Add(-2 * time.Hour), now.Add(-time.Hour)}} {
+			if _, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: id(r.key), Fingerprint: []byte(r.key), Now: r.created, ExpiresAt: r.expires}); err != nil {
 				t.Fatal(err)
 			}
 			if err := d.KeyRecord(ctx, tx, &driver.KeyRecordParams{ID: id(r.key), Status: 200, Body: []byte(r.key + " body")}); err != nil {
@@ -816,7 +817,7 @@ func testKeyClaimBatch(t *testing.T, d driver.Driver) {
 		got, err := driver.ClaimBatch(ctx, d, tx, &driver.KeyClaimBatchParams{
 			Claims: []driver.KeyClaimItem{{ID: id("new"), Fingerprint: []byte("n")}, {ID: id("live"), Fingerprint: []byte("x")},
 				{ID: id("old"), Fingerprint: []byte("o2")}, {ID: id("gone"), Fingerprint: []byte("g")}},
-			Now: now, ExpiresAt: now.Add(time.Hour)})
+			Now: now, ExpiresAt: now.Add(time.Hour), ForgetBefore: now.Add(-time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}

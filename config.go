@@ -13,9 +13,16 @@ import (
 
 // Config configures a Keeper. The zero value is usable.
 type Config struct {
-	// Retention is how long an outcome is kept; after it the key behaves as
-	// new. Default 24h; bound 1s..400 days.
+	// Retention is how long an outcome is kept and replayed. After it the
+	// key is remembered without its outcome (a tombstone of a few dozen
+	// bytes: its fingerprint and status) until Memory: a copy then gets
+	// ErrKeyExpired. Default 24h; bound 1s..400 days.
 	Retention time.Duration
+	// Memory is how long after its first arrival a key is remembered,
+	// answer or tombstone; after it the key behaves as new. It applies to
+	// every key held, whenever it arrived. Default 30 days, or Retention
+	// when that is longer; bound Retention..400 days.
+	Memory time.Duration
 	// Wait bounds how long a copy waits for a twin that is still running,
 	// in this process or another, before ErrInFlight. Default 5s; bound
 	// 1ms..60s.
@@ -52,6 +59,9 @@ func (c Config) withDefaults() Config {
 	if c.Retention == 0 {
 		c.Retention = 24 * time.Hour
 	}
+	if c.Memory == 0 {
+		c.Memory = max(30*24*time.Hour, c.Retention)
+	}
 	if c.Wait == 0 {
 		c.Wait = 5 * time.Second
 	}
@@ -83,6 +93,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Retention < time.Second || c.Retention > 400*24*time.Hour:
 		return fmt.Errorf("idem: Retention %s is outside 1s..400 days", c.Retention)
+	case c.Memory < c.Retention || c.Memory > 400*24*time.Hour:
+		return fmt.Errorf("idem: Memory %s is outside Retention (%s)..400 days", c.Memory, c.Retention)
 	case c.Wait < time.Millisecond || c.Wait > time.Minute:
 		return fmt.Errorf("idem: Wait %s is outside 1ms..60s", c.Wait)
 	case c.MaxWaiters < 1 || c.MaxWaiters > 100000:

@@ -17,6 +17,12 @@ var (
 	// ErrKeyReused: the key was used before with a different request. The
 	// error is a *ReusedError that carries what was stored.
 	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
+	// ErrKeyExpired: the key's work was done, and its answer is no longer
+	// kept (Config.Retention passed) while the key is still remembered
+	// (Config.Memory). Nothing was done again. A client that needs the
+	// result looks it up by its own means; one that means a new operation
+	// sends a new key.
+	ErrKeyExpired = errors.New("idem: the work was done; its answer is no longer kept")
 	// ErrInFlight: another copy with the same key is still running and did
 	// not finish within the wait. Nothing was done; retry later.
 	ErrInFlight = errors.New("idem: request with this key is in flight")

@@ -245,7 +245,7 @@ func TestJanitorSkipsLockedRecords(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	k := newKeeper(t, d, idem.Config{Retention: time.Hour, Clock: clock})
+	k := newKeeper(t, d, idem.Config{Retention: time.Hour, Memory: time.Hour, Clock: clock})
 	ctx := context.Background()
 	var runs atomic.Int64
 	for _, key := range []string{"held", "free"} {

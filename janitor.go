@@ -8,9 +8,10 @@ import (
 	"github.com/idemhq/idem/internal/failpoint"
 )
 
-// DeleteExpired deletes one batch (at most Config.JanitorBatch) of records
-// whose retention has passed, in a transaction of its own, and returns how
-// many it deleted.
+// DeleteExpired turns one batch (at most Config.JanitorBatch) of records
+// whose retention has passed into tombstones, and deletes one batch of
+// tombstones past Config.Memory, in a transaction of its own. It returns
+// the larger of the two counts.
 func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 	tx, err := k.d.Begin(ctx, driver.BeginOptions{})
 	if err != nil {
@@ -18,8 +19,9 @@ func (k *Keeper) DeleteExpired(ctx context.Context) (int, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
 	failpoint.Hit("janitor.before_delete")
+	now := k.cfg.Clock()
 	n, err := k.d.KeyDeleteExpired(ctx, tx, &driver.KeyDeleteExpiredParams{
-		Now: k.cfg.Clock(), Limit: k.cfg.JanitorBatch,
+		Now: now, ForgetBefore: now.Add(-k.cfg.Memory), Limit: k.cfg.JanitorBatch,
 	})
 	if err != nil {
 		return 0, err

@@ -83,9 +83,10 @@ func (k *Keeper) Config() Config { return k.cfg }
 // together with the key's claim and the storage of its outcome.
 //
 // A copy of a completed request gets the stored outcome with Replayed set. A
-// copy with a different body gets a *ReusedError. A copy that arrives while
-// the first still runs waits up to Config.Wait, then replays or gets
-// ErrInFlight. An error returned by work rolls everything back and is
+// copy with a different body gets a *ReusedError. A copy that arrives past
+// Config.Retention and within Config.Memory gets ErrKeyExpired, nothing
+// run. A copy that arrives while the first still runs waits up to
+// Config.Wait, then replays or gets ErrInFlight. An error returned by work rolls everything back and is
 // returned as is.
 //
 // A panic in work is recovered, not passed on: the transaction rolls back
@@ -130,7 +131,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
-			return replay(req.Key, rec, fp)
+			return replay(req.Key, rec, fp, k.cfg.Clock())
 		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
@@ -327,6 +328,7 @@ type answer struct {
 func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guard *driver.ClaimGuard, work func(ctx context.Context, todo []int) ([]ItemResult, error)) (answers []answer, store *driver.KeyRecordBatchParams, err error) {
 	now := k.cfg.Clock()
 	expires := now.Add(k.cfg.Retention)
+	forget := now.Add(-k.cfg.Memory)
 	claims := make([]driver.KeyClaimItem, len(cs))
 	for i, c := range cs {
 		claims[i] = driver.KeyClaimItem{ID: c.key.id(), Fingerprint: c.fp}
@@ -334,7 +336,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
 	_, span := k.tracer.Start(ctx, "idem.claim")
-	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires, Guard: guard})
+	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires, ForgetBefore: forget, Guard: guard})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
 	}
@@ -346,6 +348,9 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 		if len(cs) == 1 && errors.Is(err, driver.ErrLockTimeout) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
+		if len(cs) == 1 && errors.Is(err, driver.ErrTombstoned) {
+			err = fmt.Errorf("%w: %w", ErrKeyExpired, err)
+		}
 		return nil, nil, err
 	}
 
@@ -356,7 +361,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 			todo = append(todo, i)
 			continue
 		}
-		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp)
+		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp, now)
 	}
 	if len(todo) == 0 {
 		return answers, nil, nil

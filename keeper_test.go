@@ -583,8 +583,8 @@ type closer struct {
 func (c closer) Commit(ctx context.Context) error   { return c.commit(ctx) }
 func (c closer) Rollback(ctx context.Context) error { return c.rollback(ctx) }
 
-// Test 6: after retention the key is free again; the janitor deletes in
-// batches.
+// Test 6: after retention, with no memory beyond it, the key is free again;
+// the janitor deletes in batches.
 func TestExpiryAndJanitor(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
@@ -592,7 +592,7 @@ func TestExpiryAndJanitor(t *testing.T) {
 		now := time.Date(2026, 11, 29, 14, 2, 0, 0, time.UTC)
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-		k := newKeeper(t, d, idem.Config{Retention: time.Hour, JanitorBatch: 10, Clock: clock})
+		k := newKeeper(t, d, idem.Config{Retention: time.Hour, Memory: time.Hour, JanitorBatch: 10, Clock: clock})
 		ctx := context.Background()
 		var runs atomic.Int64
 

@@ -37,9 +37,10 @@ type Outcome struct {
 type Result struct {
 	Outcome
 	Replayed bool
-	// ExpiresAt is when the stored record expires and the key behaves as
-	// new: until then the outcome is immutable, so a cache of it (idemhttp's
-	// replay cache) stays right without asking the database again.
+	// ExpiresAt is when the stored outcome expires (Config.Retention):
+	// until then it is immutable, so a cache of it (idemhttp's replay
+	// cache) stays right without asking the database again. After it a
+	// copy gets ErrKeyExpired until Config.Memory.
 	ExpiresAt time.Time
 }
 
@@ -74,8 +75,20 @@ func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError
-// when the request differs from the one stored.
-func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
+// when the request differs from the one stored. A record past its
+// retention, or a tombstone, replays nothing: ErrKeyExpired for the same
+// request, a *ReusedError (with the stored status only) for another.
+func replay(key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, error) {
+	if rec.Tombstone || !rec.ExpiresAt.After(now) {
+		same := string(rec.Fingerprint) == string(fp)
+		if rec.Tombstone {
+			same = string(rec.Fingerprint) == string(driver.TombstoneFingerprint(fp))
+		}
+		if !same {
+			return Result{}, &ReusedError{Key: key, Stored: Outcome{Status: rec.Status}}
+		}
+		return Result{}, ErrKeyExpired
+	}
 	out, err := storedOutcome(key, rec)
 	if err != nil {
 		return Result{}, err

@@ -60,6 +60,9 @@ var (
 	// ClaimGuard). Nothing was claimed; the transaction is to be rolled
 	// back.
 	ErrClaimNotFirst = errors.New("idem/driver: the claim must come before the transaction's first write, in a READ COMMITTED transaction")
+	// ErrTombstoned: a claim found, after its insert, that the key had
+	// just become a tombstone (KeyClaim); the transaction must roll back.
+	ErrTombstoned = errors.New("idem/driver: key is remembered by its tombstone")
 	// ErrImmutable: the database refused an UPDATE or DELETE of an
 	// append-only row.
 	ErrImmutable = errors.New("idem/driver: row is immutable")

@@ -3,6 +3,8 @@ package driver
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,9 +18,12 @@ type KeeperDriver interface {
 	// It must be the first statement of a read-committed transaction: when
 	// another transaction holds the same key, the insert waits (bounded by
 	// the transaction's lock timeout) until that one commits or rolls back.
-	// A record whose ExpiresAt is not after Now counts as absent and is
-	// replaced. When a live record exists, Claimed is false and Existing
-	// holds it as committed.
+	// A record or tombstone made before ForgetBefore counts as absent (a
+	// record is replaced). When another exists, Claimed is false and
+	// Existing holds it as committed: a record, expired or not, or a
+	// tombstone (KeyRecord.Tombstone). A claim that inserts a key the
+	// janitor moved to its tombstone while the claim waited fails with
+	// ErrTombstoned.
 	KeyClaim(ctx context.Context, tx Tx, p *KeyClaimParams) (*KeyClaimResult, error)
 	// KeyRecord stores the outcome on the claim made earlier in tx; a
 	// missing claim is its error.
@@ -28,8 +33,11 @@ type KeeperDriver interface {
 	KeyRelease(ctx context.Context, tx Tx, p *KeyGetParams) error
 	// KeyGet reads a committed record; ErrNotFound when there is none.
 	KeyGet(ctx context.Context, tx Tx, p *KeyGetParams) (*KeyRecord, error)
-	// KeyDeleteExpired deletes at most Limit records whose ExpiresAt is not
-	// after Now, and returns how many it deleted.
+	// KeyDeleteExpired moves at most Limit records whose ExpiresAt is not
+	// after Now to their tombstones (deleting those made before
+	// ForgetBefore outright), then deletes at most Limit tombstones made
+	// before ForgetBefore. It returns the larger of the two counts, so
+	// that a result below Limit means both are done for now.
 	KeyDeleteExpired(ctx context.Context, tx Tx, p *KeyDeleteExpiredParams) (int, error)
 	// Reader runs statements outside any transaction, each on its own, for
 	// reads that need no transaction (the keeper's replay fast path).
@@ -69,7 +77,7 @@ func ClaimBatch(ctx context.Context, d KeeperDriver, tx Tx, p *KeyClaimBatchPara
 			return nil, fmt.Errorf("claim batch: key %q twice", p.Claims[i].ID.Key)
 		}
 		c := &p.Claims[i]
-		res, err := d.KeyClaim(ctx, tx, &KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt})
+		res, err := d.KeyClaim(ctx, tx, &KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt, ForgetBefore: p.ForgetBefore})
 		if err != nil {
 			return nil, err
 		}
@@ -153,10 +161,11 @@ type KeyID struct {
 }
 
 type KeyClaimParams struct {
-	ID          KeyID
-	Fingerprint []byte
-	Now         time.Time
-	ExpiresAt   time.Time
+	ID           KeyID
+	Fingerprint  []byte
+	Now          time.Time
+	ExpiresAt    time.Time
+	ForgetBefore time.Time // Now less the keeper's memory
 }
 
 type KeyClaimResult struct {
@@ -166,9 +175,10 @@ type KeyClaimResult struct {
 
 // KeyClaimBatchParams claims several keys with one clock reading.
 type KeyClaimBatchParams struct {
-	Claims    []KeyClaimItem
-	Now       time.Time
-	ExpiresAt time.Time
+	Claims       []KeyClaimItem
+	Now          time.Time
+	ExpiresAt    time.Time
+	ForgetBefore time.Time
 	// Guard is set when tx is the caller's own (Keeper.DoTx), which the
 	// keeper did not begin and so cannot vouch for.
 	Guard *ClaimGuard
@@ -221,7 +231,9 @@ type KeyGetBatchParams struct {
 }
 
 // KeyRecord is a stored idempotency record. Records are visible only once
-// committed, and a committed record always holds its outcome.
+// committed, and a committed record always holds its outcome. A tombstone
+// holds only its Status, its CreatedAt and TombstoneFingerprint of the
+// request's fingerprint in Fingerprint.
 type KeyRecord struct {
 	ID          KeyID
 	Fingerprint []byte
@@ -230,11 +242,39 @@ type KeyRecord struct {
 	Body        []byte
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
+	Tombstone   bool
 }
 
 type KeyDeleteExpiredParams struct {
-	Now   time.Time
-	Limit int
+	Now          time.Time
+	ForgetBefore time.Time // records and tombstones made before it are deleted
+	Limit        int
+}
+
+// Tombstone sizes: 128 bits name a key and tell two requests apart with a
+// chance of collision far below any other failure's, in a row of fixed size.
+const tombstoneBytes = 16
+
+// TombstoneID is the id of id's tombstone: the first 16 bytes of SHA-256
+// of its parts in UTF-8, each preceded by its length in bytes (4 bytes,
+// big-endian), so that no two keys share it by where their parts split.
+// PostgreSQL computes the same in idem_tombstone_id (migration 12).
+func TombstoneID(id KeyID) []byte {
+	h := sha256.New()
+	var n [4]byte
+	for _, part := range [...]string{id.Scope, id.Operation, id.Key} {
+		binary.BigEndian.PutUint32(n[:], uint32(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return h.Sum(nil)[:tombstoneBytes]
+}
+
+// TombstoneFingerprint is what a tombstone keeps of a request's
+// fingerprint: the first 16 bytes of its SHA-256, whatever its length.
+func TombstoneFingerprint(fp []byte) []byte {
+	sum := sha256.Sum256(fp)
+	return sum[:tombstoneBytes]
 }
 
 // KeyGetEach is KeyGetBatch one key at a time, through d.KeyGet: a batch

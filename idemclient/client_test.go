@@ -226,6 +226,38 @@ func TestProblemsMatchTheirCodes(t *testing.T) {
 	}
 }
 
+// TestKeyExpiredIsFinal: a 409 idempotency_key_expired (the work was
+// done, its answer is no longer kept) is sent once, not retried as a
+// request_in_flight is, and the typed client returns it as a *Problem
+// that matches ErrIdempotencyKeyExpired, its body whole.
+func TestKeyExpiredIsFinal(t *testing.T) {
+	t.Parallel()
+	const body = `{"type":"about:blank","title":"Conflict","status":409,"detail":"done; the answer is no longer kept","code":"idempotency_key_expired"}`
+	base := &recorder{answer: func(n int, _ *http.Request) *http.Response {
+		if n > 1 {
+			return answer(201, map[string]string{"Content-Type": "application/json"}, `{"id":"t2"}`)
+		}
+		return answer(409, map[string]string{"Content-Type": problemJSON}, body)
+	}}
+	clock := &fakeClock{now: time.Now()}
+	c, err := idemclient.New(idemclient.Config{BaseURL: "http://localhost:8080", Base: base, Policy: clock.policy(idemclient.Policy{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateTransfer(t.Context(), idemclient.TransferParams{DebitAccountID: "a", CreditAccountID: "b", Amount: 5, Currency: "EUR"},
+		idemclient.WithKey("order-7"))
+	if !errors.Is(err, idemclient.ErrIdempotencyKeyExpired) || errors.Is(err, idemclient.ErrRequestInFlight) || errors.Is(err, idemclient.ErrBudgetExhausted) {
+		t.Fatalf("error %v; want idempotency_key_expired", err)
+	}
+	var p *idemclient.Problem
+	if !errors.As(err, &p) || p.Status != 409 || string(p.Body) != body || p.Detail != "done; the answer is no longer kept" {
+		t.Fatalf("problem %+v", p)
+	}
+	if len(base.reqs) != 1 || len(clock.waits) != 0 {
+		t.Fatalf("%d attempts, waits %v; want one attempt", len(base.reqs), clock.waits)
+	}
+}
+
 // TestWaitPastTheDeadlineIsNotStarted: a Retry-After longer than what is
 // left of the context ends the call at once with DeadlineExceeded.
 func TestWaitPastTheDeadlineIsNotStarted(t *testing.T) {

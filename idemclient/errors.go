@@ -94,10 +94,16 @@ func (c Code) Error() string { return "idem: " + string(c) }
 
 // The stable codes of idem's API.
 const (
-	ErrInvalidRequest           = Code("invalid_request")
-	ErrIdempotencyKeyMissing    = Code("idempotency_key_missing")
-	ErrIdempotencyKeyInvalid    = Code("idempotency_key_invalid")
-	ErrIdempotencyKeyReused     = Code("idempotency_key_reused")
+	ErrInvalidRequest        = Code("invalid_request")
+	ErrIdempotencyKeyMissing = Code("idempotency_key_missing")
+	ErrIdempotencyKeyInvalid = Code("idempotency_key_invalid")
+	ErrIdempotencyKeyReused  = Code("idempotency_key_reused")
+	// ErrIdempotencyKeyExpired (409) is final, never retried: the work
+	// was done once, long enough ago that its answer is no longer kept
+	// (the server's --key-retention), and it is not done again. Read the
+	// result by its own means (GetTransfer, Transfers); a new operation
+	// takes a new key.
+	ErrIdempotencyKeyExpired    = Code("idempotency_key_expired")
 	ErrRequestInFlight          = Code("request_in_flight")
 	ErrBodyTooLarge             = Code("body_too_large")
 	ErrUnsupportedMediaType     = Code("unsupported_media_type")

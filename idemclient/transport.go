@@ -1,6 +1,7 @@
 package idemclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -128,7 +129,9 @@ func (p Policy) validate() error {
 //
 //   - a transport error, before or after the request was written: the key
 //     makes a second arrival of a processed request a replay;
-//   - 409 (in flight), 425, 429, 502, 503 and 504, after Retry-After
+//   - 409 (in flight; not idempotency_key_expired, which is final: the
+//     work was done and its answer is no longer kept), 425, 429, 502,
+//     503 and 504, after Retry-After
 //     (seconds or an HTTP date) when the answer has one, else after an
 //     exponential backoff with full jitter; every wait capped at MaxDelay;
 //   - within MaxAttempts and the request's context: a wait that would end
@@ -326,7 +329,23 @@ func (t *Transport) retryable(ctx context.Context, resp *http.Response, err erro
 		var cv *tls.CertificateVerificationError
 		return !errors.As(err, &cv) && !errors.Is(err, ErrBadInput)
 	}
-	return RetryableStatus(resp.StatusCode)
+	return RetryableStatus(resp.StatusCode) && !keyExpired(resp)
+}
+
+// keyExpired reports whether resp is idem's 409 idempotency_key_expired,
+// which every retry would get again. It reads the body's first drainBytes
+// to find the problem's code and puts them back in front of the rest, so
+// that a final answer reaches the caller whole.
+func keyExpired(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusConflict || resp.Body == nil {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, drainBytes))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return err == nil && problemCode(resp.Header, head) == string(ErrIdempotencyKeyExpired)
 }
 
 // notSent reports whether the attempt that failed with err never reached
@@ -339,7 +358,9 @@ func notSent(err error) bool {
 }
 
 // RetryableStatus reports whether an answer of this status is sent again:
-// 409 (idem's request_in_flight), 425, 429, 502, 503, 504.
+// 409 (idem's request_in_flight), 425, 429, 502, 503, 504. A 409 whose
+// problem code is idempotency_key_expired is final all the same; the
+// Transport reads the code.
 func RetryableStatus(status int) bool {
 	switch status {
 	case http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,

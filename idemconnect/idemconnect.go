@@ -78,6 +78,7 @@ const (
 	ReasonKeyMissing  = rpcguard.ReasonKeyMissing
 	ReasonKeyInvalid  = rpcguard.ReasonKeyInvalid
 	ReasonKeyReused   = rpcguard.ReasonKeyReused
+	ReasonKeyExpired  = rpcguard.ReasonKeyExpired
 	ReasonInFlight    = rpcguard.ReasonInFlight
 	ReasonUnavailable = rpcguard.ReasonUnavailable
 	ReasonInternal    = rpcguard.ReasonInternal

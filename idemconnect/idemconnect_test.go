@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -95,11 +96,13 @@ func newEnv(t *testing.T, d driver.Driver, cfg idemconnect.Config) *env {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	k, err := idem.New(d, idem.Config{})
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Keeper == nil {
+		k, err := idem.New(d, idem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keeper = k
 	}
-	cfg.Keeper = k
 	e := &env{d: d, pay: &pay{}}
 	if e.ic, err = idemconnect.New(cfg); err != nil {
 		t.Fatal(err)
@@ -281,6 +284,31 @@ func refusals(t *testing.T, d driver.Driver) {
 	if rows, keys := e.rows(t), e.keys(t); rows != 1 || keys != 1 || e.pay.calls.Load() != 1 {
 		t.Fatalf("%d rows, %d keys, %d calls; want 1, 1 and 1", rows, keys, e.pay.calls.Load())
 	}
+}
+
+// TestExpired: a copy past the keeper's retention, within its memory, is
+// FailedPrecondition IDEMPOTENCY_KEY_EXPIRED; the handler does not run
+// again.
+func TestExpired(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		var now atomic.Int64
+		now.Store(time.Now().UnixNano())
+		k, err := idem.New(d, idem.Config{Retention: time.Hour, Clock: func() time.Time { return time.Unix(0, now.Load()) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, d, idemconnect.Config{Keeper: k})
+		e.call(t, nil, 100, "k")
+		now.Add(int64(2 * time.Hour))
+		a := e.call(t, nil, 100, "k")
+		if connect.CodeOf(a.err) != connect.CodeFailedPrecondition || reason(a.err) != idemconnect.ReasonKeyExpired {
+			t.Fatalf("copy past the retention: %v (reason %q), want FailedPrecondition %s", a.err, reason(a.err), idemconnect.ReasonKeyExpired)
+		}
+		if rows := e.rows(t); rows != 1 || e.pay.calls.Load() != 1 {
+			t.Fatalf("%d rows, %d calls; want 1 and 1", rows, e.pay.calls.Load())
+		}
+	})
 }
 
 // TestAllowMissingKey: in rollout mode a call without a key runs unguarded

@@ -131,11 +131,14 @@ func newEnvTB(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
 // serve starts the guarded service on d over an in-memory listener.
 func serve(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
 	t.Helper()
-	k, err := idem.New(d, idem.Config{})
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Keeper == nil {
+		k, err := idem.New(d, idem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keeper = k
 	}
-	cfg.Keeper = k
+	var err error
 	e := &env{d: d, pay: &pay{}}
 	if e.ic, err = idemgrpc.New(cfg); err != nil {
 		t.Fatal(err)
@@ -359,6 +362,32 @@ func TestRefusals(t *testing.T) {
 		}
 		if rows, keys := e.rows(t), e.keys(t); rows != 1 || keys != 1 || e.pay.calls.Load() != 1 {
 			t.Fatalf("%d rows, %d keys, %d calls; want 1, 1 and 1", rows, keys, e.pay.calls.Load())
+		}
+	})
+}
+
+// TestExpired: a copy past the keeper's retention, within its memory, is
+// FailedPrecondition IDEMPOTENCY_KEY_EXPIRED; the handler does not run
+// again.
+func TestExpired(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		var now atomic.Int64
+		now.Store(time.Now().UnixNano())
+		k, err := idem.New(d, idem.Config{Retention: time.Hour, Clock: func() time.Time { return time.Unix(0, now.Load()) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, d, idemgrpc.Config{Keeper: k})
+		e.call(t, 100, "k")
+		now.Add(int64(2 * time.Hour))
+		a := e.call(t, 100, "k")
+		if a.st.Code() != codes.FailedPrecondition {
+			t.Fatalf("copy past the retention: %v, want FailedPrecondition", a.st)
+		}
+		wantDetail(t, a.st, idemgrpc.ReasonKeyExpired, false)
+		if rows := e.rows(t); rows != 1 || e.pay.calls.Load() != 1 {
+			t.Fatalf("%d rows, %d calls; want 1 and 1", rows, e.pay.calls.Load())
 		}
 	})
 }

@@ -228,7 +228,7 @@ func newKindCounter() *kindCounter {
 		idemhttp.KindInFlight: 3, idemhttp.KindMissingKey: 4, idemhttp.KindInvalidKey: 5,
 		idemhttp.KindInvalidBody: 6, idemhttp.KindBodyTooLarge: 7, idemhttp.KindUnavailable: 8,
 		idemhttp.KindHandlerError: 9, idemhttp.KindError: 10, idemhttp.KindInvalid: 11,
-		idemhttp.KindUnguarded: 12,
+		idemhttp.KindUnguarded: 12, idemhttp.KindExpired: 13,
 	}}
 }
 

@@ -60,6 +60,7 @@ const (
 	CodeKeyMissing   = "idempotency_key_missing"
 	CodeKeyInvalid   = "idempotency_key_invalid"
 	CodeKeyReused    = "idempotency_key_reused"
+	CodeKeyExpired   = "idempotency_key_expired"
 	CodeInFlight     = "request_in_flight"
 	CodeInvalidBody  = "invalid_request"
 	CodeBodyTooLarge = "body_too_large"
@@ -79,6 +80,7 @@ const (
 	KindReplayed     Kind = "replayed"       // a stored outcome was replayed
 	KindReused       Kind = "reused"         // 422: same key, different request
 	KindInFlight     Kind = "in_flight"      // 409: a twin still runs
+	KindExpired      Kind = "expired"        // 409: done before, the answer no longer kept
 	KindMissingKey   Kind = "missing_key"    // 400
 	KindInvalidKey   Kind = "invalid_key"    // 400
 	KindInvalidBody  Kind = "invalid_body"   // 400: the body is not JSON
@@ -602,6 +604,8 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		kind = KindReused
 	case CodeInFlight:
 		kind = KindInFlight
+	case CodeKeyExpired:
+		kind = KindExpired
 	case CodeUnavailable:
 		kind = KindUnavailable
 	default:

@@ -611,8 +611,10 @@ func TestUnguardedMethod(t *testing.T) {
 	})
 }
 
-// TestExpiry: after the keeper's retention a key is new again, in the
-// cache as in the database.
+// TestExpiry: after the keeper's retention a copy is refused 409
+// idempotency_key_expired and another request under the key 422, in the
+// cache as in the database, and nothing runs again; after its memory the
+// key is new.
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
@@ -627,9 +629,20 @@ func TestExpiry(t *testing.T) {
 		mu.Lock()
 		now = now.Add(time.Hour + time.Second)
 		mu.Unlock()
+		wantProblem(t, post(t, e.srv, "/orders", orderBody, "k"), http.StatusConflict, idemhttp.CodeKeyExpired)
+		wantProblem(t, post(t, e.srv, "/orders", `{"amount": 5}`, "k"), http.StatusUnprocessableEntity, idemhttp.CodeKeyReused)
+		if n := countOrders(t, d); n != 1 {
+			t.Fatalf("%d rows after the retention, want 1", n)
+		}
+		if got := e.kinds.get(idemhttp.KindExpired); got != 1 {
+			t.Fatalf("expired answers counted %d, want 1", got)
+		}
+		mu.Lock()
+		now = now.Add(30 * 24 * time.Hour)
+		mu.Unlock()
 		second := post(t, e.srv, "/orders", orderBody, "k")
 		if second.status != http.StatusCreated || second.header.Get(idemhttp.HeaderReplayed) != "" || bytes.Equal(second.body, first.body) {
-			t.Fatalf("after retention: %d %v %s", second.status, second.header, second.body)
+			t.Fatalf("after the memory: %d %v %s", second.status, second.header, second.body)
 		}
 		if n := countOrders(t, d); n != 2 {
 			t.Fatalf("%d rows, want 2", n)

@@ -33,6 +33,8 @@ type Problem struct {
 //	idem.ErrKeyInvalid                  400 idempotency_key_invalid (the *KeyError says why)
 //	idem.ErrInvalidBody                 400 invalid_request
 //	idem.ErrKeyReused                   422 idempotency_key_reused
+//	idem.ErrKeyExpired                  409 idempotency_key_expired: done, the answer
+//	                                        no longer kept; never done again
 //	idem.ErrInFlight                    409 request_in_flight, Retry-After
 //	idem.ErrUnreplicated                503 unavailable, Retry-After: committed on the
 //	                                        primary only, not acknowledged; the retry
@@ -67,6 +69,8 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		return Problem{Status: http.StatusBadRequest, Code: CodeInvalidBody, Detail: "the body is not valid JSON"}
 	case errors.Is(err, idem.ErrKeyReused):
 		return Problem{Status: http.StatusUnprocessableEntity, Code: CodeKeyReused, Detail: reusedDetail}
+	case errors.Is(err, idem.ErrKeyExpired):
+		return Problem{Status: http.StatusConflict, Code: CodeKeyExpired, Detail: expiredDetail}
 	case errors.Is(err, idem.ErrInFlight):
 		// Before the retryable faults: a lock wait that timed out on a
 		// twin's row is in flight, not unavailable.
@@ -106,6 +110,11 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
 }
+
+// expiredDetail is the answer to a copy of a request done longer ago than
+// the keeper's retention, while the key is still remembered.
+const expiredDetail = "the request with this Idempotency-Key was done; its answer is no longer kept, " +
+	"and it is not done again: look up its result, or send a new key for a new request"
 
 // unreplicatedDetail is the answer to a request whose commit the database
 // could not confirm reached its synchronous standbys (idem.ErrUnreplicated).

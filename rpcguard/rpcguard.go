@@ -61,6 +61,7 @@ const (
 	ReasonKeyMissing  = "IDEMPOTENCY_KEY_MISSING"
 	ReasonKeyInvalid  = "IDEMPOTENCY_KEY_INVALID"
 	ReasonKeyReused   = "IDEMPOTENCY_KEY_REUSED"
+	ReasonKeyExpired  = "IDEMPOTENCY_KEY_EXPIRED"
 	ReasonInFlight    = "REQUEST_IN_FLIGHT"
 	ReasonUnavailable = "UNAVAILABLE"
 	ReasonInternal    = "INTERNAL_ERROR"
@@ -333,6 +334,9 @@ func (g *Guard) refuseErr(ctx context.Context, method string, err error) Decisio
 	case idemhttp.CodeKeyReused:
 		return g.refuse(ctx, method, idemhttp.KindReused, Refusal{Code: FailedPrecondition, Reason: ReasonKeyReused,
 			Message: "this idempotency-key was already used with a different request"})
+	case idemhttp.CodeKeyExpired:
+		return g.refuse(ctx, method, idemhttp.KindExpired, Refusal{Code: FailedPrecondition, Reason: ReasonKeyExpired,
+			Message: "the call with this idempotency-key was done; its answer is no longer kept, and it is not done again"})
 	case idemhttp.CodeInFlight:
 		return g.refuse(ctx, method, idemhttp.KindInFlight, Refusal{Code: Aborted, Reason: ReasonInFlight,
 			Message: "a call with this idempotency-key is still being processed; retry later", RetryAfter: g.cfg.RetryAfter})

@@ -284,6 +284,18 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// did, the stored answer is still the one to give: a duplicate is a
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
+	case errors.Is(err, idem.ErrKeyExpired):
+		// The event was handled, longer ago than the keeper keeps its
+		// answer (a keeper whose Memory outlasts its Retention): the
+		// delivery is a duplicate, and what the first answer said is
+		// said again, so that the provider stops.
+		answer, err := json.Marshal(map[string]any{"received": true, "event_id": ev.ID})
+		if err != nil {
+			in.fail(w, r, err, count)
+			return
+		}
+		res = idem.Result{Outcome: idem.Outcome{Status: http.StatusOK,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: append(answer, '\n')}, Replayed: true}
 	case errors.Is(err, idem.ErrInFlight):
 		// A delivery's words, and the keeper's Wait: how long the copy
 		// already waited for its twin.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,8 +49,10 @@ func newIntakeFixture(t *testing.T, d driver.Driver, cfg IntakeConfig) *intakeFi
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &intakeFixture{d: d}
-	if cfg.Keeper, err = idem.New(d, idem.Config{Retention: Retention, Logger: quiet}); err != nil {
-		t.Fatal(err)
+	if cfg.Keeper == nil {
+		if cfg.Keeper, err = idem.New(d, idem.Config{Retention: Retention, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cfg.Outbox, err = outbox.New(d, outbox.Config{MaxPayloadBytes: MaxEventPayloadBytes}); err != nil {
 		t.Fatal(err)
@@ -165,6 +168,41 @@ func TestIntakeServesOnce(t *testing.T) {
 			t.Fatalf("after the refusals: rows, events, keys = %v, want 1 1 1", got)
 		}
 		if got, want := f.takeOutcomes(), []string{"stripe-main first", "stripe-main replayed", "stripe-main rejected_signature_invalid"}; !slices.Equal(got, want) {
+			t.Fatalf("outcomes %q, want %q", got, want)
+		}
+	})
+}
+
+// A redelivery past the keeper's Retention, within its Memory, is answered
+// as the first delivery was, 200 and marked replayed, so that the provider
+// stops; the handler does not run again.
+func TestIntakeRedeliveryPastRetention(t *testing.T) {
+	t.Parallel()
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		reg := NewRegistry()
+		reg.Handle("stripe", "invoice.paid", insertHandled)
+		var later atomic.Int64
+		k, err := idem.New(d, idem.Config{Retention: time.Hour, Memory: 48 * time.Hour,
+			Clock: func() time.Time { return time.Now().Add(time.Duration(later.Load())) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newIntakeFixture(t, d, IntakeConfig{Handlers: reg, Keeper: k})
+		mux := http.NewServeMux()
+		mux.Handle("POST /hooks/{endpoint}", f.in)
+		body := `{"id":"evt_late","object":"event","type":"invoice.paid"}`
+		if w := post(mux, "/hooks/stripe-main", "whsec_old", body, time.Now()); w.Code != 200 {
+			t.Fatalf("first delivery: %d %s", w.Code, w.Body)
+		}
+		later.Store(int64(2 * time.Hour))
+		w := post(mux, "/hooks/stripe-main", "whsec_new", body, time.Now())
+		if w.Code != 200 || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != `{"event_id":"evt_late","received":true}`+"\n" {
+			t.Fatalf("redelivery past the retention: %d %v %s", w.Code, w.Header(), w.Body)
+		}
+		if got := f.stored(t); got != [3]int{1, 1, 1} {
+			t.Fatalf("rows, events, keys = %v, want 1 1 1", got)
+		}
+		if got, want := f.takeOutcomes(), []string{"stripe-main first", "stripe-main replayed"}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %q, want %q", got, want)
 		}
 	})

@@ -107,6 +107,7 @@ SELECT c.relname, i.relname,
 var distHotPath = map[string]string{
 	"sqlKeyClaim":           sqlKeyClaim,
 	"sqlKeyGet":             sqlKeyGet,
+	"sqlKeyGetKept":         sqlKeyGetKept,
 	"sqlKeyRecord":          sqlKeyRecord,
 	"sqlKeyClaimBatch":      sqlKeyClaimBatch,
 	"sqlKeyGetBatch":        sqlKeyGetBatch,

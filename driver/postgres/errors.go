@@ -38,6 +38,9 @@ const (
 	codeClaimMissing = "IDM02"
 	// codeClaimNotFirst is raised by sqlClaimCheck.
 	codeClaimNotFirst = "IDM03"
+	// codeTombstoned is raised by idem_claimable: a claim inserted a key
+	// that the janitor had just moved to its tombstone.
+	codeTombstoned = "IDM04"
 )
 
 // mapErr wraps err with the driver sentinel it corresponds to. The original
@@ -79,6 +82,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
 		case codeClaimNotFirst:
 			return fmt.Errorf("%w: %w", driver.ErrClaimNotFirst, err)
+		case codeTombstoned:
+			return fmt.Errorf("%w: %w", driver.ErrTombstoned, err)
 		}
 		if len(pgErr.Code) == 5 && pgErr.Code[:2] == "08" { // connection exception class
 			return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)

@@ -5,39 +5,61 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
 
-// The claim replaces an expired record in the same statement, so an expired
-// key behaves as new without a read-then-write. On a live conflict the
-// statement returns no row; a record held by an uncommitted transaction makes
-// it wait (bounded by lock_timeout) for that transaction's end.
+// The claim replaces a forgotten record (made before $7, the keeper's
+// memory ago) in the same statement, so that a forgotten key behaves as new
+// without a read-then-write; a live tombstone keeps the key from being
+// inserted, and a record the memory still holds from being replaced. On a
+// conflict the statement returns no row; a record held by an uncommitted
+// transaction makes it wait (bounded by lock_timeout) for that
+// transaction's end. idem_claimable (migration 12) fails the claim that
+// inserted while the janitor, which it waited for, moved the key to its
+// tombstone.
 const sqlKeyClaim = `
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+SELECT $1::text, $2::text, $3::text, $4::bytea, $5::timestamptz, $6::timestamptz
+ WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones
+                    WHERE scope = $1 AND id = idem_tombstone_id($1, $2, $3) AND created_at > $7)
 ON CONFLICT (scope, operation, key) DO UPDATE
    SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
- WHERE idem_keys.expires_at <= EXCLUDED.created_at
-RETURNING true`
+ WHERE idem_keys.created_at <= $7
+RETURNING idem_claimable(scope, operation, key, $7)`
 
 // The batch claim is sqlKeyClaim over arrays: one statement for any number
 // of keys. ORDER BY makes every batch insert, and so lock, its keys in one
 // order, so two batches that share keys queue instead of deadlocking. It
-// returns the keys it claimed; a key missing from its answer holds a live
-// record, read by sqlKeyGetBatch in a statement of its own for the reason
-// KeyClaim gives.
+// returns the keys it claimed; a key missing from its answer holds a
+// record or a tombstone, read by sqlKeyGetKept in a statement of its own
+// for the reason KeyClaim gives.
 const sqlKeyClaimBatch = `
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
 SELECT c.scope, c.operation, c.key, c.fingerprint, $5, $6
   FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) AS c(scope, operation, key, fingerprint)
+ WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones t
+                    WHERE t.scope = c.scope AND t.id = idem_tombstone_id(c.scope, c.operation, c.key)
+                      AND t.created_at > $7)
  ORDER BY c.scope, c.operation, c.key
 ON CONFLICT (scope, operation, key) DO UPDATE
    SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
- WHERE idem_keys.expires_at <= EXCLUDED.created_at
-RETURNING scope, operation, key`
+ WHERE idem_keys.created_at <= $7
+RETURNING scope, operation, key, idem_claimable(scope, operation, key, $7)`
+
+// sqlKeyGetKept is what holds a key that a claim did not get: its record,
+// or else its live tombstone (made after $4), in one snapshot, so that a
+// record the janitor moves meanwhile is found in one place or the other.
+const sqlKeyGetKept = `
+SELECT fingerprint, status, header, body, created_at, expires_at, false
+  FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3
+UNION ALL
+SELECT fingerprint, status, NULL, NULL, created_at, created_at, true
+  FROM idem_tombstones WHERE scope = $1 AND id = idem_tombstone_id($1, $2, $3) AND created_at > $4
+LIMIT 1`
 
 // sqlKeyGetBatch is sqlKeyGet over arrays: each record comes with its key's
 // place in them, from 1. A plain join, planned generically (ten keys,
@@ -102,29 +124,61 @@ WITH r AS (
   RETURNING 1)
 SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome')`
 
-// The janitor skips the rows another transaction locks (a claim replacing
-// an expired record, in key order): it never waits on one, so it can never
-// deadlock with a batch's claims, and a skipped row is deleted next time.
-const sqlKeyDeleteExpired = `
-DELETE FROM idem_keys WHERE ctid IN (
-  SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+// The janitor moves a batch of expired records to their tombstones in one
+// statement; a record made before $2 is past the memory too, and is only
+// deleted. It skips the rows another transaction locks (a claim replacing
+// a forgotten record, in key order): it never waits on one, so it can
+// never deadlock with a batch's claims, and a skipped row is moved next
+// time. A tombstone made from a key's earlier life (forgotten, not yet
+// deleted) is replaced.
+const sqlKeyTombstone = `
+WITH moved AS (
+  DELETE FROM idem_keys WHERE ctid IN (
+    SELECT ctid FROM idem_keys WHERE expires_at <= $1 LIMIT $3 FOR UPDATE SKIP LOCKED)
+  RETURNING scope, operation, key, fingerprint, status, created_at),
+kept AS (
+  INSERT INTO idem_tombstones (scope, id, fingerprint, status, created_at)
+  SELECT scope, idem_tombstone_id(scope, operation, key), substr(sha256(fingerprint), 1, 16), status, created_at
+    FROM moved WHERE created_at > $2
+  ON CONFLICT (scope, id) DO UPDATE
+     SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, created_at = EXCLUDED.created_at
+  RETURNING 1)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM kept)`
+
+// sqlKeyForget deletes a batch of tombstones past the memory, skipping
+// locked ones as sqlKeyTombstone does.
+const sqlKeyForget = `
+DELETE FROM idem_tombstones WHERE ctid IN (
+  SELECT ctid FROM idem_tombstones WHERE created_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimParams) (*driver.KeyClaimResult, error) {
 	var claimed bool
-	err := tx.QueryRow(ctx, sqlKeyClaim, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Fingerprint, p.Now, p.ExpiresAt).Scan(&claimed)
+	err := tx.QueryRow(ctx, sqlKeyClaim, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Fingerprint, p.Now, p.ExpiresAt, p.ForgetBefore).Scan(&claimed)
 	if err == nil {
 		return &driver.KeyClaimResult{Claimed: true}, nil
 	}
 	if !errors.Is(err, driver.ErrNotFound) {
 		return nil, err
 	}
-	// A live record exists and was committed by the time the insert
-	// returned; under READ COMMITTED this new statement sees it.
-	rec, err := d.KeyGet(ctx, tx, &driver.KeyGetParams{ID: p.ID})
+	// A record or a tombstone exists and was committed by the time the
+	// insert returned; under READ COMMITTED this new statement sees it.
+	rec, err := d.keyGetKept(ctx, tx, p.ID, p.ForgetBefore)
 	if err != nil {
 		return nil, err
 	}
 	return &driver.KeyClaimResult{Existing: rec}, nil
+}
+
+// keyGetKept reads what holds id after a claim that did not get it
+// (sqlKeyGetKept).
+func (d *Driver) keyGetKept(ctx context.Context, tx driver.Tx, id driver.KeyID, forgetBefore time.Time) (*driver.KeyRecord, error) {
+	rec := &driver.KeyRecord{ID: id}
+	err := tx.QueryRow(ctx, sqlKeyGetKept, id.Scope, id.Operation, id.Key, forgetBefore).
+		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt, &rec.Tombstone)
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
@@ -141,7 +195,7 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 		// The single claim's statement has a cached plan: a batch of one
 		// costs what Do's claim costs.
 		c := p.Claims[0]
-		res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt})
+		res, err := d.KeyClaim(ctx, tx, &driver.KeyClaimParams{ID: c.ID, Fingerprint: c.Fingerprint, Now: p.Now, ExpiresAt: p.ExpiresAt, ForgetBefore: p.ForgetBefore})
 		if err != nil {
 			return nil, err
 		}
@@ -159,10 +213,11 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 	}
 	out := make([]driver.KeyClaimResult, n)
 	claimed := 0
-	claim := step{sql: sqlKeyClaimBatch, args: []any{scopes, ops, keys, fps, p.Now, p.ExpiresAt}, read: func(rows driver.Rows) error {
+	claim := step{sql: sqlKeyClaimBatch, args: []any{scopes, ops, keys, fps, p.Now, p.ExpiresAt, p.ForgetBefore}, read: func(rows driver.Rows) error {
 		for rows.Next() {
 			var id driver.KeyID
-			if err := rows.Scan(&id.Scope, &id.Operation, &id.Key); err != nil {
+			var claimable bool
+			if err := rows.Scan(&id.Scope, &id.Operation, &id.Key, &claimable); err != nil {
 				return err
 			}
 			i, ok := at[id]
@@ -180,29 +235,21 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 	if claimed == n {
 		return out, nil
 	}
-	// The live records were committed by the time the insert returned;
-	// under READ COMMITTED this new statement sees them.
-	var live []driver.KeyID
+	// The records and tombstones were committed by the time the insert
+	// returned; under READ COMMITTED these new statements see them. A key
+	// left unclaimed is a replay or a tombstone, rare in a batch of first
+	// arrivals, and is read on its own.
 	for i, c := range p.Claims {
-		if !out[i].Claimed {
-			live = append(live, c.ID)
+		if out[i].Claimed {
+			continue
 		}
-	}
-	recs := make([]*driver.KeyRecord, len(live))
-	if err := pipeline(ctx, tx, generic(keyGetArrays(live, recs))...); err != nil {
-		return nil, err
-	}
-	found := 0
-	for _, rec := range recs {
-		if rec != nil {
-			out[at[rec.ID]].Existing = rec
-			found++
+		rec, err := d.keyGetKept(ctx, tx, c.ID, p.ForgetBefore)
+		if err != nil {
+			// Gone between the two statements: only a janitor whose clock
+			// runs ahead of ours deletes one.
+			return nil, fmt.Errorf("postgres: claim batch: conflicting record of key %q: %w", c.ID.Key, err)
 		}
-	}
-	if found != n-claimed {
-		// A live record vanished between the two statements: only a
-		// janitor whose clock runs ahead of ours deletes one.
-		return nil, fmt.Errorf("postgres: claim batch: %d of %d conflicting records gone: %w", n-claimed-found, n-claimed, driver.ErrNotFound)
+		out[i].Existing = rec
 	}
 	return out, nil
 }
@@ -338,6 +385,13 @@ func (d *Driver) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.KeyGet
 }
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
-	n, err := tx.Exec(ctx, sqlKeyDeleteExpired, p.Now, p.Limit)
-	return int(n), err
+	var moved, kept int
+	if err := tx.QueryRow(ctx, sqlKeyTombstone, p.Now, p.ForgetBefore, p.Limit).Scan(&moved, &kept); err != nil {
+		return 0, err
+	}
+	forgotten, err := tx.Exec(ctx, sqlKeyForget, p.ForgetBefore, p.Limit)
+	if err != nil {
+		return 0, err
+	}
+	return max(moved, int(forgotten)), nil
 }

@@ -148,7 +148,7 @@ func TestKeyBatchPlansUseTheKey(t *testing.T) {
 	seed(t, conn, insert(20000), `ANALYZE idem_keys`)
 	for _, c := range []planCase{
 		{"claim", sqlKeyClaimBatch, `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{new-1,new-2}',
-			'{"\\x01","\\x02"}', now(), now() + interval '1 day'`},
+			'{"\\x01","\\x02"}', now(), now() + interval '1 day', now() - interval '30 days'`},
 		read,
 		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}', '{}', '{}', '{}'`},
 		{"release", sqlKeyRecordBatch, `'{}', '{}', '{}', '{}', '{}', '{}', ` + keys},

@@ -57,8 +57,9 @@ func run(ctx context.Context, ln net.Listener, dbPath string) error {
 	if err != nil {
 		return err
 	}
-	// Only the janitor deletes expired keys: without it the keys table
-	// grows forever. It stops when ctx ends.
+	// Only the janitor turns expired answers into tombstones and deletes
+	// those past the keeper's Memory: without it the keys table grows
+	// forever. It stops when ctx ends.
 	go k.RunJanitor(ctx)
 
 	mw, err := idemhttp.New(idemhttp.Config{Keeper: k})

@@ -104,9 +104,14 @@ type Config struct {
 	RelayMaxAttempts int
 	// MaxBodyBytes bounds request bodies. Default 1 MiB; bound 1 KiB..64 MiB.
 	MaxBodyBytes int64
-	// KeyRetention is how long idempotency keys are kept. Default 24h;
-	// bound 1m..400 days.
+	// KeyRetention is how long a key's stored answer is kept and
+	// replayed. Default 24h; bound 1m..400 days.
 	KeyRetention time.Duration
+	// KeyMemory is how long after its first arrival a key is remembered:
+	// past KeyRetention, as a tombstone (its fingerprint and status), and
+	// a copy is refused 409 idempotency_key_expired. Default (0) 30 days,
+	// or KeyRetention when that is longer; bound KeyRetention..400 days.
+	KeyMemory time.Duration
 	// IdempotencyKey says whether serve's write routes require the
 	// Idempotency-Key header: "required" (default) refuses a request
 	// without one 400 idempotency_key_missing, since a retry of it could
@@ -369,6 +374,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: %s %d is outside 1 KiB..64 MiB", named("max-body-bytes"), c.MaxBodyBytes)
 	case c.KeyRetention < time.Minute || c.KeyRetention > 400*24*time.Hour:
 		return fmt.Errorf("config: %s %s is outside 1m..400 days", named("key-retention"), c.KeyRetention)
+	case c.KeyMemory != 0 && (c.KeyMemory < c.KeyRetention || c.KeyMemory > 400*24*time.Hour):
+		return fmt.Errorf("config: %s %s is outside %s..400 days (it is at least %s)", named("key-memory"), c.KeyMemory, c.KeyRetention, named("key-retention"))
 	case c.InFlightWait < time.Millisecond || c.InFlightWait > time.Minute:
 		return fmt.Errorf("config: %s %s is outside 1ms..60s", named("in-flight-wait"), c.InFlightWait)
 	case c.BatchMax < 1 || c.BatchMax > 1000:

@@ -28,7 +28,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != "127.0.0.1:8080" || c.DB != "" || !c.Relay || c.MaxBodyBytes != 1<<20 ||
-		c.KeyRetention != 24*time.Hour || c.InFlightWait != 5*time.Second {
+		c.KeyRetention != 24*time.Hour || c.KeyMemory != 0 || c.InFlightWait != 5*time.Second {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
@@ -39,6 +39,7 @@ func TestPrecedenceFlagsOverEnvOverFile(t *testing.T) {
 addr: 127.0.0.1:7000
 db: sqlite:/tmp/from-file.db
 key_retention: 48h
+key_memory: 2160h
 api_keys: ["acme:0123456789abcdef", "globex:fedcba9876543210"]
 relay: false
 webhooks:
@@ -58,7 +59,7 @@ webhooks:
 	if c.DB != "postgres://env/db" {
 		t.Errorf("db %q: the environment must beat the file", c.DB)
 	}
-	if c.KeyRetention != 48*time.Hour || c.Relay || len(c.APIKeys) != 2 || c.APIKeys[1].Tenant != "globex" {
+	if c.KeyRetention != 48*time.Hour || c.KeyMemory != 90*24*time.Hour || c.Relay || len(c.APIKeys) != 2 || c.APIKeys[1].Tenant != "globex" {
 		t.Errorf("file values lost: %+v", c)
 	}
 	if c.InFlightWait != 250*time.Millisecond {
@@ -87,6 +88,9 @@ func TestInvalid(t *testing.T) {
 		{"all interfaces without keys", []string{"--addr", ":8080"}, nil, "", "not loopback"},
 		{"bad duration", nil, map[string]string{"IDEM_KEY_RETENTION": "forever"}, "", "IDEM_KEY_RETENTION"},
 		{"retention too short", []string{"--key-retention", "1s"}, nil, "", "--key-retention (IDEM_KEY_RETENTION) 1s is outside 1m..400 days"},
+		{"memory below the retention", []string{"--key-retention", "48h", "--key-memory", "24h"}, nil, "", "--key-memory (IDEM_KEY_MEMORY) 24h0m0s is outside 48h0m0s..400 days (it is at least --key-retention (IDEM_KEY_RETENTION))"},
+		{"memory too long", nil, map[string]string{"IDEM_KEY_MEMORY": "9700h"}, "", "--key-memory (IDEM_KEY_MEMORY) 9700h0m0s is outside"},
+		{"memory not a duration", nil, nil, "key_memory: a month\n", "key_memory"},
 		{"relay poll 0s, a flag", []string{"--relay-poll", "0s"}, nil, "", "config: --relay-poll (IDEM_RELAY_POLL) 0s is outside 1ms..1m"},
 		{"relay poll 0s, a variable", nil, map[string]string{"IDEM_RELAY_POLL": "0s"}, "", "config: --relay-poll (IDEM_RELAY_POLL) 0s is outside 1ms..1m"},
 		{"body limit too big", []string{"--max-body-bytes", "1000000000"}, nil, "", "--max-body-bytes (IDEM_MAX_BODY_BYTES) 1000000000 is outside"},

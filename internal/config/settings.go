@@ -71,8 +71,10 @@ var settings = []setting{
 		func(c *Config, v string) (err error) { c.RelayMaxAttempts, err = strconv.Atoi(v); return err }},
 	{"max-body-bytes", "IDEM_MAX_BODY_BYTES", "max_body_bytes", "request body limit in bytes (default 1048576)",
 		func(c *Config, v string) (err error) { c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); return err }},
-	{"key-retention", "IDEM_KEY_RETENTION", "key_retention", "how long idempotency keys are kept (default 24h)",
+	{"key-retention", "IDEM_KEY_RETENTION", "key_retention", "how long a key's answer is kept and replayed (default 24h)",
 		durationSetter(func(c *Config) *time.Duration { return &c.KeyRetention })},
+	{"key-memory", "IDEM_KEY_MEMORY", "key_memory", "how long a key is remembered, as a tombstone past its retention: a copy then gets 409 idempotency_key_expired (default 30 days, or the key retention when longer)",
+		durationSetter(func(c *Config) *time.Duration { return &c.KeyMemory })},
 	{"idempotency-key", "IDEM_IDEMPOTENCY_KEY", "idempotency_key", "required (default): a POST without Idempotency-Key is refused 400; optional: rollout mode, it runs unguarded, once per request, counted per route",
 		func(c *Config, v string) error { c.IdempotencyKey = v; return nil }},
 	{"in-flight-wait", "IDEM_IN_FLIGHT_WAIT", "in_flight_wait", "how long a duplicate waits for its running twin (default 5s)",
@@ -132,7 +134,7 @@ var settingTypes = map[string]string{
 	"webhook-disable-after": "duration", "webhook-timeout": "duration",
 	"relay-batch": "int", "relay-max-attempts": "int", "max-body-bytes": "int",
 	"batch-share": "float", "tenant-rate": "float", "tenant-burst": "int", "tenant-concurrency": "int",
-	"relay-poll": "duration", "relay-lease": "duration", "hold-expiry-period": "duration", "key-retention": "duration",
+	"relay-poll": "duration", "relay-lease": "duration", "hold-expiry-period": "duration", "key-retention": "duration", "key-memory": "duration",
 	"in-flight-wait": "duration", "shutdown-timeout": "duration",
 	"db-timeout": "duration", "db-connect-timeout": "duration",
 }
@@ -148,7 +150,7 @@ var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
 // ServeSettings are the flags of `idem serve`, which serves its metrics on
 // --addr, or on --metrics-addr alone when that is set.
 var ServeSettings = slices.Concat([]string{"addr", "metrics-addr", "debug-addr", "api-keys", "admin-key", "relay", "max-body-bytes",
-	"key-retention", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
+	"key-retention", "key-memory", "idempotency-key", "in-flight-wait", "group-commit", "batch-max", "batch-concurrency", "batch-share", "shutdown-timeout",
 	"tenant-rate", "tenant-burst", "tenant-concurrency",
 	"currency-exponents", "hold-expiry-period"}, relayShared)
 

@@ -29,6 +29,13 @@ export const codes = Object.freeze({
   idempotencyKeyMissing: "idempotency_key_missing",
   idempotencyKeyInvalid: "idempotency_key_invalid",
   idempotencyKeyReused: "idempotency_key_reused",
+  /**
+   * 409, final, never retried: the work was done once, long enough ago
+   * that its answer is no longer kept (the server's --key-retention), and
+   * it is not done again. Read the result by its own means (getTransfer,
+   * transfers); a new operation takes a new key.
+   */
+  idempotencyKeyExpired: "idempotency_key_expired",
   requestInFlight: "request_in_flight",
   bodyTooLarge: "body_too_large",
   unsupportedMediaType: "unsupported_media_type",

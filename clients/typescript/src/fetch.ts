@@ -10,10 +10,11 @@
 // the key makes that question moot), 409 request_in_flight (a twin is still
 // running), 425, 429, 502, 503 and 504. Everything else is final: a 2xx, a
 // 4xx refusal (400 and 422 are answers about the request, which sending it
-// again cannot change), and a 500 (idem stores no 500, but a fault that
-// recurs is not helped by hammering it).
+// again cannot change; so is 409 idempotency_key_expired: the work was done
+// and its answer is no longer kept), and a 500 (idem stores no 500, but a
+// fault that recurs is not helped by hammering it).
 
-import { BadInputError, ProblemError, RetryBudgetError, type Problem } from "./errors.js";
+import { BadInputError, ProblemError, RetryBudgetError, codes, type Problem } from "./errors.js";
 import { cryptoFill, keyProblem, uuidv7 } from "./key.js";
 
 /** The header that carries the key. */
@@ -136,7 +137,11 @@ export function needsKey(method: string): boolean {
   return method === "POST" || method === "PATCH";
 }
 
-/** retryableStatus reports whether an answer with this status may be retried under the same key. */
+/**
+ * retryableStatus reports whether an answer with this status may be retried
+ * under the same key. A 409 whose problem code is idempotency_key_expired is
+ * final all the same; idemFetch reads the code.
+ */
 export function retryableStatus(status: number): boolean {
   switch (status) {
     case 409: // request_in_flight: a twin is still running; its answer comes next
@@ -149,6 +154,19 @@ export function retryableStatus(status: number): boolean {
     default:
       return false;
   }
+}
+
+/**
+ * keyExpired reports whether res is idem's 409 idempotency_key_expired,
+ * which every retry would get again: the work was done, and its answer is
+ * no longer kept. It reads a clone, so res's body is left for the caller.
+ */
+async function keyExpired(res: Response): Promise<boolean> {
+  if (res.status !== 409 || res.body === null) {
+    return false;
+  }
+  const problem = await readProblem(res.clone());
+  return problem.code === codes.idempotencyKeyExpired;
 }
 
 /**
@@ -210,7 +228,8 @@ export type IdemFetch = (input: string | URL | Request, init?: RequestInit) => P
  *   UUIDv7 by default), and every attempt carries that same key;
  * - a transport error (before or after the request was written: the key
  *   makes a second arrival of a processed request a replay) and the
- *   answers 409 (in flight), 425, 429, 502, 503 and 504 are retried, after
+ *   answers 409 (in flight; not 409 idempotency_key_expired, which is
+ *   final), 425, 429, 502, 503 and 504 are retried, after
  *   Retry-After (seconds or an HTTP date) when the answer has one, else
  *   after an exponential backoff with full jitter; every wait is capped at
  *   maxDelayMs;
@@ -281,7 +300,7 @@ export function idemFetch(options: FetchOptions = {}): IdemFetch {
       } catch (err) {
         failure = err;
       }
-      const answered = response !== undefined && !retryableStatus(response.status);
+      const answered = response !== undefined && (!retryableStatus(response.status) || (await keyExpired(response)));
       // The caller's signal ending makes nothing retryable; an answer that
       // is final has arrived all the same and is returned.
       const retry = !answered && !signal?.aborted && (!keyless || (response === undefined && notSent(failure)));

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { BadInputError, IdemClient, ProblemError, RetryBudgetError, idemFetch, uuidv7 } from "../src/index.js";
+import { BadInputError, IdemClient, ProblemError, RetryBudgetError, codes, idemFetch, uuidv7 } from "../src/index.js";
 
 const never: typeof fetch = async () => assert.fail("nothing may be sent");
 
@@ -170,6 +170,45 @@ test("a refusal names the key the call was sent under, a generated one too", asy
   });
   const t = { debit_account_id: "a", credit_account_id: "a", amount: 1, currency: "EUR" };
   await assert.rejects(idem.createTransfer(t), (e: unknown) => e instanceof ProblemError && e.code === "same_account" && e.idempotencyKey === sent && sent !== null);
+});
+
+test("a 409 idempotency_key_expired is final: sent once, a ProblemError with its code, the body whole", async () => {
+  const body = '{"type":"about:blank","title":"Conflict","status":409,"detail":"done; the answer is no longer kept","code":"idempotency_key_expired"}';
+  let calls = 0;
+  const waits: number[] = [];
+  const idem = new IdemClient({
+    baseUrl: "http://localhost:8080",
+    sleep: async (ms: number) => {
+      waits.push(ms);
+    },
+    fetch: async () => {
+      calls++;
+      if (calls > 1) {
+        return new Response('{"id":"t2"}', { status: 201, headers: { "Content-Type": "application/json" } });
+      }
+      return new Response(body, { status: 409, headers: { "Content-Type": "application/problem+json" } });
+    },
+  });
+  const t = { debit_account_id: "a", credit_account_id: "b", amount: 1, currency: "EUR" };
+  await assert.rejects(
+    idem.createTransfer(t, { idempotencyKey: "order-7" }),
+    (e: unknown) =>
+      e instanceof ProblemError &&
+      e.code === codes.idempotencyKeyExpired &&
+      e.status === 409 &&
+      e.problem.detail === "done; the answer is no longer kept" &&
+      e.idempotencyKey === "order-7",
+  );
+  assert.equal(calls, 1);
+  assert.deepEqual(waits, []);
+
+  // The bare fetch returns the answer with its body unread.
+  calls = 0;
+  const f = idemFetch({ sleep: async () => {}, fetch: async () => (calls++, new Response(body, { status: 409, headers: { "Content-Type": "application/problem+json" } })) });
+  const res = await f("http://localhost:8080/v1/transfers", { method: "POST", body: "{}" });
+  assert.equal(res.status, 409);
+  assert.equal(await res.text(), body);
+  assert.equal(calls, 1);
 });
 
 test("a POST without a key reaches the server once; a connection never made is tried again", async () => {

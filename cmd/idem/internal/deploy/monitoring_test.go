@@ -129,7 +129,7 @@ var labelValues = map[string]map[string][]string{
 		string(idemhttp.KindFirst), string(idemhttp.KindReplayed), string(idemhttp.KindReused),
 		string(idemhttp.KindInFlight), string(idemhttp.KindMissingKey), string(idemhttp.KindInvalidKey),
 		string(idemhttp.KindInvalidBody), string(idemhttp.KindBodyTooLarge), string(idemhttp.KindUnavailable),
-		string(idemhttp.KindHandlerError), string(idemhttp.KindError)}},
+		string(idemhttp.KindHandlerError), string(idemhttp.KindError), string(idemhttp.KindExpired)}},
 	"idem_webhook_deliveries_total": {"outcome": {"first", "replayed", "in_flight", "challenge", "handler_failed", "unavailable", "error",
 		"rejected_" + webhook.CodeSignatureMissing, "rejected_" + webhook.CodeSignatureInvalid, "rejected_" + webhook.CodeTimestampStale,
 		"rejected_" + webhook.CodeMalformedBody, "rejected_" + webhook.CodeEventIDMissing, "rejected_" + webhook.CodeBodyTooLarge}},

@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 		return nil, err
 	}
 	d = gd
-	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Wait: cfg.InFlightWait,
+	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Memory: cfg.KeyMemory, Wait: cfg.InFlightWait,
 		JanitorTimeout: cfg.DBTimeout, Logger: log})
 	if err != nil {
 		return nil, err
