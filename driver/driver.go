@@ -288,4 +288,5 @@ type Driver interface {
 	InspectDriver
 	OutboxInspectDriver
 	WebhookOutDriver
+	DataKeyDriver
 }
