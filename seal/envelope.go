@@ -311,6 +311,11 @@ func (e *Envelope) read(ctx context.Context, tenant string, prev *keySnap) (*key
 
 func (e *Envelope) unwrap(ctx context.Context, r driver.DataKeyRow) (*dataKey, error) {
 	raw, err := e.source.Unwrap(ctx, r.MasterKeyID, r.Wrapped)
+	if errors.Is(err, ErrUnknownMasterKey) {
+		// No key the Sealer holds opens the record: an authentication
+		// failure to the caller, with the reason kept.
+		return nil, fmt.Errorf("%w: tenant %q's data key version %d: %w", ErrAuthentication, r.Tenant, r.Version, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("idem/seal: tenant %q's data key version %d: %w", r.Tenant, r.Version, err)
 	}

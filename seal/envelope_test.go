@@ -90,7 +90,8 @@ func TestEnvelopeRoundTripAndBinding(t *testing.T) {
 		}
 		// Another Envelope (another process) reads the same data key.
 		other := newEnvelope(t, d, source(t, "unused"), c)
-		if _, err := other.Open(ctx, "idem_keys", "acme", "key-1", sealed); !errors.Is(err, seal.ErrUnknownMasterKey) {
+		if _, err := other.Open(ctx, "idem_keys", "acme", "key-1", sealed); !errors.Is(err, seal.ErrUnknownMasterKey) ||
+			!errors.Is(err, seal.ErrAuthentication) {
 			t.Fatalf("open with a key file lacking the master key: %v", err)
 		}
 		// A record moved to another row, table or tenant, or changed, is
@@ -353,6 +354,70 @@ func BenchmarkSeal(b *testing.B) {
 			if _, err := e.Open(ctx, "idem_keys", "acme", "key", sealed); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// countingStore counts the transactions an Envelope begins: each is a
+// database round trip or more.
+type countingStore struct {
+	driver.Driver
+	begins atomic.Int64
+}
+
+func (s *countingStore) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
+	s.begins.Add(1)
+	return s.Driver.Begin(ctx, opts)
+}
+
+// After a tenant's first use its Seals and Opens touch no database until
+// Recheck has passed, which costs one read; past CacheTenants the least
+// recently used tenant is read again.
+func TestEnvelopeHotPathSkipsDatabase(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		c := newClock()
+		store := &countingStore{Driver: d}
+		e, err := seal.New(store, source(t, "k1"), seal.Config{Now: c.Now, CacheTenants: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := e.Seal(ctx, "t", "acme", "k", []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := store.begins.Load(); n != 2 { // read none, insert version 1
+			t.Fatalf("first seal: %d transactions, want 2", n)
+		}
+		for range 100 {
+			if _, err := e.Seal(ctx, "t", "acme", "k", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Open(ctx, "t", "acme", "k", sealed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := store.begins.Load(); n != 2 {
+			t.Fatalf("hot path: %d transactions, want still 2", n)
+		}
+		c.Add(seal.DefaultRecheck)
+		if _, err := e.Open(ctx, "t", "acme", "k", sealed); err != nil {
+			t.Fatal(err)
+		}
+		if n := store.begins.Load(); n != 3 {
+			t.Fatalf("after Recheck: %d transactions, want 3", n)
+		}
+		for _, tenant := range []string{"globex", "initech"} {
+			if _, err := e.Seal(ctx, "t", tenant, "k", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := store.begins.Load()
+		if _, err := e.Open(ctx, "t", "acme", "k", sealed); err != nil {
+			t.Fatal(err)
+		}
+		if n := store.begins.Load() - before; n != 1 {
+			t.Fatalf("a tenant evicted from a cache of 2: %d reads, want 1", n)
 		}
 	})
 }
