@@ -319,4 +319,5 @@ type Driver interface {
 	InspectDriver
 	OutboxInspectDriver
 	WebhookOutDriver
+	DataKeyDriver
 }

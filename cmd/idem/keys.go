@@ -18,11 +18,15 @@ import (
 
 const keysUsage = `Usage:
   idem keys get [--tenant T] [--operation OP] [--json] [--db URL] KEY
+  idem keys rotate [--check] [--batch N] [--encryption-key-file PATH] [--db URL]
 
-Shows what idem stored for an idempotency key: status, first seen, expiry,
-request fingerprint and the stored answer every duplicate receives. Without
---operation it lists every operation of the tenant that holds the key
-(operations are the method and route, such as "POST /v1/transfers").
+get shows what idem stored for an idempotency key: status, first seen,
+expiry, request fingerprint and the stored answer every duplicate receives.
+Without --operation it lists every operation of the tenant that holds the
+key (operations are the method and route, such as "POST /v1/transfers").
+
+rotate re-wraps the tenants' data keys under the newest master key of the
+encryption key file (idem keys rotate --help).
 `
 
 // inspectTimeout bounds one inspection query: an operator's question should
@@ -30,9 +34,12 @@ request fingerprint and the stored answer every duplicate receives. Without
 const inspectTimeout = 30 * time.Second
 
 func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "rotate" {
+		return keysRotate(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "get" {
 		fmt.Fprint(stderr, keysUsage)
-		return cli.Usagef("keys", "keys: want the subcommand get")
+		return cli.Usagef("keys", "keys: want the subcommand get or rotate")
 	}
 	fs, common := inspectFlags("keys get", stderr)
 	operation := fs.String("operation", "", "the operation, such as \"POST /v1/transfers\" (default: every operation that holds the key)")

@@ -26,6 +26,8 @@ Usage:
   idem relay   [--db URL] [--publish URL]      publish committed outbox messages
   idem outbox stats | list --dead | redrive ID  the outbox backlog and its dead letters
   idem keys get [--tenant T] [--operation OP] KEY          what was stored for an idempotency key
+  idem keys rotate [--check]                   re-wrap data keys under the newest encryption key
+  idem tenants forget TENANT                   destroy a tenant's data keys: its stored records become unreadable
   idem ledger balance [--tenant T] [--as-of TIME] ACCOUNT  a balance as believed at a moment
   idem ledger verify                           check every ledger invariant (non-zero exit when broken)
   (inspection commands take --json for scripts and --db like serve)
@@ -39,6 +41,7 @@ Configuration (flags win over environment variables):
   --db    IDEM_DB    database: postgres://… or sqlite:PATH (default SQLite in ./idem-data/)
   --addr  IDEM_ADDR  listen address (default 127.0.0.1:8080)
   --admin-key IDEM_ADMIN_KEY  web console (/ui/) admin key (default none: console for loopback clients only)
+  --encryption-key-file IDEM_ENCRYPTION_KEY_FILE  master keys that encrypt stored records at rest (default none)
 `
 
 func main() {
@@ -98,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return outboxCmd(ctx, args[1:], stdout, stderr)
 	case "keys":
 		return keys(ctx, args[1:], stdout, stderr)
+	case "tenants":
+		return tenantsCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "load":

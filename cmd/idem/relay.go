@@ -45,6 +45,13 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	// sealer opens the outbox payloads serve sealed, before they are
+	// published: brokers receive what they would without encryption. Nil
+	// without --encryption-key-file.
+	sealer, err := openSealer(ctx, cfg, d, log)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
 	// reg stays a nil interface without --metrics-addr: the relay then
 	// registers no metrics.
 	var reg prometheus.Registerer
@@ -73,7 +80,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stop()
 		log.Info("idem relay metrics", "addr", ln.Addr().String())
 	}
-	log.Info("idem relay running", "db", d.Dialect(), "publish", broker.Redact(cfg.Publish))
+	log.Info("idem relay running", "db", d.Dialect(), "publish", broker.Redact(cfg.Publish),
+		"encryption", encryptionMode(sealer))
 	return r.Run(ctx)
 }
 

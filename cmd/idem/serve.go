@@ -69,6 +69,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	// sealer encrypts what the server stores at rest: the keeper's
+	// answers, outbox payloads, inbox and webhook-intake bodies. It is nil
+	// without --encryption-key-file, and records are then stored as they
+	// are. A key file that cannot open the database's data keys stops serve
+	// here, before it answers anything.
+	sealer, err := openSealer(ctx, cfg, d, log)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(ctx, cfg, d, log, reg)
 	if err != nil {
@@ -84,7 +93,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		defer stop()
 		log.Info("idem profiler", "addr", debugLn.Addr().String())
 	}
-	log.Info("idem serving", "addr", ln.Addr().String(), "db", d.Dialect(), "tenants", tenantMode(cfg))
+	log.Info("idem serving", "addr", ln.Addr().String(), "db", d.Dialect(), "tenants", tenantMode(cfg),
+		"encryption", encryptionMode(sealer))
 	return srv.Run(ctx, ln)
 }
 

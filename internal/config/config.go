@@ -181,6 +181,11 @@ type Config struct {
 	// console and the CLI show beyond ISO 4217's (or instead of them), by
 	// code. Default none; exponents 0..18.
 	CurrencyExponents map[string]int
+	// EncryptionKeyFile is the file of master keys that encrypt what idem
+	// stores at rest (package seal): lines name:base64 of 32 bytes, the
+	// first wrapping new data keys, every one unwrapping. Default none:
+	// records are stored as they are. Read when serve or relay starts.
+	EncryptionKeyFile string
 	// Webhooks is the raw YAML of the file's webhooks block, parsed by
 	// package webhook.
 	Webhooks []byte

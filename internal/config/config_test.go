@@ -202,3 +202,28 @@ func TestYAMLErrorShowsOnlyThePosition(t *testing.T) {
 		}
 	}
 }
+
+// The key file is one setting with a flag, a variable and a YAML key, for
+// serve and for relay (which decrypts outbox payloads before publishing).
+func TestEncryptionKeyFile(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "encryption_key_file: /etc/idem/keys-from-yaml\n")
+	for _, tc := range []struct {
+		cmd  string
+		use  []string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"serve", ServeSettings, []string{"--config", file}, nil, "/etc/idem/keys-from-yaml"},
+		{"serve", ServeSettings, []string{"--config", file}, map[string]string{"IDEM_ENCRYPTION_KEY_FILE": "/env/keys"}, "/env/keys"},
+		{"relay", RelaySettings, []string{"--config", file, "--encryption-key-file", "/flag/keys"},
+			map[string]string{"IDEM_ENCRYPTION_KEY_FILE": "/env/keys"}, "/flag/keys"},
+		{"serve", ServeSettings, nil, nil, ""},
+	} {
+		c, err := Load(tc.cmd, tc.args, env(tc.env), tc.use...)
+		if err != nil || c.EncryptionKeyFile != tc.want {
+			t.Errorf("%s %v %v: %q %v, want %q", tc.cmd, tc.args, tc.env, c.EncryptionKeyFile, err, tc.want)
+		}
+	}
+}

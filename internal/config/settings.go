@@ -103,6 +103,8 @@ var settings = []setting{
 		func(c *Config, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "IDEM_LOG_FORMAT", "log_format", "text or json (default text)",
 		func(c *Config, v string) error { c.LogFormat = v; return nil }},
+	{"encryption-key-file", "IDEM_ENCRYPTION_KEY_FILE", "encryption_key_file", "file of master keys, lines name:base64(32 bytes), the newest first: encrypt stored answers and payloads at rest (default none: stored as they are)",
+		func(c *Config, v string) error { c.EncryptionKeyFile = v; return nil }},
 	{"currency-exponents", "IDEM_CURRENCY_EXPONENTS", "currency_exponents",
 		"CODE=N,… minor-unit exponents of currencies beyond ISO 4217, for the console and CLI tables (default none)",
 		func(c *Config, v string) (err error) { c.CurrencyExponents, err = money.ParseExponents(v); return err }},
@@ -142,7 +144,7 @@ var settingTypes = map[string]string{
 // relayShared are the flags of the relay that serve has too.
 var relayShared = []string{"db", "db-timeout", "db-connect-timeout", "migrate", "publish", "webhook-secret", "webhook-format",
 	"webhook-endpoints", "webhook-allow-networks", "webhook-schedule", "webhook-disable-after", "webhook-timeout", "relay-batch", "relay-poll",
-	"relay-lease", "relay-max-attempts", "log-level", "log-format"}
+	"relay-lease", "relay-max-attempts", "log-level", "log-format", "encryption-key-file"}
 
 // RelaySettings are the flags of `idem relay`.
 var RelaySettings = slices.Concat([]string{"metrics-addr"}, relayShared)
