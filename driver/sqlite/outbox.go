@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -145,11 +146,7 @@ func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
-	if _, err := tx.Exec(ctx, sqlOutboxFailRow, p.ID, p.Attempts, p.Error, p.Dead, toMicros(p.Now)); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxHold, p.Tenant, p.Key, toMicros(p.HoldUntil), p.Dead)
-	return err
+	return driver.OutboxFail(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
@@ -162,16 +159,11 @@ const (
 )
 
 func (d *Driver) OutboxSecret(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretParams) ([]byte, error) {
-	var v []byte
-	if err := tx.QueryRow(ctx, sqlOutboxSecret, p.Name).Scan(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return driver.OutboxSecret(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxSecretInit(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretInitParams) error {
-	_, err := tx.Exec(ctx, sqlOutboxSecretInit, p.Name, p.Value)
-	return err
+	return driver.OutboxSecretInit(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
@@ -179,23 +171,11 @@ func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.OutboxRedriveParams) error {
-	var tenant, key string
-	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key, toMicros(p.Until))
-	return err
+	return driver.OutboxRedrive(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.OutboxDeleteSentParams) (int, error) {
-	n, err := tx.Exec(ctx, sqlOutboxDeleteSent, toMicros(p.Before), p.Limit)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, toMicros(p.HoldsBefore)); err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	return driver.OutboxDeleteSent(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
@@ -245,6 +225,15 @@ var outboxQueries = driver.OutboxQueries{
 	ShardReleaseAll: sqlOutboxShardReleaseAll,
 	ForgetRelay:     sqlOutboxForgetRelay,
 	Shards:          func(s []int) any { return jsonArray(s) },
+	Secret:          sqlOutboxSecret,
+	SecretInit:      sqlOutboxSecretInit,
+	FailRow:         sqlOutboxFailRow,
+	Hold:            sqlOutboxHold,
+	Redrive:         sqlOutboxRedrive,
+	Unhold:          sqlOutboxUnhold,
+	DeleteSent:      sqlOutboxDeleteSent,
+	DeleteHolds:     sqlOutboxDeleteHolds,
+	Time:            func(t time.Time) any { return toMicros(t) },
 }
 
 // jsonArray encodes a list for json_each. Encoding ints or strings cannot
