@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
@@ -46,14 +45,8 @@ const (
 // mapErr wraps err with the driver sentinel it corresponds to. The original
 // error stays reachable with errors.As.
 func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if m, ok := driver.MapCommon(err, pgx.ErrNoRows); ok {
+		return m
 	}
 	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && err == error(ce) {
 		err = refusedByPooler(causeFirst(ce))

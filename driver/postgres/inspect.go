@@ -24,21 +24,12 @@ SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.e
  LIMIT $3::int`
 
 func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListParams) ([]driver.KeyRecord, error) {
-	rows, err := tx.Query(ctx, sqlKeyList, p.Scope, p.Key, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.KeyRecord
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
-		if err := rows.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
-			&rec.CreatedAt, &rec.ExpiresAt); err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, rows.Err()
+		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+			&rec.CreatedAt, &rec.ExpiresAt)
+		return rec, err
+	}, sqlKeyList, p.Scope, p.Key, p.Limit)
 }
 
 func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
@@ -53,10 +44,9 @@ func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
 	return tx, nil
 }
 
-// The id range of a browse, newest first: the primary key, walked
-// backwards. An open side is the lowest or highest UUID, which no message
-// Enqueue writes has. (min(uuid) is not in every supported version: the
-// lowest id is read as text, whose order is the UUIDs'.)
+// The id range of a browse, newest first (driver.BrowseOutbox): the
+// primary key, walked backwards. (min(uuid) is not in every supported
+// version: the lowest id is read as text, whose order is the UUIDs'.)
 const outboxBrowseRange = `
 SELECT id FROM idem_outbox
  WHERE id < $1::uuid AND id > $2::uuid
@@ -74,42 +64,14 @@ SELECT ` + outboxColumns + `
  ORDER BY id DESC
  LIMIT $7`
 
-const (
-	lowestUUID  = "00000000-0000-0000-0000-000000000000"
-	highestUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
-)
-
 func (d *Driver) OutboxBrowse(ctx context.Context, tx driver.Tx, p *driver.OutboxBrowseParams) (*driver.OutboxBrowsed, error) {
-	before, after := p.BeforeID, p.AfterID
-	if before == "" {
-		before = highestUUID
-	}
-	if after == "" {
-		after = lowestUUID
-	}
-	var b driver.OutboxBrowsed
-	if err := tx.QueryRow(ctx, sqlOutboxBrowseScanned, before, after, p.ScanLimit).Scan(&b.Scanned, &b.Lowest); err != nil {
-		return nil, err
-	}
-	var err error
-	b.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxBrowse, before, after, p.ScanLimit, p.Tenant, p.Type, p.Key, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return driver.BrowseOutbox(ctx, tx, &outboxQueries, p)
 }
 
 const sqlOutboxGet = `SELECT ` + outboxColumns + ` FROM idem_outbox WHERE id = $1::uuid`
 
 func (d *Driver) OutboxGet(ctx context.Context, tx driver.Tx, p *driver.OutboxGetParams) (*driver.OutboxRow, error) {
-	rows, err := queryOutboxRows(ctx, tx, sqlOutboxGet, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 {
-		return nil, driver.ErrNotFound
-	}
-	return &rows[0], nil
+	return driver.GetOutbox(ctx, tx, &outboxQueries, p)
 }
 
 // sent_at has a block-range index: rows are marked roughly in sent_at
@@ -142,21 +104,12 @@ SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_
  LIMIT $6`
 
 func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
-	rows, err := tx.Query(ctx, sqlKeyFind, p.Scope, p.ExpiresFrom, p.ExpiresUntil, p.ScanLimit, p.BodyContains, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.KeyRecord
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
-		if err := rows.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
-			&rec.CreatedAt, &rec.ExpiresAt); err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, rows.Err()
+		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+			&rec.CreatedAt, &rec.ExpiresAt)
+		return rec, err
+	}, sqlKeyFind, p.Scope, p.ExpiresFrom, p.ExpiresUntil, p.ScanLimit, p.BodyContains, p.Limit)
 }
 
 // sqlLedgerBalanceEnds reads each bucket's first and last entries: two
@@ -243,19 +196,10 @@ SELECT e.sequence, e.created_at, e.credits_posted - e.debits_posted, t.id, t.rev
  LIMIT $4`
 
 func (d *Driver) LedgerAccountReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountReversalsParams) ([]driver.LedgerReversalEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerAccountReversals, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerReversalEntry
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(rows driver.Rows) (driver.LedgerReversalEntry, error) {
 		var r driver.LedgerReversalEntry
-		if err := rows.Scan(&r.Sequence, &r.CreatedAt, &r.Balance, &r.TransferID, &r.ReversesID); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&r.Sequence, &r.CreatedAt, &r.Balance, &r.TransferID, &r.ReversesID)
 		r.CreatedAt = r.CreatedAt.UTC()
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	}, sqlLedgerAccountReversals, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }

@@ -294,14 +294,14 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 	tenants, ids := keyArrays(p.AccountKeys)
 	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},
 		read: func(rows driver.Rows) (err error) {
-			out.Accounts, err = scanLedgerAccounts(rows)
+			out.Accounts, err = driver.CollectRows(rows, driver.Value(scanLedgerAccount))
 			return err
 		}})
 	if len(p.Find) > 0 {
 		tenants, ids := keyArrays(p.Find)
 		steps = append(steps, step{sql: sqlLedgerTransfersFind, args: []any{tenants, ids},
 			read: func(rows driver.Rows) (err error) {
-				out.Found, err = scanFoundTransfers(rows)
+				out.Found, err = driver.CollectRows(rows, scanFoundTransfer)
 				return err
 			}})
 	}
@@ -324,16 +324,7 @@ func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver
 
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
 	tenants, ids := keyArrays(p.Keys)
-	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, tenants, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanFoundTransfers(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanFoundTransfer, sqlLedgerTransfersFind, tenants, ids)
 }
 
 func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
@@ -341,28 +332,13 @@ func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *drive
 	if p.Status == "pending" {
 		sql, args = sqlLedgerHoldsList, []any{p.Tenant, p.After, p.AccountID, p.Limit}
 	}
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanFoundTransfers(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanFoundTransfer, sql, args...)
 }
 
-func scanFoundTransfers(rows driver.Rows) ([]driver.LedgerFoundTransfer, error) {
-	var out []driver.LedgerFoundTransfer
-	for rows.Next() {
-		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, nil
+// scanFoundTransfer decodes ledgerTransferCols and what a find adds.
+func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) {
+	err = scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
+	return t, err
 }
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
@@ -460,20 +436,7 @@ func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.Le
 }
 
 func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.LedgerEntriesParams) ([]driver.LedgerEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerEntry
-	for rows.Next() {
-		e, err := scanLedgerEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *e)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerEntry), sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }
 
 func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
@@ -551,20 +514,12 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 }
 
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerTransfer
-	for rows.Next() {
-		var t driver.LedgerTransfer
-		if err := scanLedgerTransfer(rows, &t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanTransfer, sql, args...)
+}
+
+func scanTransfer(r driver.Rows) (t driver.LedgerTransfer, err error) {
+	err = scanLedgerTransfer(r, &t)
+	return t, err
 }
 
 // scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
@@ -586,28 +541,7 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 }
 
 func queryLedgerAccounts(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerAccount, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanLedgerAccounts(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
-}
-
-func scanLedgerAccounts(rows driver.Rows) ([]driver.LedgerAccount, error) {
-	var out []driver.LedgerAccount
-	for rows.Next() {
-		a, err := scanLedgerAccount(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *a)
-	}
-	return out, nil
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sql, args...)
 }
 
 // keyArrays splits keys into the tenants and ids arrays ledgerByKeys takes.

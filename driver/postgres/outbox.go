@@ -194,7 +194,7 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 	var f driver.OutboxFetched
 	read := func(into *[]driver.OutboxRow) func(driver.Rows) error {
 		return func(rows driver.Rows) (err error) {
-			*into, err = scanOutboxRows(rows)
+			*into, err = driver.CollectRows(rows, scanOutboxRow)
 			return err
 		}
 	}
@@ -219,11 +219,7 @@ func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
-	if _, err := tx.Exec(ctx, sqlOutboxFailRow, p.ID, p.Attempts, p.Error, p.Dead, p.Now); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxHold, p.Tenant, p.Key, p.HoldUntil, p.Dead)
-	return err
+	return driver.OutboxFail(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
@@ -236,16 +232,11 @@ const (
 )
 
 func (d *Driver) OutboxSecret(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretParams) ([]byte, error) {
-	var v []byte
-	if err := tx.QueryRow(ctx, sqlOutboxSecret, p.Name).Scan(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return driver.OutboxSecret(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxSecretInit(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretInitParams) error {
-	_, err := tx.Exec(ctx, sqlOutboxSecretInit, p.Name, p.Value)
-	return err
+	return driver.OutboxSecretInit(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
@@ -253,23 +244,11 @@ func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.OutboxRedriveParams) error {
-	var tenant, key string
-	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key, p.Until)
-	return err
+	return driver.OutboxRedrive(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.OutboxDeleteSentParams) (int, error) {
-	n, err := tx.Exec(ctx, sqlOutboxDeleteSent, p.Before, p.Limit)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, p.HoldsBefore); err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	return driver.OutboxDeleteSent(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
@@ -305,23 +284,37 @@ func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.Ou
 }
 
 func (d *Driver) OutboxShardAcquire(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, p.TTL.Seconds(), p.Limit)
+	return driver.Collect(ctx, tx, driver.ScanInt, sqlOutboxShardAcquire, p.Owner, p.TTL.Seconds(), p.Limit)
 }
 
 func (d *Driver) OutboxShardRenew(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, shardArray(p.Shards), p.TTL.Seconds())
+	return driver.Collect(ctx, tx, driver.ScanInt, sqlOutboxShardRenew, p.Owner, shardArray(p.Shards), p.TTL.Seconds())
 }
 
 func (d *Driver) OutboxShardRelease(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) error {
-	if p.Shards != nil {
-		_, err := tx.Exec(ctx, sqlOutboxShardRelease, p.Owner, shardArray(p.Shards))
-		return err
-	}
-	if _, err := tx.Exec(ctx, sqlOutboxShardReleaseAll, p.Owner); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxForgetRelay, p.Owner)
-	return err
+	return driver.ReleaseShards(ctx, tx, &outboxQueries, p)
+}
+
+// outboxQueries is this dialect's part of the outbox reads and leases in
+// package driver.
+var outboxQueries = driver.OutboxQueries{
+	Row:             scanOutboxRow,
+	BrowseScanned:   sqlOutboxBrowseScanned,
+	Browse:          sqlOutboxBrowse,
+	Get:             sqlOutboxGet,
+	ShardRelease:    sqlOutboxShardRelease,
+	ShardReleaseAll: sqlOutboxShardReleaseAll,
+	ForgetRelay:     sqlOutboxForgetRelay,
+	Shards:          func(s []int) any { return shardArray(s) },
+	Secret:          sqlOutboxSecret,
+	SecretInit:      sqlOutboxSecretInit,
+	FailRow:         sqlOutboxFailRow,
+	Hold:            sqlOutboxHold,
+	Redrive:         sqlOutboxRedrive,
+	Unhold:          sqlOutboxUnhold,
+	DeleteSent:      sqlOutboxDeleteSent,
+	DeleteHolds:     sqlOutboxDeleteHolds,
+	Time:            func(t time.Time) any { return t },
 }
 
 func shardArray(shards []int) []int32 {
@@ -332,53 +325,24 @@ func shardArray(shards []int) []int32 {
 	return a
 }
 
-func queryShards(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]int, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var s int
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
-}
-
 func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.OutboxRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanOutboxRows(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanOutboxRow, sql, args...)
 }
 
-func scanOutboxRows(rows driver.Rows) ([]driver.OutboxRow, error) {
-	var out []driver.OutboxRow
-	for rows.Next() {
-		var r driver.OutboxRow
-		var sent, dead *time.Time
-		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
-			&r.TraceParent, &r.TraceState); err != nil {
-			return nil, err
-		}
-		if sent != nil {
-			r.SentAt = *sent
-		}
-		if dead != nil {
-			r.DeadAt = *dead
-		}
-		out = append(out, r)
+// scanOutboxRow decodes outboxColumns.
+func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
+	var r driver.OutboxRow
+	var sent, dead *time.Time
+	if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
+		&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
+		&r.TraceParent, &r.TraceState); err != nil {
+		return r, err
 	}
-	return out, nil
+	if sent != nil {
+		r.SentAt = *sent
+	}
+	if dead != nil {
+		r.DeadAt = *dead
+	}
+	return r, nil
 }

@@ -200,14 +200,8 @@ var _ driver.TxCloser = (*stdOwnedTx)(nil)
 // *pgconn.PgError and lib/pq's *pq.Error name their SQLSTATE with a
 // SQLState method. The original error stays reachable with errors.As.
 func mapStdErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if m, ok := driver.MapCommon(err, sql.ErrNoRows); ok {
+		return m
 	}
 	var coded interface{ SQLState() string }
 	if errors.As(err, &coded) {

@@ -22,23 +22,13 @@ SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.e
  LIMIT ?3`
 
 func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListParams) ([]driver.KeyRecord, error) {
-	rows, err := tx.Query(ctx, sqlKeyList, p.Scope, p.Key, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.KeyRecord
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
 		var created, expires int64
-		if err := rows.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
-			&created, &expires); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &created, &expires)
 		rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
-		out = append(out, rec)
-	}
-	return out, rows.Err()
+		return rec, err
+	}, sqlKeyList, p.Scope, p.Key, p.Limit)
 }
 
 // BeginSnapshot is a read transaction on the reader pool: in WAL mode its
@@ -47,9 +37,9 @@ func (d *Driver) BeginSnapshot(ctx context.Context) (driver.TxCloser, error) {
 	return d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
 }
 
-// See the Postgres driver. Ids are text, in the lowercase form Enqueue
-// writes, so text order is UUID order; the range is walked backwards
-// through the id's unique index.
+// The id range of a browse, newest first (driver.BrowseOutbox). Ids are
+// text, in the lowercase form Enqueue writes, so text order is UUID order;
+// the range is walked backwards through the id's unique index.
 const outboxBrowseRange = `
 SELECT id FROM idem_outbox
  WHERE id < ?1 AND id > ?2
@@ -67,42 +57,14 @@ SELECT ` + outboxColumns + `
  ORDER BY id DESC
  LIMIT ?7`
 
-const (
-	lowestUUID  = "00000000-0000-0000-0000-000000000000"
-	highestUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
-)
-
 func (d *Driver) OutboxBrowse(ctx context.Context, tx driver.Tx, p *driver.OutboxBrowseParams) (*driver.OutboxBrowsed, error) {
-	before, after := p.BeforeID, p.AfterID
-	if before == "" {
-		before = highestUUID
-	}
-	if after == "" {
-		after = lowestUUID
-	}
-	var b driver.OutboxBrowsed
-	if err := tx.QueryRow(ctx, sqlOutboxBrowseScanned, before, after, p.ScanLimit).Scan(&b.Scanned, &b.Lowest); err != nil {
-		return nil, err
-	}
-	var err error
-	b.Rows, err = queryOutboxRows(ctx, tx, sqlOutboxBrowse, before, after, p.ScanLimit, p.Tenant, p.Type, p.Key, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return driver.BrowseOutbox(ctx, tx, &outboxQueries, p)
 }
 
 const sqlOutboxGet = `SELECT ` + outboxColumns + ` FROM idem_outbox WHERE id = ?1`
 
 func (d *Driver) OutboxGet(ctx context.Context, tx driver.Tx, p *driver.OutboxGetParams) (*driver.OutboxRow, error) {
-	rows, err := queryOutboxRows(ctx, tx, sqlOutboxGet, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 {
-		return nil, driver.ErrNotFound
-	}
-	return &rows[0], nil
+	return driver.GetOutbox(ctx, tx, &outboxQueries, p)
 }
 
 const sqlOutboxPublished = `
@@ -134,24 +96,14 @@ SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_
  LIMIT ?6`
 
 func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
-	rows, err := tx.Query(ctx, sqlKeyFind, p.Scope, toMicros(p.ExpiresFrom), toMicros(p.ExpiresUntil), p.ScanLimit,
-		p.BodyContains, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.KeyRecord
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
 		var created, expires int64
-		if err := rows.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
-			&created, &expires); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+			&created, &expires)
 		rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
-		out = append(out, rec)
-	}
-	return out, rows.Err()
+		return rec, err
+	}, sqlKeyFind, p.Scope, toMicros(p.ExpiresFrom), toMicros(p.ExpiresUntil), p.ScanLimit, p.BodyContains, p.Limit)
 }
 
 // sqlLedgerBalanceEnds reads each bucket's first and last entries: two
@@ -231,20 +183,11 @@ SELECT e.sequence, e.created_at, e.credits_posted - e.debits_posted, t.id, t.rev
  LIMIT ?4`
 
 func (d *Driver) LedgerAccountReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountReversalsParams) ([]driver.LedgerReversalEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerAccountReversals, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerReversalEntry
-	for rows.Next() {
+	return driver.Collect(ctx, tx, func(rows driver.Rows) (driver.LedgerReversalEntry, error) {
 		var r driver.LedgerReversalEntry
 		var at int64
-		if err := rows.Scan(&r.Sequence, &at, &r.Balance, &r.TransferID, &r.ReversesID); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&r.Sequence, &at, &r.Balance, &r.TransferID, &r.ReversesID)
 		r.CreatedAt = fromMicros(at)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	}, sqlLedgerAccountReversals, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }

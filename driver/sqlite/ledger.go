@@ -259,20 +259,13 @@ func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *drive
 }
 
 func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerFoundTransfer
-	for rows.Next() {
-		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanFoundTransfer, query, args...)
+}
+
+// scanFoundTransfer decodes ledgerTransferCols and what a find adds.
+func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) {
+	err = scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
+	return t, err
 }
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
@@ -398,20 +391,7 @@ func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.Le
 }
 
 func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.LedgerEntriesParams) ([]driver.LedgerEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerEntry
-	for rows.Next() {
-		e, err := scanLedgerEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *e)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerEntry), sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }
 
 func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
@@ -457,20 +437,12 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 }
 
 func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerTransfer
-	for rows.Next() {
-		var t driver.LedgerTransfer
-		if err := scanLedgerTransfer(rows, &t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, scanTransfer, query, args...)
+}
+
+func scanTransfer(r driver.Rows) (t driver.LedgerTransfer, err error) {
+	err = scanLedgerTransfer(r, &t)
+	return t, err
 }
 
 // scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
@@ -493,20 +465,7 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 }
 
 func queryLedgerAccounts(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerAccount, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerAccount
-	for rows.Next() {
-		a, err := scanLedgerAccount(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *a)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), query, args...)
 }
 
 func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {

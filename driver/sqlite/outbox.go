@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"time"
 
 	"github.com/idemhq/idem/driver"
 )
@@ -145,11 +146,7 @@ func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
-	if _, err := tx.Exec(ctx, sqlOutboxFailRow, p.ID, p.Attempts, p.Error, p.Dead, toMicros(p.Now)); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxHold, p.Tenant, p.Key, toMicros(p.HoldUntil), p.Dead)
-	return err
+	return driver.OutboxFail(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxList(ctx context.Context, tx driver.Tx, p *driver.OutboxListParams) ([]driver.OutboxRow, error) {
@@ -162,16 +159,11 @@ const (
 )
 
 func (d *Driver) OutboxSecret(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretParams) ([]byte, error) {
-	var v []byte
-	if err := tx.QueryRow(ctx, sqlOutboxSecret, p.Name).Scan(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return driver.OutboxSecret(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxSecretInit(ctx context.Context, tx driver.Tx, p *driver.OutboxSecretInitParams) error {
-	_, err := tx.Exec(ctx, sqlOutboxSecretInit, p.Name, p.Value)
-	return err
+	return driver.OutboxSecretInit(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.OutboxListDeadParams) ([]driver.OutboxRow, error) {
@@ -179,23 +171,11 @@ func (d *Driver) OutboxListDead(ctx context.Context, tx driver.Tx, p *driver.Out
 }
 
 func (d *Driver) OutboxRedrive(ctx context.Context, tx driver.Tx, p *driver.OutboxRedriveParams) error {
-	var tenant, key string
-	if err := tx.QueryRow(ctx, sqlOutboxRedrive, p.ID).Scan(&tenant, &key); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxUnhold, tenant, key, toMicros(p.Until))
-	return err
+	return driver.OutboxRedrive(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxDeleteSent(ctx context.Context, tx driver.Tx, p *driver.OutboxDeleteSentParams) (int, error) {
-	n, err := tx.Exec(ctx, sqlOutboxDeleteSent, toMicros(p.Before), p.Limit)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, sqlOutboxDeleteHolds, toMicros(p.HoldsBefore)); err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	return driver.OutboxDeleteSent(ctx, tx, &outboxQueries, p)
 }
 
 func (d *Driver) OutboxStats(ctx context.Context, tx driver.Tx) (*driver.OutboxStats, error) {
@@ -223,23 +203,37 @@ func (d *Driver) OutboxHeartbeat(ctx context.Context, tx driver.Tx, p *driver.Ou
 }
 
 func (d *Driver) OutboxShardAcquire(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardAcquire, p.Owner, toMicros(p.Now), toMicros(p.Until), p.Limit)
+	return driver.Collect(ctx, tx, driver.ScanInt, sqlOutboxShardAcquire, p.Owner, toMicros(p.Now), toMicros(p.Until), p.Limit)
 }
 
 func (d *Driver) OutboxShardRenew(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) ([]int, error) {
-	return queryShards(ctx, tx, sqlOutboxShardRenew, p.Owner, jsonArray(p.Shards), toMicros(p.Until))
+	return driver.Collect(ctx, tx, driver.ScanInt, sqlOutboxShardRenew, p.Owner, jsonArray(p.Shards), toMicros(p.Until))
 }
 
 func (d *Driver) OutboxShardRelease(ctx context.Context, tx driver.Tx, p *driver.OutboxShardParams) error {
-	if p.Shards != nil {
-		_, err := tx.Exec(ctx, sqlOutboxShardRelease, p.Owner, jsonArray(p.Shards))
-		return err
-	}
-	if _, err := tx.Exec(ctx, sqlOutboxShardReleaseAll, p.Owner); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, sqlOutboxForgetRelay, p.Owner)
-	return err
+	return driver.ReleaseShards(ctx, tx, &outboxQueries, p)
+}
+
+// outboxQueries is this dialect's part of the outbox reads and leases in
+// package driver.
+var outboxQueries = driver.OutboxQueries{
+	Row:             scanOutboxRow,
+	BrowseScanned:   sqlOutboxBrowseScanned,
+	Browse:          sqlOutboxBrowse,
+	Get:             sqlOutboxGet,
+	ShardRelease:    sqlOutboxShardRelease,
+	ShardReleaseAll: sqlOutboxShardReleaseAll,
+	ForgetRelay:     sqlOutboxForgetRelay,
+	Shards:          func(s []int) any { return jsonArray(s) },
+	Secret:          sqlOutboxSecret,
+	SecretInit:      sqlOutboxSecretInit,
+	FailRow:         sqlOutboxFailRow,
+	Hold:            sqlOutboxHold,
+	Redrive:         sqlOutboxRedrive,
+	Unhold:          sqlOutboxUnhold,
+	DeleteSent:      sqlOutboxDeleteSent,
+	DeleteHolds:     sqlOutboxDeleteHolds,
+	Time:            func(t time.Time) any { return toMicros(t) },
 }
 
 // jsonArray encodes a list for json_each. Encoding ints or strings cannot
@@ -252,47 +246,26 @@ func jsonArray[T any](v []T) string {
 	return string(b)
 }
 
-func queryShards(ctx context.Context, tx driver.Tx, query string, args ...any) ([]int, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var s int
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.OutboxRow, error) {
+	return driver.Collect(ctx, tx, scanOutboxRow, query, args...)
 }
 
-func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.OutboxRow, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
+// scanOutboxRow decodes outboxColumns.
+func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
+	var r driver.OutboxRow
+	var created int64
+	var sent, dead sql.NullInt64
+	if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
+		&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
+		&r.TraceParent, &r.TraceState); err != nil {
+		return r, err
 	}
-	defer rows.Close()
-	var out []driver.OutboxRow
-	for rows.Next() {
-		var r driver.OutboxRow
-		var created int64
-		var sent, dead sql.NullInt64
-		if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
-			&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
-			&r.TraceParent, &r.TraceState); err != nil {
-			return nil, err
-		}
-		r.CreatedAt = fromMicros(created)
-		if sent.Valid {
-			r.SentAt = fromMicros(sent.Int64)
-		}
-		if dead.Valid {
-			r.DeadAt = fromMicros(dead.Int64)
-		}
-		out = append(out, r)
+	r.CreatedAt = fromMicros(created)
+	if sent.Valid {
+		r.SentAt = fromMicros(sent.Int64)
 	}
-	return out, rows.Err()
+	if dead.Valid {
+		r.DeadAt = fromMicros(dead.Int64)
+	}
+	return r, nil
 }

@@ -213,14 +213,8 @@ var _ driver.TxCloser = (*ownedTx)(nil)
 const immutableMarker = "idem: immutable"
 
 func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %w", driver.ErrNotFound, err)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if m, ok := driver.MapCommon(err, sql.ErrNoRows); ok {
+		return m
 	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

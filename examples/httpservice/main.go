@@ -28,15 +28,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/examples/natsrelay"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
-	"github.com/idemhq/idem/outbox/natspub"
 )
 
 // The shop's tenant and its two ledger accounts: money owed by customers
@@ -83,7 +82,7 @@ func run(ctx context.Context, ln net.Listener, dbURL, natsURL string) error {
 		return err
 	}
 	relayErr := make(chan error, 1)
-	go func() { relayErr <- relayOn(ctx, d, natsURL) }()
+	go func() { relayErr <- natsrelay.Run(ctx, d, natsURL) }()
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -219,24 +218,5 @@ func relay(ctx context.Context, dbURL, natsURL string) error {
 		return err
 	}
 	defer d.Close()
-	return relayOn(ctx, d, natsURL)
-}
-
-func relayOn(ctx context.Context, d driver.Driver, natsURL string) error {
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		return err
-	}
-	pub, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	defer pub.Close()
-	// A short lease lets a restarted relay take over quickly after a crash.
-	r, err := outbox.NewRelay(d, outbox.RelayConfig{Publisher: pub, LeaseTTL: time.Second, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx)
+	return natsrelay.Run(ctx, d, natsURL)
 }

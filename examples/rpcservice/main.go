@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,11 +40,11 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/examples/natsrelay"
 	"github.com/idemhq/idem/idemconnect"
 	"github.com/idemhq/idem/idemgrpc"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/outbox"
-	"github.com/idemhq/idem/outbox/natspub"
 )
 
 const (
@@ -108,7 +107,7 @@ func run(ctx context.Context, dbURL, natsURL, grpcAddr, connectAddr string) erro
 		gs.GracefulStop()
 		_ = hs.Close()
 	}()
-	go func() { _ = relayOn(ctx, d, natsURL) }()
+	go func() { _ = natsrelay.Run(ctx, d, natsURL) }()
 	if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -244,23 +243,5 @@ func relay(ctx context.Context, dbURL, natsURL string) error {
 		return err
 	}
 	defer d.Close()
-	return relayOn(ctx, d, natsURL)
-}
-
-func relayOn(ctx context.Context, d driver.Driver, natsURL string) error {
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		return err
-	}
-	pub, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	defer pub.Close()
-	r, err := outbox.NewRelay(d, outbox.RelayConfig{Publisher: pub, LeaseTTL: time.Second, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx)
+	return natsrelay.Run(ctx, d, natsURL)
 }

@@ -17,14 +17,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log"
 	"net/http"
 	"os"
-	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/examples/intake"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/webhook"
 )
@@ -37,24 +34,10 @@ const createPayments = `CREATE TABLE IF NOT EXISTS payments (
 )`
 
 func main() {
-	ctx := context.Background()
-	d, err := postgres.Open(ctx, postgres.Config{URL: os.Getenv("DATABASE_URL")})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer d.Close()
-	rc, err := newReceiver(ctx, d, os.Getenv("STRIPE_WEBHOOK_SECRET"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8082"
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /webhooks/stripe", rc)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Fatal(srv.ListenAndServe())
+	secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
+	intake.Serve("127.0.0.1:8082", "POST /webhooks/stripe", func(ctx context.Context, d driver.Driver) (http.Handler, error) {
+		return newReceiver(ctx, d, secret)
+	})
 }
 
 // receiver is the Stripe endpoint: package webhook's Intake, which
@@ -67,26 +50,7 @@ type receiver struct {
 }
 
 func newReceiver(ctx context.Context, d driver.Driver, secret string) (*receiver, error) {
-	if err := d.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, createPayments); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	// Stripe retries for up to three days: keep the event ids longer.
-	k, err := idem.New(d, idem.Config{Retention: webhook.Retention})
-	if err != nil {
-		return nil, err
-	}
-	ob, err := outbox.New(d, outbox.Config{MaxPayloadBytes: webhook.MaxEventPayloadBytes})
+	k, ob, err := intake.Setup(ctx, d, createPayments)
 	if err != nil {
 		return nil, err
 	}

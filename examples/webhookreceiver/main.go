@@ -22,16 +22,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log"
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
-	"github.com/idemhq/idem/driver/postgres"
-	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/examples/intake"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -44,24 +40,10 @@ const createReceived = `CREATE TABLE IF NOT EXISTS received_transfers (
 )`
 
 func main() {
-	ctx := context.Background()
-	d, err := postgres.Open(ctx, postgres.Config{URL: os.Getenv("DATABASE_URL")})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer d.Close()
-	rc, err := newReceiver(ctx, d, strings.Fields(os.Getenv("WEBHOOK_SECRET")))
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8083"
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /hooks", rc)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Fatal(srv.ListenAndServe())
+	secrets := strings.Fields(os.Getenv("WEBHOOK_SECRET"))
+	intake.Serve("127.0.0.1:8083", "POST /hooks", func(ctx context.Context, d driver.Driver) (http.Handler, error) {
+		return newReceiver(ctx, d, secrets)
+	})
 }
 
 // receiver is the endpoint: package webhook's Intake, which verifies the
@@ -74,27 +56,7 @@ type receiver struct {
 // newReceiver takes the endpoint's secrets: one, or two while the sender
 // rotates it.
 func newReceiver(ctx context.Context, d driver.Driver, secrets []string) (*receiver, error) {
-	if err := d.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, createReceived); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	// The sender retries for more than a day and replays on demand: keep
-	// the event ids longer.
-	k, err := idem.New(d, idem.Config{Retention: webhook.Retention})
-	if err != nil {
-		return nil, err
-	}
-	ob, err := outbox.New(d, outbox.Config{MaxPayloadBytes: webhook.MaxEventPayloadBytes})
+	k, ob, err := intake.Setup(ctx, d, createReceived)
 	if err != nil {
 		return nil, err
 	}

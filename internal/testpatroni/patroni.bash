@@ -56,47 +56,17 @@
 set -euo pipefail
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 
-# The shared helpers (free_port, as_owner, install_packages): beside this
+# The shared helpers (free_port, as_owner, pg_bindir, install_packages): beside this
 # file where a test wrote both, in internal/testserver/ in the repository.
 testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
 [ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
 # shellcheck source=../testserver/testserver.bash
 source "$testserver_lib"
 
-find_bindir() {
-  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
-    pg_config --bindir; return
-  fi
-  local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-    [ -x "$d/initdb" ] && { echo "$d"; return; }
-  done
-  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
-  return 1
-}
-
-installed() { command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && find_bindir >/dev/null; }
+installed() { command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && pg_bindir >/dev/null; }
 
 install_patroni() {
-  if [ -n "${IDEM_PATRONI_NO_INSTALL:-}" ]; then
-    echo "scripts/patroni: Patroni, etcd or PostgreSQL is not installed: install them (Debian: apt-get install patroni etcd-server postgresql)" >&2
-    exit 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "scripts/patroni: Patroni, etcd or PostgreSQL is not installed and we are not root: install Debian's patroni, etcd-server and postgresql packages" >&2
-    exit 1
-  fi
-  echo "scripts/patroni: installing Patroni and etcd with apt-get" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  # Debian's policy-rc.d (in containers) or a stopped service manager keeps
-  # the packages from starting the system's etcd and Patroni; if they did
-  # start, they use the default ports, which our servers never use.
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq patroni etcd-server postgresql >&2
-}
-
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  install_packages patroni 'Patroni, etcd or PostgreSQL' IDEM_PATRONI_NO_INSTALL patroni etcd-server postgresql
 }
 
 nodes="node1 node2"
@@ -215,7 +185,7 @@ start)
   done
   installed || install_patroni
   mkdir -p "$dir/etcd"
-  find_bindir >"$dir/bindir"
+  pg_bindir >"$dir/bindir"
   echo "$mode" >"$dir/mode"
   etcd_port=$(free_port); peer_port=$(free_port)
   echo "$etcd_port" >"$dir/etcd.port"

@@ -78,16 +78,7 @@ func Start(tb testing.TB, cfg Config) *Cluster {
 	if !Installed() {
 		tb.Fatalf("testpatroni: %v", errNotInstalled)
 	}
-	// Not tb.TempDir: its parents are private to us, and the servers run
-	// as the postgres user when we are root.
-	parent, err := os.MkdirTemp("", "idem-testpatroni-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o755); err != nil {
-		tb.Fatal(err)
-	}
+	parent := testserver.Dir(tb, "idem-testpatroni-")
 	if _, err := testserver.WriteScript(parent, "patroni.bash", script); err != nil {
 		tb.Fatalf("testpatroni: write the script: %v", err)
 	}

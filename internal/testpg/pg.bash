@@ -28,30 +28,18 @@
 # root).
 set -euo pipefail
 
-# The shared helpers (free_port, as_owner, install_packages): beside this
+# The shared helpers (free_port, as_owner, pg_bindir, install_packages): beside this
 # file where a test wrote both, in internal/testserver/ in the repository.
 testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash
 [ -f "$testserver_lib" ] || testserver_lib=$(dirname "${BASH_SOURCE[0]}")/../testserver/testserver.bash
 # shellcheck source=../testserver/testserver.bash
 source "$testserver_lib"
 
-find_bindir() {
-  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
-    pg_config --bindir; return
-  fi
-  local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-    [ -x "$d/initdb" ] && { echo "$d"; return; }
-  done
-  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
-  return 1
-}
-
 install_postgres() { install_packages pg 'PostgreSQL' IDEM_PG_NO_INSTALL postgresql postgresql-contrib; }
 
 cmd=${1:-}; dir=${2:-}
 if [ "$cmd" = install ]; then
-  find_bindir >/dev/null || install_postgres
+  pg_bindir >/dev/null || install_postgres
   exit 0
 fi
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/pg install|start|stop|pause|resume|restart DIR [--durable|--crash-safe]" >&2; exit 2; }
@@ -63,7 +51,7 @@ cd /
 
 case "$cmd" in
 start)
-  bindir=$(find_bindir) || { install_postgres; bindir=$(find_bindir); }
+  bindir=$(pg_bindir) || { install_postgres; bindir=$(pg_bindir); }
   mkdir -p "$dir"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
   as_owner "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 ||

@@ -200,16 +200,7 @@ func NewCluster(tb testing.TB) *Cluster {
 	if !installed() {
 		tb.Fatalf("testpg: %v", errNotInstalled)
 	}
-	// Not tb.TempDir: its parents are private to us, and the cluster runs
-	// as the postgres user when we are root.
-	parent, err := os.MkdirTemp("", "idem-testpg-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o755); err != nil {
-		tb.Fatal(err)
-	}
+	parent := testserver.Dir(tb, "idem-testpg-")
 	if err := writeScript(parent); err != nil {
 		tb.Fatalf("testpg: %v", err)
 	}

@@ -50,16 +50,7 @@ func New(tb testing.TB, pgURL string, opts Options) *Bouncer {
 	if !installed() {
 		tb.Fatalf("testpgbouncer: no PgBouncer: install it (Debian: apt-get install pgbouncer; scripts/test does)")
 	}
-	// Not tb.TempDir: its parents are private to us, and the pooler runs
-	// as the postgres user when we are root.
-	parent, err := os.MkdirTemp("", "idem-testpgbouncer-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o755); err != nil {
-		tb.Fatal(err)
-	}
+	parent := testserver.Dir(tb, "idem-testpgbouncer-")
 	if _, err := testserver.WriteScript(parent, "pgbouncer.bash", script); err != nil {
 		tb.Fatal(err)
 	}

@@ -44,6 +44,22 @@ as_owner() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# pg_bindir prints the directory of PostgreSQL's server binaries (initdb,
+# postgres, pg_ctl): pg_config's, else the newest of Debian's
+# /usr/lib/postgresql/*/bin, else initdb's on PATH; it fails when there is
+# none.
+pg_bindir() {
+  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
+    pg_config --bindir; return
+  fi
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && { echo "$d"; return; }
+  done
+  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
+  return 1
+}
+
 # install_packages TOOL WHAT NO_INSTALL_VAR PACKAGE... installs Debian
 # packages for scripts/TOOL, which found WHAT missing: never when the
 # variable NO_INSTALL_VAR is set (the tests set it: test code installs

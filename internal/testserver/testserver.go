@@ -1,5 +1,5 @@
 // Package testserver holds the bash helpers the test-server scripts share
-// (free_port, as_owner, install_packages in testserver.bash) and writes
+// (free_port, as_owner, pg_bindir, install_packages in testserver.bash) and writes
 // them beside a script: each test-server package (testpg, testpgbouncer,
 // testrabbit, testpatroni) embeds its script and runs it from a temporary
 // directory, so that no source tree is needed, and the script sources
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // FileName is the library's name beside a script.
@@ -30,4 +31,21 @@ func WriteScript(dir, name string, script []byte) (string, error) {
 		return "", fmt.Errorf("write %s: %w", name, err)
 	}
 	return path, nil
+}
+
+// Dir makes a directory for a test server's script and data, removed when
+// tb ends. Not tb.TempDir: its parents are private to us, and the servers
+// run as the postgres user when we are root, so the directory is readable
+// by all. prefix names it (idem-testpg-, …).
+func Dir(tb testing.TB, prefix string) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
 }

@@ -44,7 +44,7 @@ func TestScriptsSourceTheLibrary(t *testing.T) {
 		if !strings.Contains(s, `source "$testserver_lib"`) {
 			t.Errorf("%s does not source %s", path, testserver.FileName)
 		}
-		for _, h := range []string{"free_port", "install_packages"} {
+		for _, h := range helpers {
 			if regexp.MustCompile(`(?m)^` + h + `\(\) \{`).MatchString(s) {
 				t.Errorf("%s defines %s again; use the library's", path, h)
 			}

@@ -26,15 +26,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/driver/postgres"
+	"github.com/idemhq/idem/examples/natsrelay"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/ledger"
 	"github.com/idemhq/idem/outbox"
-	"github.com/idemhq/idem/outbox/natspub"
 )
 
 // The shop's tenant and its two ledger accounts.
@@ -240,20 +239,5 @@ func migrate(ctx context.Context, url string) error {
 
 // Relay publishes the outbox to NATS until ctx ends.
 func (s *Shop) Relay(ctx context.Context, natsURL string) error {
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		return err
-	}
-	pub, err := natspub.New(ctx, nc, natspub.Config{CloseConn: true})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	defer pub.Close()
-	// A short lease lets a restarted relay take over quickly after a crash.
-	r, err := outbox.NewRelay(s.D, outbox.RelayConfig{Publisher: pub, LeaseTTL: time.Second, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx)
+	return natsrelay.Run(ctx, s.D, natsURL)
 }
