@@ -132,7 +132,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		retries     = l.int("retries", def.Retries, "retries of one copy after a transport error, 409, 425, 429, 502, 503 or 504 (0: none)")
 
 		accounts   = l.int("accounts", def.Accounts, "accounts the run creates")
-		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries; the run ends at the first of --operations and --duration (not bounded when --duration is given without it)")
+		operations = l.int("operations", def.Operations, "unique transfers, reversals, webhook deliveries, holds, posts and voids; the run ends at the first of --operations and --duration (not bounded when --duration is given without it)")
 		duration   = l.dur("duration", def.Duration, "stop sending new operations after this long; given without --operations, the run sends for this long")
 		duplicates = l.float("duplicates", def.Duplicates, "share of requests that are extra copies (0..0.9)")
 		burst      = l.int("burst", def.Burst, "most copies of one operation sent at the same instant")
