@@ -512,26 +512,24 @@ func (v *verifier) accounts(l *listing) {
 		}
 		return e
 	}
-	for _, o := range v.j.Ops {
-		if (o.Kind != run.KindTransfer && o.Kind != run.KindReversal) || !v.applied[o] {
-			continue
-		}
-		d, c := get(o.Debit), get(o.Credit)
-		d.debits += o.Amount
-		d.entries++
-		d.transfers[o.ID] = true
-		c.credits += o.Amount
-		c.entries++
-		c.transfers[o.ID] = true
-	}
-	for id, ef := range v.effects {
-		d, c := get(ef.debit), get(ef.credit)
-		d.debits += ef.posted
+	// move expects transfer id's entry on each of its accounts and the
+	// amount it posted.
+	move := func(id, debit, credit string, posted int64) {
+		d, c := get(debit), get(credit)
+		d.debits += posted
 		d.entries++
 		d.transfers[id] = true
-		c.credits += ef.posted
+		c.credits += posted
 		c.entries++
 		c.transfers[id] = true
+	}
+	for _, o := range v.j.Ops {
+		if (o.Kind == run.KindTransfer || o.Kind == run.KindReversal) && v.applied[o] {
+			move(o.ID, o.Debit, o.Credit, o.Amount)
+		}
+	}
+	for id, ef := range v.effects {
+		move(id, ef.debit, ef.credit, ef.posted)
 	}
 	for _, o := range v.j.Ops {
 		if o.Kind != run.KindAccount {
