@@ -120,3 +120,40 @@ func ScanEach(ctx context.Context, tx Tx, sql string, fn func(Rows) error) error
 	}
 	return rows.Err()
 }
+
+// QueryAll runs sql with args in tx and decodes every row with scan: the
+// drivers' one row loop for statements read to the end.
+func QueryAll[T any](ctx context.Context, tx Tx, scan func(Row) (*T, error), sql string, args ...any) ([]T, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return ScanAll(rows, scan)
+}
+
+// ScanAll decodes every row of rows with scan, then reports rows' error.
+// The caller closes rows.
+func ScanAll[T any](rows Rows, scan func(Row) (*T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, rows.Err()
+}
+
+// Scanner makes, of a decoder into a value, the scan function QueryAll
+// and ScanAll take: each row decoded into a new T.
+func Scanner[T any](decode func(Row, *T) error) func(Row) (*T, error) {
+	return func(r Row) (*T, error) {
+		var v T
+		if err := decode(r, &v); err != nil {
+			return nil, err
+		}
+		return &v, nil
+	}
+}

@@ -272,12 +272,12 @@ func (d *Driver) LedgerAccountsInsert(ctx context.Context, tx driver.Tx, p *driv
 		tenants[i], ids[i], currencies[i], metas[i] = a.Tenant, a.ID, a.Currency, string(a.Metadata)
 		dnec[i], cned[i] = a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsInsert, tenants, ids, currencies, dnec, cned, metas)
+	return driver.QueryAll(ctx, tx, scanLedgerAccount, sqlLedgerAccountsInsert, tenants, ids, currencies, dnec, cned, metas)
 }
 
 func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsGetParams) ([]driver.LedgerAccount, error) {
 	tenants, ids := keyArrays(p.Keys)
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsGet, tenants, ids)
+	return driver.QueryAll(ctx, tx, scanLedgerAccount, sqlLedgerAccountsGet, tenants, ids)
 }
 
 func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
@@ -294,14 +294,14 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 	tenants, ids := keyArrays(p.AccountKeys)
 	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},
 		read: func(rows driver.Rows) (err error) {
-			out.Accounts, err = scanLedgerAccounts(rows)
+			out.Accounts, err = driver.ScanAll(rows, scanLedgerAccount)
 			return err
 		}})
 	if len(p.Find) > 0 {
 		tenants, ids := keyArrays(p.Find)
 		steps = append(steps, step{sql: sqlLedgerTransfersFind, args: []any{tenants, ids},
 			read: func(rows driver.Rows) (err error) {
-				out.Found, err = scanFoundTransfers(rows)
+				out.Found, err = driver.ScanAll(rows, scanFoundTransfer)
 				return err
 			}})
 	}
@@ -319,21 +319,12 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, p.IDs)
+	return driver.QueryAll(ctx, tx, scanTransfer, sqlLedgerTransfersGet, p.Tenant, p.IDs)
 }
 
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
 	tenants, ids := keyArrays(p.Keys)
-	rows, err := tx.Query(ctx, sqlLedgerTransfersFind, tenants, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanFoundTransfers(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanFoundTransfer, sqlLedgerTransfersFind, tenants, ids)
 }
 
 func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
@@ -341,32 +332,17 @@ func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *drive
 	if p.Status == "pending" {
 		sql, args = sqlLedgerHoldsList, []any{p.Tenant, p.After, p.AccountID, p.Limit}
 	}
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanFoundTransfers(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanFoundTransfer, sql, args...)
 }
 
-func scanFoundTransfers(rows driver.Rows) ([]driver.LedgerFoundTransfer, error) {
-	var out []driver.LedgerFoundTransfer
-	for rows.Next() {
-		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
+// scanFoundTransfer decodes a transfer with its reversed total and what
+// settled it.
+var scanFoundTransfer = driver.Scanner(func(r driver.Row, t *driver.LedgerFoundTransfer) error {
+	return scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
+})
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
+	return driver.QueryAll(ctx, tx, scanTransfer, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
 func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
@@ -460,40 +436,14 @@ func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.Le
 }
 
 func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.LedgerEntriesParams) ([]driver.LedgerEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerEntry
-	for rows.Next() {
-		e, err := scanLedgerEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *e)
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanLedgerEntry, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }
 
 func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
-	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerHold
-	for rows.Next() {
-		h, err := scanLedgerHold(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *h)
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanLedgerHold, sqlLedgerHoldsDue, p.Limit)
 }
 
-func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+func scanLedgerHold(r driver.Row) (*driver.LedgerHold, error) {
 	var h driver.LedgerHold
 	var expires *time.Time
 	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
@@ -516,7 +466,7 @@ var ledgerScan = driver.LedgerScanQueries{
 	Transfers:      sqlLedgerScanTransfers,
 	ReversedTotals: sqlLedgerScanReversed,
 	Holds:          sqlLedgerScanHolds,
-	Hold:           scanLedgerHold,
+	Hold:           func(r driver.Rows) (*driver.LedgerHold, error) { return scanLedgerHold(r) },
 	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
 	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
 	TransferRow:    scanLedgerTransferRow,
@@ -550,22 +500,8 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 		Amount: amount, Credit: *isCredit, CreatedAt: at.UTC(), PendingChange: *change, PendingOnly: *only}, nil
 }
 
-func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerTransfer
-	for rows.Next() {
-		var t driver.LedgerTransfer
-		if err := scanLedgerTransfer(rows, &t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
+// scanTransfer decodes ledgerTransferCols.
+var scanTransfer = driver.Scanner(func(r driver.Row, t *driver.LedgerTransfer) error { return scanLedgerTransfer(r, t) })
 
 // scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
 func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) error {
@@ -583,31 +519,6 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 		t.ExpiresAt = expires.UTC()
 	}
 	return nil
-}
-
-func queryLedgerAccounts(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerAccount, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out, err := scanLedgerAccounts(rows)
-	if err != nil {
-		return nil, err
-	}
-	return out, rows.Err()
-}
-
-func scanLedgerAccounts(rows driver.Rows) ([]driver.LedgerAccount, error) {
-	var out []driver.LedgerAccount
-	for rows.Next() {
-		a, err := scanLedgerAccount(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *a)
-	}
-	return out, nil
 }
 
 // keyArrays splits keys into the tenants and ids arrays ledgerByKeys takes.

@@ -201,7 +201,7 @@ func (d *Driver) LedgerAccountsInsert(ctx context.Context, tx driver.Tx, p *driv
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsInsert, string(list), toMicros(p.Now))
+	return driver.QueryAll(ctx, tx, scanLedgerAccount, sqlLedgerAccountsInsert, string(list), toMicros(p.Now))
 }
 
 func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsGetParams) ([]driver.LedgerAccount, error) {
@@ -209,7 +209,7 @@ func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
+	return driver.QueryAll(ctx, tx, scanLedgerAccount, sqlLedgerAccountsByKeys, keys)
 }
 
 func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
@@ -224,7 +224,7 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 		return nil, err
 	}
 	out := &driver.LedgerLocked{Clock: fromMicros(toMicros(p.Now))}
-	if out.Accounts, err = queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys); err != nil {
+	if out.Accounts, err = driver.QueryAll(ctx, tx, scanLedgerAccount, sqlLedgerAccountsByKeys, keys); err != nil {
 		return nil, err
 	}
 	if len(p.Find) > 0 {
@@ -240,7 +240,7 @@ func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, ids)
+	return driver.QueryAll(ctx, tx, scanTransfer, sqlLedgerTransfersGet, p.Tenant, ids)
 }
 
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
@@ -248,35 +248,24 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	if err != nil {
 		return nil, err
 	}
-	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersFind, keys)
+	return driver.QueryAll(ctx, tx, scanFoundTransfer, sqlLedgerTransfersFind, keys)
 }
 
 func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
 	if p.Status == "pending" {
-		return queryFoundTransfers(ctx, tx, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
+		return driver.QueryAll(ctx, tx, scanFoundTransfer, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
 	}
-	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
+	return driver.QueryAll(ctx, tx, scanFoundTransfer, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
 }
 
-func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerFoundTransfer
-	for rows.Next() {
-		var t driver.LedgerFoundTransfer
-		if err := scanLedgerTransfer(rows, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
+// scanFoundTransfer decodes a transfer with its reversed total and what
+// settled it.
+var scanFoundTransfer = driver.Scanner(func(r driver.Row, t *driver.LedgerFoundTransfer) error {
+	return scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
+})
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
+	return driver.QueryAll(ctx, tx, scanTransfer, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
 func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
@@ -340,23 +329,10 @@ func intOrNull(n int64) any {
 }
 
 func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
-	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, toMicros(p.Now), p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerHold
-	for rows.Next() {
-		h, err := scanLedgerHold(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *h)
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanLedgerHold, sqlLedgerHoldsDue, toMicros(p.Now), p.Limit)
 }
 
-func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+func scanLedgerHold(r driver.Row) (*driver.LedgerHold, error) {
 	var h driver.LedgerHold
 	var expires *int64
 	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
@@ -398,20 +374,7 @@ func (d *Driver) LedgerEntryAsOf(ctx context.Context, tx driver.Tx, p *driver.Le
 }
 
 func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.LedgerEntriesParams) ([]driver.LedgerEntry, error) {
-	rows, err := tx.Query(ctx, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerEntry
-	for rows.Next() {
-		e, err := scanLedgerEntry(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *e)
-	}
-	return out, rows.Err()
+	return driver.QueryAll(ctx, tx, scanLedgerEntry, sqlLedgerEntries, p.Tenant, p.AccountID, p.MaxSequence, p.Limit)
 }
 
 func (d *Driver) LedgerScan(ctx context.Context, tx driver.Tx, p *driver.LedgerScanParams) error {
@@ -425,7 +388,7 @@ var ledgerScan = driver.LedgerScanQueries{
 	Transfers:      sqlLedgerScanTransfers,
 	ReversedTotals: sqlLedgerScanReversed,
 	Holds:          sqlLedgerScanHolds,
-	Hold:           scanLedgerHold,
+	Hold:           func(r driver.Rows) (*driver.LedgerHold, error) { return scanLedgerHold(r) },
 	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
 	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
 	TransferRow:    scanLedgerTransferRow,
@@ -456,22 +419,8 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 		Amount: amount, Credit: *isCredit, CreatedAt: fromMicros(at), PendingChange: *change, PendingOnly: *only}, nil
 }
 
-func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerTransfer
-	for rows.Next() {
-		var t driver.LedgerTransfer
-		if err := scanLedgerTransfer(rows, &t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
+// scanTransfer decodes ledgerTransferCols.
+var scanTransfer = driver.Scanner(func(r driver.Row, t *driver.LedgerTransfer) error { return scanLedgerTransfer(r, t) })
 
 // scanLedgerTransfer decodes ledgerTransferCols, then extra columns.
 func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) error {
@@ -490,23 +439,6 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 		t.ExpiresAt = fromMicros(*expires)
 	}
 	return nil
-}
-
-func queryLedgerAccounts(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerAccount, error) {
-	rows, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerAccount
-	for rows.Next() {
-		a, err := scanLedgerAccount(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *a)
-	}
-	return out, rows.Err()
 }
 
 func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
