@@ -466,9 +466,9 @@ var ledgerScan = driver.LedgerScanQueries{
 	Transfers:      sqlLedgerScanTransfers,
 	ReversedTotals: sqlLedgerScanReversed,
 	Holds:          sqlLedgerScanHolds,
-	Hold:           func(r driver.Rows) (*driver.LedgerHold, error) { return scanLedgerHold(r) },
-	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
-	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
+	Hold:           scanLedgerHold,
+	Account:        scanLedgerAccount,
+	Entry:          scanLedgerEntry,
 	TransferRow:    scanLedgerTransferRow,
 }
 
