@@ -73,6 +73,23 @@ const ledgerByKeys = `
 // are re-read at their newest committed version.
 var sqlLedgerLockAccounts = `SELECT ` + ledgerAccountCols + fmt.Sprintf(ledgerByKeys, "ledger_accounts", "FOR UPDATE")
 
+// sqlLedgerLockAccountsOf is sqlLedgerLockAccounts with, among the keys
+// locked in order, the two accounts of each transfer named by $3 and $4
+// (tenants, ids): a settlement learns its hold's accounts and locks them
+// in one statement. A transfer's accounts never change, so reading it
+// unlocked is reading it as it will stay.
+var sqlLedgerLockAccountsOf = `SELECT ` + ledgerAccountCols + `
+  FROM (SELECT DISTINCT want_tenant, want_id FROM (
+          SELECT want_tenant, want_id FROM unnest($1::text[], $2::text[]) AS u(want_tenant, want_id)
+          UNION ALL
+          SELECT t.tenant, a.id
+            FROM unnest($3::text[], $4::text[]) AS o(tenant, id)
+           CROSS JOIN LATERAL (SELECT * FROM ledger_transfers t WHERE t.tenant = o.tenant AND t.id = o.id LIMIT 1) AS t
+           CROSS JOIN LATERAL (VALUES (t.debit_account_id), (t.credit_account_id)) AS a(id)) AS k
+         ORDER BY want_tenant, want_id) AS w
+ CROSS JOIN LATERAL (SELECT * FROM ledger_accounts x WHERE x.tenant = w.want_tenant AND x.id = w.want_id LIMIT 1 FOR UPDATE) AS x
+ ORDER BY w.want_tenant, w.want_id`
+
 var sqlLedgerAccountsGet = `SELECT ` + ledgerAccountCols + fmt.Sprintf(ledgerByKeys, "ledger_accounts", "")
 
 var sqlLedgerTransfersGet = `SELECT ` + ledgerTransferCols + fmt.Sprintf(ledgerByIDs, "ledger_transfers", "")
@@ -292,7 +309,12 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 		steps = append(steps, unread(sqlLedgerLockTransfers, tenants, ids))
 	}
 	tenants, ids := keyArrays(p.AccountKeys)
-	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},
+	lock, args := sqlLedgerLockAccounts, []any{tenants, ids}
+	if len(p.AccountsOf) > 0 {
+		ofTenants, ofIDs := keyArrays(p.AccountsOf)
+		lock, args = sqlLedgerLockAccountsOf, append(args, ofTenants, ofIDs)
+	}
+	steps = append(steps, step{sql: lock, args: args,
 		read: func(rows driver.Rows) (err error) {
 			out.Accounts, err = driver.ScanAll(rows, scanLedgerAccount)
 			return err

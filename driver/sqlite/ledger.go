@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/idemhq/idem/driver"
@@ -219,7 +220,19 @@ func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.L
 // LedgerLock only reads: the transaction holds the database's one write
 // lock already.
 func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) (*driver.LedgerLocked, error) {
-	keys, err := jsonKeys(p.AccountKeys)
+	accounts := p.AccountKeys
+	if len(p.AccountsOf) > 0 {
+		of, err := d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: p.AccountsOf})
+		if err != nil {
+			return nil, err
+		}
+		accounts = slices.Clone(accounts)
+		for _, t := range of {
+			accounts = append(accounts, driver.LedgerKey{Tenant: t.Tenant, ID: t.DebitAccountID},
+				driver.LedgerKey{Tenant: t.Tenant, ID: t.CreditAccountID})
+		}
+	}
+	keys, err := jsonKeys(accounts)
 	if err != nil {
 		return nil, err
 	}
