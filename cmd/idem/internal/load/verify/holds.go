@@ -124,7 +124,7 @@ func (v *verifier) readTransfers(ctx context.Context) (map[string]ledgerTransfer
 			if err != nil {
 				return err
 			}
-			if status == 404 || status == 400 && page == 0 {
+			if status == 404 {
 				return nil // an account that does not exist lists nothing
 			}
 			if status != 200 {
