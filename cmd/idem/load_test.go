@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -324,8 +325,8 @@ func TestLoadDurationAlone(t *testing.T) {
 // reserved with a one-second timeout, then posted in full or in part,
 // voided, posted and voided at the same instant, or left to expire. On
 // Postgres two servers share the database and the race's two requests go
-// one to each; then the same under --chaos, a server SIGKILLed about every
-// 2 s. The verifier reads the ledger and finds each hold settled once
+// one to each; then the same under --chaos for 6 s, a server SIGKILLed
+// about every 2 s. The verifier reads the ledger and finds each hold settled once
 // (every way of settling one happened), none left pending, every
 // account's pending totals those of its open holds, and every event once.
 func TestLoadHolds(t *testing.T) {
@@ -349,16 +350,26 @@ func TestLoadHolds(t *testing.T) {
 			q := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", db, "--hold-expiry-period", "100ms")
 			targets += "," + q.URL
 		}
-		r, err := loadRun(t, append([]string{"--target", targets, "--operations", "300"}, holds...)...)
+		journal := filepath.Join(t.TempDir(), "journal.json")
+		r, err := loadRun(t, append([]string{"--target", targets, "--operations", "300", "--journal", journal}, holds...)...)
 		check(t, r, err)
+		// The journal verifies again later, every hold long due: the same
+		// findings.
+		v, err := loadRun(t, "verify", "--target", targets, "--journal", journal, "--progress=false")
+		if err != nil || v.Violations != 0 || !reflect.DeepEqual(v.Holds, r.Holds) {
+			t.Fatalf("verify: %v; %d violations %v; holds %v, the run found %v", err, v.Violations, v.Details, v.Holds, r.Holds)
+		}
 	})
 	t.Run("chaos", func(t *testing.T) {
 		t.Parallel()
-		r, err := loadRun(t, append([]string{"--chaos", "--db", dbURL(t, "postgres"), "--serve-bin", binary(t),
-			"--kill-every", "2s", "--operations", "600", "--concurrency", "8", "--seed", "5"}, holds...)...)
+		// Six seconds of load (the last --duration wins), whatever the
+		// count: a run of a few hundred operations ends before a kill.
+		r, err := loadRun(t, append(append([]string{"--chaos", "--db", dbURL(t, "postgres"), "--serve-bin", binary(t),
+			"--kill-every", "2s", "--operations", "1000000", "--concurrency", "8", "--seed", "5"}, holds...), "--duration", "6s")...)
 		check(t, r, err)
 		if r.Restarts == 0 {
 			t.Fatalf("no server killed: %+v", r)
 		}
+		t.Logf("chaos: %d kills, %d requests, %d retries", r.Restarts, r.Requests, r.Retries)
 	})
 }
