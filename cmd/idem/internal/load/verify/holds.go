@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/idemclient"
 )
 
 // The holds mix is checked against the ledger as the service lists it
@@ -27,22 +28,9 @@ const (
 	transfersPage    = 1000
 )
 
-// ledgerTransfer is a transfer as GET /v1/transfers lists it.
-type ledgerTransfer struct {
-	ID              string     `json:"id"`
-	DebitAccountID  string     `json:"debit_account_id"`
-	CreditAccountID string     `json:"credit_account_id"`
-	Amount          int64      `json:"amount"`
-	Currency        string     `json:"currency"`
-	Status          string     `json:"status"`
-	Pending         bool       `json:"pending"`
-	TimeoutSeconds  int64      `json:"timeout_seconds"`
-	ExpiresAt       *time.Time `json:"expires_at"`
-	SettledBy       string     `json:"settled_by"`
-	PendingID       string     `json:"pending_id"`
-	Settles         string     `json:"settles"`
-	CreatedAt       time.Time  `json:"created_at"`
-}
+// ledgerTransfer is a transfer as GET /v1/transfers lists it, read with
+// the Go client's type.
+type ledgerTransfer = idemclient.Transfer
 
 // effect is what a hold or settlement moved on each of its two accounts:
 // to the posted total, and to the pending one (negative for a
@@ -77,7 +65,7 @@ func (v *verifier) awaitHolds(ctx context.Context) (map[string]ledgerTransfer, e
 		}
 		var last time.Time
 		for _, t := range ts {
-			if t.Pending && t.Status == "pending" && t.ExpiresAt != nil && t.ExpiresAt.Add(allow).After(last) {
+			if t.Pending && t.State == "pending" && t.ExpiresAt != nil && t.ExpiresAt.Add(allow).After(last) {
 				last = t.ExpiresAt.Add(allow)
 			}
 		}
@@ -206,7 +194,7 @@ func (v *verifier) checkHolds(ts map[string]ledgerTransfer, now time.Time) map[s
 			if !v.exists(o, exists) {
 				continue
 			}
-			figures[h.Status]++
+			figures[h.State]++
 			v.checkHold(o, h, settlementsOf[o.ID], ackedOf[o.ID], now, allow)
 		case run.KindPost, run.KindVoid:
 			v.st.Checked.Add(1)
@@ -246,7 +234,7 @@ func (v *verifier) checkHolds(ts map[string]ledgerTransfer, now time.Time) map[s
 		}
 	}
 	for _, t := range ts {
-		if t.Pending && t.Status == "pending" {
+		if t.Pending && t.State == "pending" {
 			v.open[t.DebitAccountID] = v.open[t.DebitAccountID].add(t.Amount, 0)
 			v.open[t.CreditAccountID] = v.open[t.CreditAccountID].add(0, t.Amount)
 		}
@@ -304,10 +292,10 @@ func (v *verifier) checkHold(o *run.Op, h ledgerTransfer, settlements []ledgerTr
 		s = &settlements[0]
 	}
 	switch {
-	case s == nil && h.Status != "pending":
-		v.violate("hold_status", o, "status %q, and no settlement names it", h.Status)
-	case s != nil && (h.Status != settledStatus[s.Settles] || h.SettledBy != s.ID):
-		v.violate("hold_status", o, "status %q settled by %q; the ledger holds %s %s of it", h.Status, h.SettledBy, s.Settles, s.ID)
+	case s == nil && h.State != "pending":
+		v.violate("hold_status", o, "status %q, and no settlement names it", h.State)
+	case s != nil && (h.State != settledStatus[s.Settles] || h.SettledBy != s.ID):
+		v.violate("hold_status", o, "status %q settled by %q; the ledger holds %s %s of it", h.State, h.SettledBy, s.Settles, s.ID)
 	}
 	if h.ExpiresAt == nil {
 		return
@@ -344,8 +332,8 @@ var settledStatus = map[string]string{"post": "posted", "void": "voided", "expir
 func (v *verifier) checkRefusal(o *run.Op, code string, h ledgerTransfer) {
 	want := map[string]string{"pending_transfer_already_posted": "posted", "pending_transfer_already_voided": "voided",
 		"pending_transfer_already_expired": "expired"}[code]
-	if want != "" && h.Status != want {
-		v.violate("refusal_differs", o, "refused %s, but hold %s is %s (settled by %q)", code, o.Holds, h.Status, h.SettledBy)
+	if want != "" && h.State != want {
+		v.violate("refusal_differs", o, "refused %s, but hold %s is %s (settled by %q)", code, o.Holds, h.State, h.SettledBy)
 	}
 }
 

@@ -33,9 +33,9 @@ func holdsCase(t *testing.T) (*verifier, map[string]ledgerTransfer, time.Time) {
 		open: map[string]pendingTotals{}, j: &run.Journal{RunID: "ld1", Ops: []*run.Op{hold, post, void}}}
 	ts := map[string]ledgerTransfer{
 		"ld1-h1": {ID: "ld1-h1", DebitAccountID: "ld1-a0", CreditAccountID: "ld1-a2", Amount: 100, Currency: "EUR",
-			Status: "posted", Pending: true, TimeoutSeconds: 3, ExpiresAt: &expires, SettledBy: "ld1-s1", CreatedAt: at},
+			State: "posted", Pending: true, TimeoutSeconds: 3, ExpiresAt: &expires, SettledBy: "ld1-s1", CreatedAt: at},
 		"ld1-s1": {ID: "ld1-s1", DebitAccountID: "ld1-a0", CreditAccountID: "ld1-a2", Amount: 60, Currency: "EUR",
-			Status: "posted", PendingID: "ld1-h1", Settles: "post", CreatedAt: at.Add(time.Second)},
+			State: "posted", PendingID: "ld1-h1", Settles: "post", CreatedAt: at.Add(time.Second)},
 	}
 	return v, ts, at.Add(time.Minute)
 }
@@ -71,7 +71,7 @@ func TestCheckHolds(t *testing.T) {
 		v, ts, now := holdsCase(t)
 		// The void applied too: a second settlement of the same hold.
 		ts["ld1-s2"] = ledgerTransfer{ID: "ld1-s2", DebitAccountID: "ld1-a0", CreditAccountID: "ld1-a2", Amount: 100,
-			Currency: "EUR", Status: "voided", PendingID: "ld1-h1", Settles: "void", CreatedAt: ts["ld1-s1"].CreatedAt.Add(time.Second)}
+			Currency: "EUR", State: "voided", PendingID: "ld1-h1", Settles: "void", CreatedAt: ts["ld1-s1"].CreatedAt.Add(time.Second)}
 		v.checkHolds(ts, now)
 		want(t, checks(v), "hold_settled_twice", "refused_applied")
 	})
@@ -85,7 +85,7 @@ func TestCheckHolds(t *testing.T) {
 	t.Run("stuck pending", func(t *testing.T) {
 		v, ts, now := holdsCase(t)
 		h := ts["ld1-h1"]
-		h.Status, h.SettledBy = "pending", ""
+		h.State, h.SettledBy = "pending", ""
 		ts["ld1-h1"] = h
 		delete(ts, "ld1-s1")
 		v.j.Ops = v.j.Ops[:1]
@@ -98,11 +98,11 @@ func TestCheckHolds(t *testing.T) {
 	t.Run("expired late", func(t *testing.T) {
 		v, ts, now := holdsCase(t)
 		h := ts["ld1-h1"]
-		h.Status, h.SettledBy = "expired", "x1"
+		h.State, h.SettledBy = "expired", "x1"
 		ts["ld1-h1"] = h
 		delete(ts, "ld1-s1")
 		ts["x1"] = ledgerTransfer{ID: "x1", DebitAccountID: "ld1-a0", CreditAccountID: "ld1-a2", Amount: 100, Currency: "EUR",
-			Status: "expired", PendingID: "ld1-h1", Settles: "expire", CreatedAt: h.ExpiresAt.Add(10 * time.Second)}
+			State: "expired", PendingID: "ld1-h1", Settles: "expire", CreatedAt: h.ExpiresAt.Add(10 * time.Second)}
 		v.j.Ops = v.j.Ops[:1]
 		v.checkHolds(ts, now)
 		want(t, checks(v), "hold_stuck")

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/idemclient"
 )
 
 // verifier checks, through the API only, that a journal's acknowledged
@@ -596,17 +597,9 @@ func (v *verifier) accounts(l *listing) {
 	}
 }
 
-type entry struct {
-	TransferID     string `json:"transfer_id"`
-	Sequence       int64  `json:"sequence"`
-	Amount         int64  `json:"amount"`
-	Direction      string `json:"direction"`
-	DebitsPosted   int64  `json:"debits_posted"`
-	CreditsPosted  int64  `json:"credits_posted"`
-	Balance        int64  `json:"balance"`
-	DebitsPending  int64  `json:"debits_pending"`
-	CreditsPending int64  `json:"credits_pending"`
-}
+// entry is an entry as GET /v1/accounts/{id}/entries lists it, read with
+// the Go client's type.
+type entry = idemclient.Entry
 
 // entries checks an account's entries (newest first, as listed) against
 // the expectation and the account's totals.
