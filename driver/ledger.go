@@ -194,6 +194,12 @@ type LedgerAccountGetParams struct {
 type LedgerLockParams struct {
 	TransferKeys []LedgerKey
 	AccountKeys  []LedgerKey
+	// AccountsOf names transfers whose debit and credit accounts are
+	// locked with AccountKeys, in the same order: the originals a
+	// settlement or reversal moves the accounts of, learnt in the
+	// statement that locks them rather than read first. A transfer that
+	// does not exist adds none.
+	AccountsOf []LedgerKey
 	// Find names the transfers to read once the locks are held.
 	Find []LedgerKey
 	// Now is the clock for drivers without their own.

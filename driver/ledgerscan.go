@@ -16,9 +16,9 @@ type LedgerScanQueries struct {
 	// entries by tenant alone for every transfer: quadratic).
 	Transfers string
 
-	Account func(Rows) (*LedgerAccount, error)
-	Entry   func(Rows) (*LedgerEntry, error)
-	Hold    func(Rows) (*LedgerHold, error)
+	Account func(Row) (*LedgerAccount, error)
+	Entry   func(Row) (*LedgerEntry, error)
+	Hold    func(Row) (*LedgerHold, error)
 	// TransferRow decodes one row of Transfers: a transfer, or an entry
 	// (the other nil). An entry carries no running totals.
 	TransferRow func(Rows) (*LedgerTransfer, *LedgerEntry, error)

@@ -463,23 +463,16 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 			origKeys = append(origKeys, rowKey{Tenant: o.row.Tenant, ID: o.origID()})
 		}
 	}
-	if len(origKeys) > 0 {
-		if err := l.readTransfers(ctx, tx, b, origKeys); err != nil {
-			return err
-		}
-		for _, k := range origKeys {
-			if t := b.transfers[k]; t != nil && t.ReversesID == "" {
-				accountKeys = append(accountKeys, rowKey{Tenant: t.Tenant, ID: t.DebitAccountID}, rowKey{Tenant: t.Tenant, ID: t.CreditAccountID})
-			}
-		}
-	}
-	if len(accountKeys) == 0 {
-		// No op can post: every transfer and reversal is refused already
-		// (validation, or an original not found or itself a reversal).
+	if len(accountKeys) == 0 && len(origKeys) == 0 {
+		// No op can post: every one is refused already (validation).
 		return nil
 	}
+	// The originals' accounts are locked with the others, learnt in the
+	// same statement (LedgerLockParams.AccountsOf): a settlement or
+	// reversal reads its original under those locks in the round trip
+	// that takes them.
 	keys := slices.Concat(transferKeys, origKeys)
-	if err := l.lock(ctx, tx, b, transferKeys, accountKeys, keys); err != nil {
+	if err := l.lock(ctx, tx, b, transferKeys, accountKeys, origKeys, keys); err != nil {
 		return err
 	}
 	for round := 0; ; round++ {
@@ -501,18 +494,19 @@ func (l *Ledger) lockAndRead(ctx context.Context, tx driver.Tx, b *batch) error 
 		if round == maxLockRounds {
 			return fmt.Errorf("ledger: the accounts of reversed transfers could not be locked in %d rounds", maxLockRounds)
 		}
-		if err := l.lock(ctx, tx, b, nil, extra, origKeys); err != nil {
+		if err := l.lock(ctx, tx, b, nil, extra, nil, origKeys); err != nil {
 			return err
 		}
 	}
 }
 
-// lock locks the transfer keys and accounts, then reads, under the locks,
-// the stored transfers among find with their reversed totals and the
-// writers' clock: all one round trip on Postgres.
-func (l *Ledger) lock(ctx context.Context, tx driver.Tx, b *batch, transferKeys, accountKeys, find []rowKey) error {
+// lock locks the transfer keys, the accounts and the accounts of the
+// transfers accountsOf, then reads, under the locks, the stored transfers
+// among find with their reversed totals and the writers' clock: all one
+// round trip on Postgres.
+func (l *Ledger) lock(ctx context.Context, tx driver.Tx, b *batch, transferKeys, accountKeys, accountsOf, find []rowKey) error {
 	got, err := l.d.LedgerLock(ctx, tx, &driver.LedgerLockParams{
-		TransferKeys: transferKeys, AccountKeys: accountKeys, Find: find, Now: l.now()})
+		TransferKeys: transferKeys, AccountKeys: accountKeys, AccountsOf: accountsOf, Find: find, Now: l.now()})
 	if err != nil {
 		return fmt.Errorf("ledger: lock accounts: %w", err)
 	}
@@ -525,40 +519,25 @@ func (l *Ledger) lock(ctx context.Context, tx driver.Tx, b *batch, transferKeys,
 		}
 		a.row, a.locked, a.lastEntryAt = got.Accounts[i], true, got.Accounts[i].LastEntryAt
 	}
-	b.found(got.Found, true)
+	b.found(got.Found)
 	b.clock = got.Clock
 	return nil
 }
 
-// readTransfers reads the stored transfers among keys without locks.
-func (l *Ledger) readTransfers(ctx context.Context, tx driver.Tx, b *batch, keys []rowKey) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	found, err := l.d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: keys})
-	if err != nil {
-		return fmt.Errorf("ledger: read transfers: %w", err)
-	}
-	b.found(found, false)
-	return nil
-}
-
-// found keeps the stored transfers read; with locked, the accounts of any
-// original among them are locked, and its reversed total and what settled
-// it are kept: every reversal and settlement holds those locks while it
-// reads them and until it commits, so what is read under them is current.
-func (b *batch) found(found []driver.LedgerFoundTransfer, locked bool) {
+// found keeps the stored transfers read under the locks: the accounts of
+// any original among them are locked, so its reversed total and what
+// settled it are current (every reversal and settlement holds those locks
+// while it reads them and until it commits).
+func (b *batch) found(found []driver.LedgerFoundTransfer) {
 	for i := range found {
 		t := found[i].LedgerTransfer
 		k := rowKey{Tenant: t.Tenant, ID: t.ID}
 		b.transfers[k] = &t
-		if locked {
-			b.reversed[k] = found[i].Reversed
-			if found[i].SettledBy != "" {
-				b.settled[k] = settlement{id: found[i].SettledBy, settles: found[i].Settled}
-			} else {
-				delete(b.settled, k)
-			}
+		b.reversed[k] = found[i].Reversed
+		if found[i].SettledBy != "" {
+			b.settled[k] = settlement{id: found[i].SettledBy, settles: found[i].Settled}
+		} else {
+			delete(b.settled, k)
 		}
 	}
 }

@@ -1,8 +1,9 @@
 -- ledger.BenchmarkHolds as plain SQL: a hold of 100 reserved in one
 -- transaction and 60 of it posted in a second, with the statements
 -- driver/postgres/ledger.go runs for each (lock the id and the accounts,
--- look for the transfers with what settled them, append the transfer and
--- its entries, move the posted and pending totals, add or remove the open
+-- which the post finds by its hold in the statement that locks them; look
+-- for the transfers with what settled them, append the transfer and its
+-- entries, move the posted and pending totals, add or remove the open
 -- hold). One script, two transactions: its tps is holds/s.
 \set k random(1, 9000000000000000)
 \set a random(1, 500)
@@ -56,8 +57,6 @@ SELECT 'bench', 'lh-' || :k, 'acc-' || :a, 'acc-' || :b, 100, t.expires_at FROM 
 COMMIT;
 BEGIN;
 SELECT count(pg_advisory_xact_lock(hashtextextended('idem.ledger.transfer/bench/lh-' || :k || '-post', 0)));
-SELECT x.id FROM (SELECT DISTINCT unnest(ARRAY['lh-' || :k]) AS want ORDER BY want) AS w
- CROSS JOIN LATERAL (SELECT * FROM ledger_transfers x WHERE x.tenant = 'bench' AND x.id = w.want LIMIT 1) AS x;
 SELECT max(debits_posted)   FILTER (WHERE id = 'acc-' || :a) AS dd,
        max(debits_pending)  FILTER (WHERE id = 'acc-' || :a) AS ddp,
        max(credits_posted)  FILTER (WHERE id = 'acc-' || :a) AS dc,
@@ -68,9 +67,16 @@ SELECT max(debits_posted)   FILTER (WHERE id = 'acc-' || :a) AS dd,
        max(credits_posted)  FILTER (WHERE id = 'acc-' || :b) AS cc,
        max(credits_pending) FILTER (WHERE id = 'acc-' || :b) AS ccp,
        max(sequence)        FILTER (WHERE id = 'acc-' || :b) AS cs
-  FROM (SELECT x.* FROM (SELECT DISTINCT unnest(ARRAY['acc-' || :a, 'acc-' || :b]) AS want ORDER BY want) AS w
-         CROSS JOIN LATERAL (SELECT * FROM ledger_accounts x WHERE x.tenant = 'bench' AND x.id = w.want LIMIT 1 FOR UPDATE) AS x
-         ORDER BY w.want) AS locked
+  FROM (SELECT x.* FROM (SELECT DISTINCT want_tenant, want_id FROM (
+                SELECT want_tenant, want_id FROM unnest(ARRAY[]::text[], ARRAY[]::text[]) AS u(want_tenant, want_id)
+                UNION ALL
+                SELECT t.tenant, a.id
+                  FROM unnest(ARRAY['bench'], ARRAY['lh-' || :k]) AS o(tenant, id)
+                 CROSS JOIN LATERAL (SELECT * FROM ledger_transfers t WHERE t.tenant = o.tenant AND t.id = o.id LIMIT 1) AS t
+                 CROSS JOIN LATERAL (VALUES (t.debit_account_id), (t.credit_account_id)) AS a(id)) AS k
+               ORDER BY want_tenant, want_id) AS w
+         CROSS JOIN LATERAL (SELECT * FROM ledger_accounts x WHERE x.tenant = w.want_tenant AND x.id = w.want_id LIMIT 1 FOR UPDATE) AS x
+         ORDER BY w.want_tenant, w.want_id) AS locked
 \gset
 SELECT x.id, coalesce((SELECT s.id FROM ledger_transfers s WHERE x.pending AND s.tenant = x.tenant AND s.pending_id = x.id), '')
   FROM (SELECT DISTINCT unnest(ARRAY['lh-' || :k, 'lh-' || :k || '-post']) AS want ORDER BY want) AS w

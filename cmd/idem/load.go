@@ -132,7 +132,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		retries     = l.int("retries", def.Retries, "retries of one copy after a transport error, 409, 425, 429, 502, 503 or 504 (0: none)")
 
 		accounts   = l.int("accounts", def.Accounts, "accounts the run creates")
-		operations = l.int("operations", def.Operations, "unique transfers, reversals and webhook deliveries; the run ends at the first of --operations and --duration (not bounded when --duration is given without it)")
+		operations = l.int("operations", def.Operations, "unique transfers, reversals, webhook deliveries, holds, posts and voids; the run ends at the first of --operations and --duration (not bounded when --duration is given without it)")
 		duration   = l.dur("duration", def.Duration, "stop sending new operations after this long; given without --operations, the run sends for this long")
 		duplicates = l.float("duplicates", def.Duplicates, "share of requests that are extra copies (0..0.9)")
 		burst      = l.int("burst", def.Burst, "most copies of one operation sent at the same instant")
@@ -146,6 +146,11 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		whEndpoint = l.str("webhook-endpoint", "", "also send Standard Webhooks deliveries to POST /v1/webhooks/NAME (needs --webhook-secret)")
 		whSecret   = l.str("webhook-secret", "", "the endpoint's Standard Webhooks secret (whsec_…); the tool signs with it")
 		whShare    = l.float("webhook-share", def.WebhookShare, "share of the main phase's operations that are webhook deliveries (0..1)")
+
+		holdShare   = l.float("hold-share", def.HoldShare, "share of the main phase's operations that are holds and their posts and voids (0..1; 0: none)")
+		holdTimeout = l.dur("hold-timeout", def.HoldTimeout, "every hold's timeout, whole seconds (1s..1h)")
+		holdPeriod  = l.dur("hold-expiry-period", def.HoldExpiryPeriod, "the servers' serve --hold-expiry-period: a hold must be released within its timeout plus this and --hold-grace (--chaos passes it to its servers)")
+		holdGrace   = l.dur("hold-grace", def.HoldGrace, "allowance beyond --hold-expiry-period for the release's own transaction (0..10m)")
 
 		chaosRun  = l.bool("chaos", false, "run and SIGKILL the servers: needs --db")
 		serveBin  = l.str("serve-bin", "", "idem executable the chaos servers run (default: this one)")
@@ -186,6 +191,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.Seed, cfg.Probes, cfg.CheckEvents, cfg.NATS, cfg.EventsWait = int64(*seed), *probes, *checkEvents, *natsURL, *eventsWait
 	cfg.WebhookEndpoint, cfg.WebhookSecret, cfg.WebhookShare = *whEndpoint, *whSecret, *whShare
 	cfg.ExpectLoss = *expectLoss
+	cfg.HoldShare, cfg.HoldTimeout, cfg.HoldExpiryPeriod, cfg.HoldGrace = *holdShare, *holdTimeout, *holdPeriod, *holdGrace
 	for _, t := range strings.Split(*target, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(t, "/"))
@@ -239,14 +245,16 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if len(cfg.Targets) > 0 {
 				return errors.New("load: --chaos runs its own servers; drop --target")
 			}
-			var args []string
+			// The servers' expiry worker runs at the period the verifier
+			// allows a hold past its timeout.
+			args := []string{"--hold-expiry-period", cfg.HoldExpiryPeriod.String()}
 			if *serveCfg != "" {
 				// Absolute: each server runs in a directory of its own.
 				p, aerr := filepath.Abs(*serveCfg)
 				if aerr != nil {
 					return fmt.Errorf("load: --serve-config: %w", aerr)
 				}
-				args = []string{"--config", p}
+				args = append(args, "--config", p)
 			}
 			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
 				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,

@@ -105,18 +105,19 @@ SELECT c.relname, i.relname,
 // claim, read and stored answer, the ledger's lock, read and write, and the
 // outbox's insert.
 var distHotPath = map[string]string{
-	"sqlKeyClaim":           sqlKeyClaim,
-	"sqlKeyGet":             sqlKeyGet,
-	"sqlKeyGetKept":         sqlKeyGetKept,
-	"sqlKeyRecord":          sqlKeyRecord,
-	"sqlKeyClaimBatch":      sqlKeyClaimBatch,
-	"sqlKeyGetBatch":        sqlKeyGetBatch,
-	"sqlKeyRecordBatch":     sqlKeyRecordBatch,
-	"sqlLedgerAccountGet":   sqlLedgerAccountGet,
-	"sqlLedgerLockAccounts": sqlLedgerLockAccounts,
-	"sqlLedgerTransfersGet": sqlLedgerTransfersGet,
-	"sqlLedgerWrite":        sqlLedgerWrite,
-	"sqlOutboxInsert":       sqlOutboxInsert,
+	"sqlKeyClaim":             sqlKeyClaim,
+	"sqlKeyGet":               sqlKeyGet,
+	"sqlKeyGetKept":           sqlKeyGetKept,
+	"sqlKeyRecord":            sqlKeyRecord,
+	"sqlKeyClaimBatch":        sqlKeyClaimBatch,
+	"sqlKeyGetBatch":          sqlKeyGetBatch,
+	"sqlKeyRecordBatch":       sqlKeyRecordBatch,
+	"sqlLedgerAccountGet":     sqlLedgerAccountGet,
+	"sqlLedgerLockAccounts":   sqlLedgerLockAccounts,
+	"sqlLedgerLockAccountsOf": sqlLedgerLockAccountsOf,
+	"sqlLedgerTransfersGet":   sqlLedgerTransfersGet,
+	"sqlLedgerWrite":          sqlLedgerWrite,
+	"sqlOutboxInsert":         sqlOutboxInsert,
 }
 
 // TestHotPathFindsRowsByTenant explains each hot-path statement under its

@@ -73,6 +73,23 @@ const ledgerByKeys = `
 // are re-read at their newest committed version.
 var sqlLedgerLockAccounts = `SELECT ` + ledgerAccountCols + fmt.Sprintf(ledgerByKeys, "ledger_accounts", "FOR UPDATE")
 
+// sqlLedgerLockAccountsOf is sqlLedgerLockAccounts with, among the keys
+// locked in order, the two accounts of each transfer named by $3 and $4
+// (tenants, ids): a settlement learns its hold's accounts and locks them
+// in one statement. A transfer's accounts never change, so reading it
+// unlocked is reading it as it will stay.
+var sqlLedgerLockAccountsOf = `SELECT ` + ledgerAccountCols + `
+  FROM (SELECT DISTINCT want_tenant, want_id FROM (
+          SELECT want_tenant, want_id FROM unnest($1::text[], $2::text[]) AS u(want_tenant, want_id)
+          UNION ALL
+          SELECT t.tenant, a.id
+            FROM unnest($3::text[], $4::text[]) AS o(tenant, id)
+           CROSS JOIN LATERAL (SELECT * FROM ledger_transfers t WHERE t.tenant = o.tenant AND t.id = o.id LIMIT 1) AS t
+           CROSS JOIN LATERAL (VALUES (t.debit_account_id), (t.credit_account_id)) AS a(id)) AS k
+         ORDER BY want_tenant, want_id) AS w
+ CROSS JOIN LATERAL (SELECT * FROM ledger_accounts x WHERE x.tenant = w.want_tenant AND x.id = w.want_id LIMIT 1 FOR UPDATE) AS x
+ ORDER BY w.want_tenant, w.want_id`
+
 var sqlLedgerAccountsGet = `SELECT ` + ledgerAccountCols + fmt.Sprintf(ledgerByKeys, "ledger_accounts", "")
 
 var sqlLedgerTransfersGet = `SELECT ` + ledgerTransferCols + fmt.Sprintf(ledgerByIDs, "ledger_transfers", "")
@@ -272,12 +289,12 @@ func (d *Driver) LedgerAccountsInsert(ctx context.Context, tx driver.Tx, p *driv
 		tenants[i], ids[i], currencies[i], metas[i] = a.Tenant, a.ID, a.Currency, string(a.Metadata)
 		dnec[i], cned[i] = a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsInsert, tenants, ids, currencies, dnec, cned, metas)
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sqlLedgerAccountsInsert, tenants, ids, currencies, dnec, cned, metas)
 }
 
 func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsGetParams) ([]driver.LedgerAccount, error) {
 	tenants, ids := keyArrays(p.Keys)
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsGet, tenants, ids)
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sqlLedgerAccountsGet, tenants, ids)
 }
 
 func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
@@ -292,7 +309,12 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 		steps = append(steps, unread(sqlLedgerLockTransfers, tenants, ids))
 	}
 	tenants, ids := keyArrays(p.AccountKeys)
-	steps = append(steps, step{sql: sqlLedgerLockAccounts, args: []any{tenants, ids},
+	lock, args := sqlLedgerLockAccounts, []any{tenants, ids}
+	if len(p.AccountsOf) > 0 {
+		ofTenants, ofIDs := keyArrays(p.AccountsOf)
+		lock, args = sqlLedgerLockAccountsOf, append(args, ofTenants, ofIDs)
+	}
+	steps = append(steps, step{sql: lock, args: args,
 		read: func(rows driver.Rows) (err error) {
 			out.Accounts, err = driver.CollectRows(rows, driver.Value(scanLedgerAccount))
 			return err
@@ -319,7 +341,7 @@ func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerL
 }
 
 func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersGetParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, p.IDs)
+	return driver.Collect(ctx, tx, scanTransfer, sqlLedgerTransfersGet, p.Tenant, p.IDs)
 }
 
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
@@ -342,7 +364,7 @@ func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) 
 }
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
+	return driver.Collect(ctx, tx, scanTransfer, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
 func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
@@ -440,23 +462,10 @@ func (d *Driver) LedgerEntries(ctx context.Context, tx driver.Tx, p *driver.Ledg
 }
 
 func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
-	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerHold
-	for rows.Next() {
-		h, err := scanLedgerHold(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *h)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerHold), sqlLedgerHoldsDue, p.Limit)
 }
 
-func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+func scanLedgerHold(r driver.Row) (*driver.LedgerHold, error) {
 	var h driver.LedgerHold
 	var expires *time.Time
 	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
@@ -480,8 +489,8 @@ var ledgerScan = driver.LedgerScanQueries{
 	ReversedTotals: sqlLedgerScanReversed,
 	Holds:          sqlLedgerScanHolds,
 	Hold:           scanLedgerHold,
-	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
-	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
+	Account:        scanLedgerAccount,
+	Entry:          scanLedgerEntry,
 	TransferRow:    scanLedgerTransferRow,
 }
 

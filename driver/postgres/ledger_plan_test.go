@@ -55,6 +55,7 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 		name, sql, args string
 	}{
 		{"account lock", sqlLedgerLockAccounts, `'{new,new}', '{acc-7,acc-507}'`},
+		{"account lock with originals'", sqlLedgerLockAccountsOf, `'{new}', '{acc-7}', '{new,new}', '{tr-9,tr-none}'`},
 		{"account read", sqlLedgerAccountsGet, `'{new,new,old}', '{acc-7,acc-none,acc-8}'`},
 		{"account insert", sqlLedgerAccountsInsert,
 			`'{new,new}', '{acc-7,acc-x}', '{EUR,EUR}', '{f,f}', '{f,f}', '{"",""}'`},

@@ -523,3 +523,63 @@ func TestLaterWrites(t *testing.T) {
 		t.Fatalf("a later write in the caller's transaction: %v, want its unique violation at once", err)
 	}
 }
+
+// A settlement learns its hold's accounts in the statement that locks
+// them: LedgerLock with AccountsOf locks the hold's two accounts, finds
+// the hold and reads the clock in one round trip (BEGIN included), where
+// reading the hold first took one more.
+func TestSettlementLocksInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := migratedSchema(t)
+	d, counter := countedDriver(t, func(pcfg *pgxpool.Config) {
+		pcfg.MaxConns = 1
+		pcfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
+	accounts := []driver.LedgerAccount{{Tenant: "t", ID: "a", Currency: "EUR"}, {Tenant: "t", ID: "b", Currency: "EUR"},
+		{Tenant: "t", ID: "c", Currency: "EUR"}}
+	if _, err := d.LedgerAccountsInsert(ctx, d.Reader(), &driver.LedgerAccountsInsertParams{Accounts: accounts}); err != nil {
+		t.Fatal(err)
+	}
+	// Another pool, whose transaction tries the lock.
+	rival, _ := countedDriver(t, func(pcfg *pgxpool.Config) {
+		pcfg.MaxConns = 1
+		pcfg.ConnConfig.RuntimeParams["search_path"] = schema
+	})
+	hold := driver.LedgerTransfer{Tenant: "t", ID: "h", DebitAccountID: "c", CreditAccountID: "a", Amount: 5, Currency: "EUR",
+		Pending: true}
+	if err := d.LedgerWrite(ctx, d.Reader(), &driver.LedgerWriteParams{Transfers: []driver.LedgerTransfer{hold}, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := counter.trips.Load()
+		settlement := driver.LedgerKey{Tenant: "t", ID: fmt.Sprintf("s%d", run)}
+		held := driver.LedgerKey{Tenant: "t", ID: "h"}
+		locked, err := d.LedgerLock(ctx, tx, &driver.LedgerLockParams{TransferKeys: []driver.LedgerKey{settlement},
+			AccountsOf: []driver.LedgerKey{held, {Tenant: "t", ID: "none"}}, Find: []driver.LedgerKey{settlement, held}, Now: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trips := counter.trips.Load() - before; run > 0 && trips != 1 {
+			t.Errorf("run %d: %d round trips, want 1", run, trips)
+		}
+		if len(locked.Accounts) != 2 || locked.Accounts[0].ID != "a" || locked.Accounts[1].ID != "c" ||
+			len(locked.Found) != 1 || locked.Found[0].ID != "h" || locked.Clock.IsZero() {
+			t.Fatalf("locked %+v", locked)
+		}
+		// The accounts are locked: another transaction cannot take one.
+		other, err := rival.Begin(ctx, driver.BeginOptions{LockTimeout: 50 * time.Millisecond})
+		if err == nil {
+			_, err = rival.LedgerLock(ctx, other, &driver.LedgerLockParams{AccountKeys: []driver.LedgerKey{{Tenant: "t", ID: "c"}}, Now: time.Now()})
+			other.Rollback(ctx)
+		}
+		if err == nil {
+			t.Fatalf("run %d: account c was not locked", run)
+		}
+		tx.Rollback(ctx)
+	}
+}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/idemhq/idem/driver"
@@ -201,7 +202,7 @@ func (d *Driver) LedgerAccountsInsert(ctx context.Context, tx driver.Tx, p *driv
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsInsert, string(list), toMicros(p.Now))
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sqlLedgerAccountsInsert, string(list), toMicros(p.Now))
 }
 
 func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountsGetParams) ([]driver.LedgerAccount, error) {
@@ -209,7 +210,7 @@ func (d *Driver) LedgerAccountsGet(ctx context.Context, tx driver.Tx, p *driver.
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys)
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sqlLedgerAccountsByKeys, keys)
 }
 
 func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountGetParams) (*driver.LedgerAccount, error) {
@@ -219,12 +220,24 @@ func (d *Driver) LedgerAccountGet(ctx context.Context, tx driver.Tx, p *driver.L
 // LedgerLock only reads: the transaction holds the database's one write
 // lock already.
 func (d *Driver) LedgerLock(ctx context.Context, tx driver.Tx, p *driver.LedgerLockParams) (*driver.LedgerLocked, error) {
-	keys, err := jsonKeys(p.AccountKeys)
+	accounts := p.AccountKeys
+	if len(p.AccountsOf) > 0 {
+		of, err := d.LedgerTransfersFind(ctx, tx, &driver.LedgerTransfersFindParams{Keys: p.AccountsOf})
+		if err != nil {
+			return nil, err
+		}
+		accounts = slices.Clone(accounts)
+		for _, t := range of {
+			accounts = append(accounts, driver.LedgerKey{Tenant: t.Tenant, ID: t.DebitAccountID},
+				driver.LedgerKey{Tenant: t.Tenant, ID: t.CreditAccountID})
+		}
+	}
+	keys, err := jsonKeys(accounts)
 	if err != nil {
 		return nil, err
 	}
 	out := &driver.LedgerLocked{Clock: fromMicros(toMicros(p.Now))}
-	if out.Accounts, err = queryLedgerAccounts(ctx, tx, sqlLedgerAccountsByKeys, keys); err != nil {
+	if out.Accounts, err = driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sqlLedgerAccountsByKeys, keys); err != nil {
 		return nil, err
 	}
 	if len(p.Find) > 0 {
@@ -240,7 +253,7 @@ func (d *Driver) LedgerTransfersGet(ctx context.Context, tx driver.Tx, p *driver
 	if err != nil {
 		return nil, err
 	}
-	return queryLedgerTransfers(ctx, tx, sqlLedgerTransfersGet, p.Tenant, ids)
+	return driver.Collect(ctx, tx, scanTransfer, sqlLedgerTransfersGet, p.Tenant, ids)
 }
 
 func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersFindParams) ([]driver.LedgerFoundTransfer, error) {
@@ -248,14 +261,14 @@ func (d *Driver) LedgerTransfersFind(ctx context.Context, tx driver.Tx, p *drive
 	if err != nil {
 		return nil, err
 	}
-	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersFind, keys)
+	return driver.Collect(ctx, tx, scanFoundTransfer, sqlLedgerTransfersFind, keys)
 }
 
 func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *driver.LedgerTransfersListParams) ([]driver.LedgerFoundTransfer, error) {
 	if p.Status == "pending" {
-		return queryFoundTransfers(ctx, tx, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
+		return driver.Collect(ctx, tx, scanFoundTransfer, sqlLedgerHoldsList, p.Tenant, p.After, p.AccountID, p.Limit)
 	}
-	return queryFoundTransfers(ctx, tx, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
+	return driver.Collect(ctx, tx, scanFoundTransfer, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
 }
 
 func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
@@ -269,7 +282,7 @@ func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) 
 }
 
 func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerReversalsParams) ([]driver.LedgerTransfer, error) {
-	return queryLedgerTransfers(ctx, tx, sqlLedgerReversals, p.Tenant, p.TransferID)
+	return driver.Collect(ctx, tx, scanTransfer, sqlLedgerReversals, p.Tenant, p.TransferID)
 }
 
 func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
@@ -333,23 +346,10 @@ func intOrNull(n int64) any {
 }
 
 func (d *Driver) LedgerHoldsDue(ctx context.Context, tx driver.Tx, p *driver.LedgerHoldsDueParams) ([]driver.LedgerHold, error) {
-	rows, err := tx.Query(ctx, sqlLedgerHoldsDue, toMicros(p.Now), p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.LedgerHold
-	for rows.Next() {
-		h, err := scanLedgerHold(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *h)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.Value(scanLedgerHold), sqlLedgerHoldsDue, toMicros(p.Now), p.Limit)
 }
 
-func scanLedgerHold(r driver.Rows) (*driver.LedgerHold, error) {
+func scanLedgerHold(r driver.Row) (*driver.LedgerHold, error) {
 	var h driver.LedgerHold
 	var expires *int64
 	if err := r.Scan(&h.Tenant, &h.TransferID, &h.DebitAccountID, &h.CreditAccountID, &h.Amount, &expires); err != nil {
@@ -406,8 +406,8 @@ var ledgerScan = driver.LedgerScanQueries{
 	ReversedTotals: sqlLedgerScanReversed,
 	Holds:          sqlLedgerScanHolds,
 	Hold:           scanLedgerHold,
-	Account:        func(r driver.Rows) (*driver.LedgerAccount, error) { return scanLedgerAccount(r) },
-	Entry:          func(r driver.Rows) (*driver.LedgerEntry, error) { return scanLedgerEntry(r) },
+	Account:        scanLedgerAccount,
+	Entry:          scanLedgerEntry,
 	TransferRow:    scanLedgerTransferRow,
 }
 

@@ -138,10 +138,12 @@ func (e *engine) snapshot() []*run.Op {
 	return append([]*run.Op(nil), e.ops...)
 }
 
-// task is one dispatch: copies of o sent at the same instant.
+// task is one dispatch: copies of o sent at the same instant, and with
+// them, on o's first dispatch, its rival (a void racing a post).
 type task struct {
 	o      *run.Op
 	copies int
+	rival  bool
 }
 
 // drive sends up to limit new operations made by next, until the deadline
@@ -193,7 +195,7 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 			dups++
 		} else {
 			o := next()
-			t = task{o: o, copies: 1}
+			t = task{o: o, copies: 1, rival: o.Rival != nil}
 			if needDup && e.cfg.Burst > 1 {
 				t.copies = 2 + e.rnd.IntN(e.cfg.Burst-1)
 				e.st.Duplicates.Add(int64(t.copies - 1))
@@ -201,9 +203,17 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 			}
 			e.mu.Lock()
 			e.ops = append(e.ops, o)
+			if t.rival {
+				e.ops = append(e.ops, o.Rival)
+			}
 			e.mu.Unlock()
 			sent = append(sent, o)
 			created++
+			if t.rival {
+				sent = append(sent, o.Rival)
+				created++
+				reqs++
+			}
 		}
 		reqs += float64(t.copies)
 		if e.cfg.Rate > 0 {
@@ -224,21 +234,30 @@ func (e *engine) drive(ctx context.Context, limit int, deadline time.Time, next 
 	}
 }
 
-// dispatch sends a task's copies, concurrently when there are several.
+// dispatch sends a task's copies, and its rival, concurrently when there
+// are several: released by one gate, each takes the pool's next server.
 func (e *engine) dispatch(ctx context.Context, t task) {
 	t.o.AddCopies(t.copies)
-	if t.copies == 1 {
+	sends := make([]*run.Op, t.copies, t.copies+1)
+	for i := range sends {
+		sends[i] = t.o
+	}
+	if t.rival {
+		t.o.Rival.AddCopies(1)
+		sends = append(sends, t.o.Rival)
+	}
+	if len(sends) == 1 {
 		e.one(ctx, t.o)
 		return
 	}
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	for range t.copies {
+	for _, o := range sends {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-gate
-			e.one(ctx, t.o)
+			e.one(ctx, o)
 		}()
 	}
 	close(gate)

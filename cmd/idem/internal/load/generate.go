@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/load/run"
 )
@@ -27,16 +28,23 @@ type generator struct {
 	// operations webhook deliveries to it.
 	webhookEndpoint string
 	webhookShare    float64
-	rnd             *rand.Rand // used by the one goroutine that generates
+	// holdShare of the main phase's operations are holds and their
+	// settlements, each hold with holdTimeout seconds.
+	holdShare   float64
+	holdTimeout int64
+	rnd         *rand.Rand // used by the one goroutine that generates
 
 	accounts   map[string][]string // currency → acknowledged account ids
 	currencies []string
 	transfers  int
 	reversals  int
 	webhooks   int
+	holds      int
+	settles    int
 
 	mu         sync.Mutex
 	reversible []*run.Op // transfers acknowledged with 201, not yet reversed
+	settleable []*run.Op // holds acknowledged with 201, not yet settled
 }
 
 func newGenerator(cfg run.Config, runID string, seed uint64) *generator {
@@ -45,6 +53,7 @@ func newGenerator(cfg run.Config, runID string, seed uint64) *generator {
 	if cfg.WebhookEndpoint != "" {
 		g.webhookEndpoint, g.webhookShare = cfg.WebhookEndpoint, cfg.WebhookShare
 	}
+	g.holdShare, g.holdTimeout = cfg.HoldShare, int64(cfg.HoldTimeout/time.Second)
 	return g
 }
 
@@ -85,6 +94,9 @@ func (g *generator) next() *run.Op {
 	if g.webhookEndpoint != "" && g.rnd.Float64() < g.webhookShare {
 		return g.webhookDelivery()
 	}
+	if g.holdShare > 0 && g.rnd.Float64() < g.holdShare {
+		return g.holdOp()
+	}
 	if g.rnd.Float64() < reversalShare {
 		if o := g.reversal(); o != nil {
 			return o
@@ -93,10 +105,8 @@ func (g *generator) next() *run.Op {
 	return g.transfer()
 }
 
-func (g *generator) transfer() *run.Op {
-	g.transfers++
-	n := g.transfers
-	var cur, debit, credit string
+// pair picks a currency with two accounts or more and two of its accounts.
+func (g *generator) pair() (cur, debit, credit string) {
 	for {
 		cur = g.currencies[g.rnd.IntN(len(g.currencies))]
 		if len(g.accounts[cur]) >= 2 {
@@ -106,7 +116,13 @@ func (g *generator) transfer() *run.Op {
 	ids := g.accounts[cur]
 	i := g.rnd.IntN(len(ids))
 	j := (i + 1 + g.rnd.IntN(len(ids)-1)) % len(ids)
-	debit, credit = ids[i], ids[j]
+	return cur, ids[i], ids[j]
+}
+
+func (g *generator) transfer() *run.Op {
+	g.transfers++
+	n := g.transfers
+	cur, debit, credit := g.pair()
 	if len(g.currencies) > 1 && g.rnd.Float64() < g.refusedShare {
 		// A transfer built to be refused: the credit account holds another
 		// currency. Its 422 must be stored and replayed, and nothing moved.
@@ -150,14 +166,82 @@ func (g *generator) reversal() *run.Op {
 		Body: mustJSON(map[string]any{"id": id, "amount": amount, "reason": "idem load"})}
 }
 
-// acknowledged offers a transfer that was applied for reversal.
+// acknowledged offers a transfer that was applied for reversal, and a
+// hold for settlement.
 func (g *generator) acknowledged(o *run.Op) {
-	if o.Kind != run.KindTransfer {
-		return
-	}
 	g.mu.Lock()
-	g.reversible = append(g.reversible, o)
+	defer g.mu.Unlock()
+	switch o.Kind {
+	case run.KindTransfer:
+		g.reversible = append(g.reversible, o)
+	case run.KindHold:
+		g.settleable = append(g.settleable, o)
+	}
+}
+
+// holdOp makes the holds mix's next operation: half the time, when a hold
+// is acknowledged and unsettled, a settlement of it, else a new hold. A
+// hold taken for settlement is posted in full (25%) or in part (25%),
+// voided (20%), posted and voided at the same instant under two keys, to
+// two servers (20%), or left to expire (10%: a new hold is made instead).
+func (g *generator) holdOp() *run.Op {
+	g.mu.Lock()
+	var h *run.Op
+	if len(g.settleable) > 0 && g.rnd.IntN(2) == 0 {
+		i := g.rnd.IntN(len(g.settleable))
+		h = g.settleable[i]
+		g.settleable[i] = g.settleable[len(g.settleable)-1]
+		g.settleable = g.settleable[:len(g.settleable)-1]
+	}
 	g.mu.Unlock()
+	if h == nil {
+		return g.hold()
+	}
+	switch r := g.rnd.IntN(100); {
+	case r < 25:
+		return g.settlement(h, run.KindPost, 0)
+	case r < 50 && h.Amount > 1:
+		return g.settlement(h, run.KindPost, 1+g.rnd.Int64N(h.Amount-1))
+	case r < 70:
+		return g.settlement(h, run.KindVoid, 0)
+	case r < 90:
+		p, v := g.settlement(h, run.KindPost, 0), g.settlement(h, run.KindVoid, 0)
+		if g.rnd.IntN(2) == 0 {
+			p.Rival = v
+			return p
+		}
+		v.Rival = p
+		return v
+	}
+	return g.hold()
+}
+
+// hold makes a hold of a random amount between two accounts of a currency.
+func (g *generator) hold() *run.Op {
+	g.holds++
+	n := g.holds
+	cur, debit, credit := g.pair()
+	id := fmt.Sprintf("%s-h%d", g.runID, n)
+	amount := 1 + g.rnd.Int64N(maxAmount)
+	return &run.Op{Kind: run.KindHold, Key: fmt.Sprintf("%s-hk%d", g.runID, n), ID: id, Path: "/v1/transfers",
+		Currency: cur, Debit: debit, Credit: credit, Amount: amount, TimeoutSeconds: g.holdTimeout,
+		Body: mustJSON(map[string]any{"id": id, "debit_account_id": debit, "credit_account_id": credit,
+			"amount": amount, "currency": cur, "pending": true, "timeout_seconds": g.holdTimeout})}
+}
+
+// settlement posts (amount 0: all of it) or voids hold h under a key and
+// id of its own.
+func (g *generator) settlement(h *run.Op, kind run.Kind, amount int64) *run.Op {
+	g.settles++
+	n := g.settles
+	id := fmt.Sprintf("%s-s%d", g.runID, n)
+	body := map[string]any{"id": id}
+	if amount > 0 {
+		body["amount"] = amount
+	}
+	return &run.Op{Kind: kind, Key: fmt.Sprintf("%s-sk%d", g.runID, n), ID: id,
+		Path: "/v1/transfers/" + url.PathEscape(h.ID) + "/" + string(kind), Currency: h.Currency,
+		Debit: h.Debit, Credit: h.Credit, Amount: amount, Holds: h.ID, Body: mustJSON(body)}
 }
 
 func mustJSON(v any) string {

@@ -25,8 +25,8 @@ type Config struct {
 	APIKey string
 	// Accounts is how many accounts the run creates. Default 16; bound 2..10000.
 	Accounts int
-	// Operations is how many unique transfers, reversals and webhook
-	// deliveries the main phase sends. Default 1000; bound 1..10,000,000.
+	// Operations is how many unique transfers, reversals, webhook
+	// deliveries, holds, posts and voids the main phase sends. Default 1000; bound 1..10,000,000.
 	Operations int
 	// Duration stops the main phase early when it has run this long.
 	// Default 30s; bound 1s..24h.
@@ -91,6 +91,24 @@ type Config struct {
 	// webhook deliveries when an endpoint is set. Default 0.2; bound 0..1
 	// (0, with Explicit: none).
 	WebhookShare float64
+	// HoldShare is the share of the main phase's operations that are holds
+	// and their settlements: a hold reserved with HoldTimeout, then
+	// posted (all or part), voided, posted and voided at the same
+	// instant through two servers, or left to expire. Default 0 (none);
+	// bound 0..1.
+	HoldShare float64
+	// HoldTimeout is every hold's timeout. Default 3s; bound 1s..1h, whole
+	// seconds (checked, like HoldExpiryPeriod, when HoldShare is set).
+	HoldTimeout time.Duration
+	// HoldExpiryPeriod is the period of the service's expiry worker (serve
+	// --hold-expiry-period), which a chaos run passes to its servers: a
+	// hold must be released within its timeout plus this period (plus
+	// HoldGrace). Default 1s; bound 10ms..1m.
+	HoldExpiryPeriod time.Duration
+	// HoldGrace is added to HoldExpiryPeriod for the worker's own
+	// transaction and a loaded machine's scheduling. Default 2s; bound
+	// 0..10m.
+	HoldGrace time.Duration
 	// Progress receives progress output (nil: none). It is written from
 	// a goroutine of its own: share it only behind a lock.
 	Progress io.Writer
@@ -148,6 +166,9 @@ const (
 	defaultProbes       = 200
 	defaultEventsWait   = 30 * time.Second
 	defaultWebhookShare = 0.2
+	defaultHoldTimeout  = 3 * time.Second
+	defaultHoldPeriod   = time.Second
+	defaultHoldGrace    = 2 * time.Second
 	maxTargets          = 64
 	// maxLatencySamples bounds the latencies kept per outcome; beyond it a
 	// reservoir sample keeps the percentiles honest.
@@ -218,6 +239,15 @@ func (c Config) WithDefaults() Config {
 	if c.WebhookShare == 0 {
 		c.WebhookShare = defaultWebhookShare
 	}
+	if c.HoldTimeout == 0 {
+		c.HoldTimeout = defaultHoldTimeout
+	}
+	if c.HoldExpiryPeriod == 0 {
+		c.HoldExpiryPeriod = defaultHoldPeriod
+	}
+	if c.HoldGrace == 0 {
+		c.HoldGrace = defaultHoldGrace
+	}
 	return c
 }
 
@@ -266,6 +296,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("load: events wait %s is outside 0..10m", c.EventsWait)
 	case c.WebhookShare < 0 || c.WebhookShare > 1:
 		return fmt.Errorf("load: webhook share %g is outside 0..1", c.WebhookShare)
+	case c.HoldShare < 0 || c.HoldShare > 1:
+		return fmt.Errorf("load: hold share %g is outside 0..1", c.HoldShare)
+	case c.HoldShare > 0 && (c.HoldTimeout < time.Second || c.HoldTimeout > time.Hour || c.HoldTimeout%time.Second != 0):
+		return fmt.Errorf("load: hold timeout %s is not whole seconds in 1s..1h", c.HoldTimeout)
+	case c.HoldShare > 0 && (c.HoldExpiryPeriod < 10*time.Millisecond || c.HoldExpiryPeriod > time.Minute):
+		return fmt.Errorf("load: hold expiry period %s is outside 10ms..1m", c.HoldExpiryPeriod)
+	case c.HoldGrace < 0 || c.HoldGrace > 10*time.Minute:
+		return fmt.Errorf("load: hold grace %s is outside 0..10m", c.HoldGrace)
 	}
 	if c.WebhookSecret != "" {
 		if _, err := webhookKey(c.WebhookSecret); err != nil {

@@ -20,6 +20,18 @@ const (
 	// KindWebhook is a Standard Webhooks delivery to POST
 	// /v1/webhooks/{endpoint}: its Key and ID are the stable event id.
 	KindWebhook Kind = "webhook"
+	// KindHold is a hold: POST /v1/transfers with "pending": true and a
+	// timeout, reserving Amount from Debit for Credit.
+	KindHold Kind = "hold"
+	// KindPost posts a hold (Holds): all of it when Amount is 0, else
+	// Amount of it, the rest released.
+	KindPost Kind = "post"
+	// KindVoid voids a hold (Holds), releasing all of it.
+	KindVoid Kind = "void"
+	// KindExpiry is a hold's release by the service's expiry worker. No
+	// run sends one and no journal holds one: the verifier stands one in
+	// for each expiry it reads from the ledger, to check its event.
+	KindExpiry Kind = "expiry"
 )
 
 // Op is one unique operation: one Idempotency-Key and one request body,
@@ -43,12 +55,21 @@ type Op struct {
 	Reverses string `json:"reverses,omitempty"`
 	// Type is a webhook delivery's event type (the body's "type").
 	Type string `json:"type,omitempty"`
+	// Holds is the hold a post or void settles.
+	Holds string `json:"holds,omitempty"`
+	// TimeoutSeconds is a hold's timeout.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
 	// Status and Answer are the first final answer (0 and "" when none
 	// arrived: the operation is unresolved).
 	Status int    `json:"status"`
 	Answer string `json:"answer,omitempty"`
 	// Copies is how many copies were sent (retries not counted).
 	Copies int `json:"copies"`
+
+	// Rival is sent at the same instant as the operation, each to the
+	// next server of the pool: a post racing a void of the same hold.
+	// The journal keeps both as operations of their own.
+	Rival *Op `json:"-"`
 
 	mu sync.Mutex
 	// attempts counts the requests sent for a webhook delivery, to give
@@ -91,7 +112,8 @@ func (o *Op) Keep(status int, answer string) (firstStatus int, firstAnswer strin
 // verifier checks an operation whose acknowledgement the service lost.
 func (o *Op) Unanswered() *Op {
 	return &Op{Kind: o.Kind, Key: o.Key, ID: o.ID, Path: o.Path, Body: o.Body, Currency: o.Currency,
-		Debit: o.Debit, Credit: o.Credit, Amount: o.Amount, Reverses: o.Reverses, Type: o.Type, Copies: o.Copies}
+		Debit: o.Debit, Credit: o.Credit, Amount: o.Amount, Reverses: o.Reverses, Type: o.Type,
+		Holds: o.Holds, TimeoutSeconds: o.TimeoutSeconds, Copies: o.Copies}
 }
 
 // Applied reports whether the final answer says the work was done.

@@ -46,28 +46,32 @@ type Latency struct {
 // Report is a run's (or a verification's) summary. Violations is the count
 // of every violation found; Details lists the first of them.
 type Report struct {
-	RunID          string             `json:"run_id"`
-	Targets        []string           `json:"targets"`
-	ElapsedSeconds float64            `json:"elapsed_seconds"`
-	Operations     map[Kind]int       `json:"operations"`
-	Acknowledged   int                `json:"acknowledged"`
-	Applied        int                `json:"applied"`
-	Refused        int                `json:"refused"`
-	Unresolved     int                `json:"unresolved"`
-	Requests       int64              `json:"requests"`
-	Duplicates     int64              `json:"duplicates_sent"`
-	Replays        int64              `json:"replays_served"`
-	Retries        int64              `json:"retries"`
-	Probes         int                `json:"probes"`
-	Restarts       int                `json:"restarts"`
-	DBRestarts     int                `json:"db_restarts"`
-	Failovers      int                `json:"db_failovers"`
-	NATSKills      int                `json:"nats_node_kills"`
-	EventsChecked  int                `json:"events_checked"`
-	WebhookEvents  int                `json:"webhook_events"`
-	Latency        map[string]Latency `json:"latency"`
-	Violations     int                `json:"violations"`
-	Details        []Violation        `json:"violation_details"`
+	RunID          string       `json:"run_id"`
+	Targets        []string     `json:"targets"`
+	ElapsedSeconds float64      `json:"elapsed_seconds"`
+	Operations     map[Kind]int `json:"operations"`
+	Acknowledged   int          `json:"acknowledged"`
+	Applied        int          `json:"applied"`
+	Refused        int          `json:"refused"`
+	Unresolved     int          `json:"unresolved"`
+	Requests       int64        `json:"requests"`
+	Duplicates     int64        `json:"duplicates_sent"`
+	Replays        int64        `json:"replays_served"`
+	Retries        int64        `json:"retries"`
+	Probes         int          `json:"probes"`
+	Restarts       int          `json:"restarts"`
+	DBRestarts     int          `json:"db_restarts"`
+	Failovers      int          `json:"db_failovers"`
+	NATSKills      int          `json:"nats_node_kills"`
+	EventsChecked  int          `json:"events_checked"`
+	WebhookEvents  int          `json:"webhook_events"`
+	// Holds counts the run's holds that exist by how the ledger left them
+	// (posted, voided, expired, pending) and those a post and a void raced
+	// for (raced).
+	Holds      map[string]int     `json:"holds,omitempty"`
+	Latency    map[string]Latency `json:"latency"`
+	Violations int                `json:"violations"`
+	Details    []Violation        `json:"violation_details"`
 
 	// Lost counts the acknowledged operations the service no longer
 	// holds as acknowledged: missing, or (with ExpectLoss) done again by a
@@ -256,6 +260,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if r.WebhookEvents > 0 {
 		fmt.Fprintf(tw, "webhook events\t%d\n", r.WebhookEvents)
+	}
+	if len(r.Holds) > 0 {
+		fmt.Fprintf(tw, "holds\tposted %d, voided %d, expired %d, pending %d; raced %d\n",
+			r.Holds["posted"], r.Holds["voided"], r.Holds["expired"], r.Holds["pending"], r.Holds["raced"])
 	}
 	tw.Flush()
 	if len(r.Latency) > 0 {

@@ -84,6 +84,11 @@ func TestConfigValidation(t *testing.T) {
 		}, "endpoint"},
 		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_abc" }, "webhook secret"},
 		{"webhook share", func(c *Config) { c.WebhookEndpoint, c.WebhookShare = "hooks", 2 }, "webhook share"},
+		{"holds", func(c *Config) { c.HoldShare = 0.5 }, ""},
+		{"hold share", func(c *Config) { c.HoldShare = 1.5 }, "hold share"},
+		{"hold timeout", func(c *Config) { c.HoldShare, c.HoldTimeout = 0.5, 1500*time.Millisecond }, "hold timeout"},
+		{"hold expiry period", func(c *Config) { c.HoldShare, c.HoldExpiryPeriod = 0.5, 2*time.Minute }, "hold expiry period"},
+		{"hold grace", func(c *Config) { c.HoldGrace = -time.Second }, "hold grace"},
 	}
 	for _, c := range cases {
 		cfg := ok
@@ -147,7 +152,8 @@ func TestConfigDefaults(t *testing.T) {
 	d := Defaults()
 	if !d.Explicit || d.Accounts != defaultAccounts || d.Duplicates != defaultDuplicates || d.Settle != defaultSettle ||
 		d.RefusedShare != defaultRefusedShare || d.Retries != defaultRetries || d.WebhookShare != defaultWebhookShare ||
-		d.BackoffMax != defaultBackoffMax || d.Probes != defaultProbes {
+		d.BackoffMax != defaultBackoffMax || d.Probes != defaultProbes || d.HoldTimeout != defaultHoldTimeout ||
+		d.HoldExpiryPeriod != defaultHoldPeriod || d.HoldGrace != defaultHoldGrace || d.HoldShare != 0 {
 		t.Errorf("Defaults: %+v", d)
 	}
 }

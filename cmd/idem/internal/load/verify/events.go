@@ -39,6 +39,10 @@ var eventType = map[run.Kind]string{
 	run.KindAccount:  "account.created",
 	run.KindTransfer: "transfer.created",
 	run.KindReversal: "transfer.reversed",
+	run.KindHold:     "transfer.pending",
+	run.KindPost:     "transfer.posted",
+	run.KindVoid:     "transfer.voided",
+	run.KindExpiry:   "transfer.expired",
 }
 
 // opEventType is the event o emits when applied.
@@ -61,6 +65,9 @@ func (v *verifier) events(ctx context.Context, l *listing) (int, int, error) {
 	for _, o := range v.j.Ops {
 		want[opEventType(o)+" "+o.ID] = o
 	}
+	for _, o := range v.expiries {
+		want[opEventType(o)+" "+o.ID] = o
+	}
 	prefix := v.j.RunID + "-"
 	deadline := time.Now().Add(v.cfg.EventsWait)
 	el := l.events
@@ -75,7 +82,7 @@ func (v *verifier) events(ctx context.Context, l *listing) (int, int, error) {
 		from := len(el.pages) - 1
 		for i, ev := range el.all {
 			id := PayloadID(ev.Payload)
-			if !strings.HasPrefix(id, prefix) {
+			if !strings.HasPrefix(id, prefix) && !strings.HasPrefix(payloadPendingID(ev.Payload), prefix) {
 				continue // another run's or the deployment's own
 			}
 			ours = append(ours, ev)
@@ -169,6 +176,8 @@ func (v *verifier) isApplied(o *run.Op) bool {
 		return exists
 	case run.KindWebhook:
 		return o.Applied()
+	case run.KindExpiry:
+		return true // read from the ledger
 	}
 	return v.applied[o]
 }
@@ -195,6 +204,17 @@ func (v *verifier) checkWebhookPayload(o *run.Op, ev event) {
 	case gerr != nil || werr != nil || !reflect.DeepEqual(got, want):
 		v.violate("webhook_differs", o, "event %s carries body %s; the delivery sent %s", ev.ID, run.Truncate(p.Body), run.Truncate([]byte(o.Body)))
 	}
+}
+
+// payloadPendingID is the hold a settlement event's payload settles (""
+// for any other event): an expiry's own id is the service's, the hold's
+// the run's.
+func payloadPendingID(p json.RawMessage) string {
+	var m struct {
+		PendingID string `json:"pending_id"`
+	}
+	_ = json.Unmarshal(p, &m)
+	return m.PendingID
 }
 
 // PayloadID is the id an event's payload names: the resource's id, or a

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/load/run"
+	"github.com/idemhq/idem/idemclient"
 )
 
 // verifier checks, through the API only, that a journal's acknowledged
@@ -47,6 +48,13 @@ type verifier struct {
 	lostKeys  []string
 	// evs is the tenant's events as listed so far.
 	evs *eventList
+	// effects holds, by transfer id, what each existing hold and
+	// settlement of the run moved (checkHolds).
+	effects map[string]effect
+	// expiries stand for the expiries of the run's holds the ledger holds.
+	expiries []*run.Op
+	// open holds each account's open holds' totals, as the ledger lists them.
+	open map[string]pendingTotals
 }
 
 type accountState struct {
@@ -60,7 +68,8 @@ type accountState struct {
 // service unreachable), never a violation.
 func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, prog *run.Progress, j *run.Journal, r *run.Report) error {
 	v := &verifier{cfg: cfg, cl: cl, st: st, j: j, applied: map[*run.Op]bool{},
-		reversalsOf: map[string][]string{}, balances: map[string]accountState{}}
+		reversalsOf: map[string][]string{}, balances: map[string]accountState{},
+		effects: map[string]effect{}, open: map[string]pendingTotals{}}
 	r.Operations = map[run.Kind]int{}
 	for _, o := range j.Ops {
 		r.Operations[o.Kind]++
@@ -95,12 +104,24 @@ func Check(ctx context.Context, cfg run.Config, cl *run.Client, st *run.Stats, p
 	if err != nil {
 		return err
 	}
+	// Holds first: the listings are read once every hold is due, so that
+	// the ledger no longer changes under them.
+	var holds map[string]ledgerTransfer
+	if v.hasHolds() {
+		prog.PhaseOf("holds", "rows", v.listingEstimate(), &st.Listed)
+		if holds, err = v.awaitHolds(ctx); err != nil {
+			return err
+		}
+	}
 	prog.PhaseOf("listing", "rows", v.listingEstimate(), &st.Listed)
 	l, err := v.read(ctx)
 	if err != nil {
 		return err
 	}
 	prog.PhaseOf("verify", "ops", len(v.j.Ops), &st.Checked)
+	if holds != nil {
+		r.Holds = v.checkHolds(holds, time.Now())
+	}
 	if err := v.transfers(ctx, l); err != nil {
 		return err
 	}
@@ -492,17 +513,24 @@ func (v *verifier) accounts(l *listing) {
 		}
 		return e
 	}
-	for _, o := range v.j.Ops {
-		if (o.Kind != run.KindTransfer && o.Kind != run.KindReversal) || !v.applied[o] {
-			continue
-		}
-		d, c := get(o.Debit), get(o.Credit)
-		d.debits += o.Amount
+	// move expects transfer id's entry on each of its accounts and the
+	// amount it posted.
+	move := func(id, debit, credit string, posted int64) {
+		d, c := get(debit), get(credit)
+		d.debits += posted
 		d.entries++
-		d.transfers[o.ID] = true
-		c.credits += o.Amount
+		d.transfers[id] = true
+		c.credits += posted
 		c.entries++
-		c.transfers[o.ID] = true
+		c.transfers[id] = true
+	}
+	for _, o := range v.j.Ops {
+		if (o.Kind == run.KindTransfer || o.Kind == run.KindReversal) && v.applied[o] {
+			move(o.ID, o.Debit, o.Credit, o.Amount)
+		}
+	}
+	for id, ef := range v.effects {
+		move(id, ef.debit, ef.credit, ef.posted)
 	}
 	for _, o := range v.j.Ops {
 		if o.Kind != run.KindAccount {
@@ -524,13 +552,15 @@ func (v *verifier) accounts(l *listing) {
 			v.violate("refused_applied", o, "account creation refused with %d but the account exists", o.Status)
 		}
 		var a struct {
-			ID            string          `json:"id"`
-			Currency      string          `json:"currency"`
-			CreatedAt     string          `json:"created_at"`
-			Flags         json.RawMessage `json:"flags"`
-			DebitsPosted  int64           `json:"debits_posted"`
-			CreditsPosted int64           `json:"credits_posted"`
-			Balance       int64           `json:"balance"`
+			ID             string          `json:"id"`
+			Currency       string          `json:"currency"`
+			CreatedAt      string          `json:"created_at"`
+			Flags          json.RawMessage `json:"flags"`
+			DebitsPosted   int64           `json:"debits_posted"`
+			CreditsPosted  int64           `json:"credits_posted"`
+			Balance        int64           `json:"balance"`
+			DebitsPending  int64           `json:"debits_pending"`
+			CreditsPending int64           `json:"credits_pending"`
 		}
 		if err := json.Unmarshal(ar.body, &a); err != nil {
 			v.violate("account_differs", o, "GET body: %v", err)
@@ -556,6 +586,10 @@ func (v *verifier) accounts(l *listing) {
 			v.violate(check, o, "debits %d credits %d balance %d; applied transfers and reversals make debits %d credits %d",
 				a.DebitsPosted, a.CreditsPosted, a.Balance, e.debits, e.credits)
 		}
+		if open := v.open[o.ID]; a.DebitsPending != open.debits || a.CreditsPending != open.credits {
+			v.violate("pending_mismatch", o, "debits pending %d, credits pending %d; its open holds make %d and %d",
+				a.DebitsPending, a.CreditsPending, open.debits, open.credits)
+		}
 		v.balances[o.ID] = accountState{currency: a.Currency, balance: a.Balance}
 		if !ar.bad {
 			v.entries(o, e, ar.entries, a.DebitsPosted, a.CreditsPosted)
@@ -563,15 +597,9 @@ func (v *verifier) accounts(l *listing) {
 	}
 }
 
-type entry struct {
-	TransferID    string `json:"transfer_id"`
-	Sequence      int64  `json:"sequence"`
-	Amount        int64  `json:"amount"`
-	Direction     string `json:"direction"`
-	DebitsPosted  int64  `json:"debits_posted"`
-	CreditsPosted int64  `json:"credits_posted"`
-	Balance       int64  `json:"balance"`
-}
+// entry is an entry as GET /v1/accounts/{id}/entries lists it, read with
+// the Go client's type.
+type entry = idemclient.Entry
 
 // entries checks an account's entries (newest first, as listed) against
 // the expectation and the account's totals.
@@ -584,9 +612,10 @@ func (v *verifier) entries(o *run.Op, e *expectation, all []entry, debits, credi
 		v.violate(check, o, "%d entries; applied transfers and reversals make %d", len(all), e.entries)
 	}
 	seen := map[string]bool{}
-	var prevD, prevC int64
+	var prevD, prevC, prevDP, prevCP int64
 	// Oldest first: sequences 1, 2, … and running totals that grow by each
-	// entry's amount on its side.
+	// entry's amount on its side; a hold's or settlement's entry moves
+	// them, and the pending totals, by its effect.
 	for i := len(all) - 1; i >= 0; i-- {
 		en := all[i]
 		want := int64(len(all) - i)
@@ -594,21 +623,26 @@ func (v *verifier) entries(o *run.Op, e *expectation, all []entry, debits, credi
 			v.violate("entry_sequence", o, "entry %d of %d (oldest first) has sequence %d", want, len(all), en.Sequence)
 			return
 		}
-		d, c := prevD, prevC
+		d, c, dp, cp := prevD, prevC, prevDP, prevCP
+		posted, pending := en.Amount, int64(0)
+		if ef, ok := v.effects[en.TransferID]; ok {
+			posted, pending = ef.posted, ef.pending
+		}
 		switch en.Direction {
 		case "debit":
-			d += en.Amount
+			d, dp = d+posted, dp+pending
 		case "credit":
-			c += en.Amount
+			c, cp = c+posted, cp+pending
 		default:
 			v.violate("running_balance", o, "entry %d has direction %q", en.Sequence, en.Direction)
 		}
-		if en.Amount <= 0 || en.DebitsPosted != d || en.CreditsPosted != c || en.Balance != c-d {
-			v.violate("running_balance", o, "entry %d (%s %d) shows debits %d credits %d balance %d; the entries before it make debits %d credits %d",
-				en.Sequence, en.Direction, en.Amount, en.DebitsPosted, en.CreditsPosted, en.Balance, d, c)
+		if en.Amount <= 0 || en.DebitsPosted != d || en.CreditsPosted != c || en.Balance != c-d ||
+			en.DebitsPending != dp || en.CreditsPending != cp {
+			v.violate("running_balance", o, "entry %d (%s %d) shows debits %d credits %d balance %d pending %d/%d; the entries before it make debits %d credits %d pending %d/%d",
+				en.Sequence, en.Direction, en.Amount, en.DebitsPosted, en.CreditsPosted, en.Balance, en.DebitsPending, en.CreditsPending, d, c, dp, cp)
 			return
 		}
-		prevD, prevC = d, c
+		prevD, prevC, prevDP, prevCP = d, c, dp, cp
 		if seen[en.TransferID] {
 			v.violate("applied_twice", o, "transfer %s has two entries on this account", en.TransferID)
 		}
