@@ -126,7 +126,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
-			return replay(req.Key, rec, fp)
+			return k.replay(ctx, req.Key, rec, fp)
 		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
@@ -349,7 +349,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 			todo = append(todo, i)
 			continue
 		}
-		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp)
+		answers[i].res, answers[i].err = k.replay(ctx, cs[i].key, c.Existing, cs[i].fp)
 	}
 	if len(todo) == 0 {
 		return answers, nil, nil
@@ -369,7 +369,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 			answers[i].err = r.Err
 			continue
 		}
-		rec, err := record(cs[i], r.Outcome)
+		rec, err := k.record(ctx, cs[i], r.Outcome)
 		if err != nil {
 			return nil, nil, err
 		}

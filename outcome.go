@@ -52,8 +52,8 @@ type Result struct {
 type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 
 // record is out as the driver stores it on c's claim, with the headers
-// c keeps.
-func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
+// c keeps, sealed when the keeper has a Sealer.
+func (k *Keeper) record(ctx context.Context, c claimant, out Outcome) (driver.KeyRecordParams, error) {
 	h := out.Header
 	if c.keep != nil {
 		h = make(http.Header, len(c.keep)) // only marshalled: no copy of the values
@@ -70,13 +70,19 @@ func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
 		}
 	}
-	return driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
+	p := driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}
+	if err := k.sealRecord(ctx, c.key, &p); err != nil {
+		return driver.KeyRecordParams{}, err
+	}
+	return p, nil
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError
-// when the request differs from the one stored.
-func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
-	out, err := storedOutcome(key, rec)
+// when the request differs from the one stored. A record that cannot be
+// opened (a forgotten tenant: seal.ErrForgotten) is that error, whatever
+// the request: nothing is run again.
+func (k *Keeper) replay(ctx context.Context, key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
+	out, err := k.storedOutcome(ctx, key, rec)
 	if err != nil {
 		return Result{}, err
 	}
@@ -86,11 +92,15 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte) (Result, error) {
 	return Result{Outcome: out, Replayed: true, ExpiresAt: rec.ExpiresAt}, nil
 }
 
-// storedOutcome is a record's outcome with its header decoded.
-func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
-	out := Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		h, err := decodeHeader(rec.Header)
+// storedOutcome is a record's outcome, opened, with its header decoded.
+func (k *Keeper) storedOutcome(ctx context.Context, key Key, rec *driver.KeyRecord) (Outcome, error) {
+	header, body, err := k.openRecord(ctx, key, rec)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{Status: rec.Status, Body: body}
+	if len(header) > 0 {
+		h, err := decodeHeader(header)
 		if err != nil {
 			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
 		}

@@ -18,7 +18,7 @@ WITH RECURSIVE ops(operation, n) AS (
     SELECT (SELECT min(k.operation) FROM idem_keys k WHERE k.scope = $1 AND k.operation > ops.operation), ops.n + 1
       FROM ops WHERE ops.operation IS NOT NULL AND ops.n < $3::int
 )
-SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM ops JOIN idem_keys k ON k.scope = $1 AND k.operation = ops.operation AND k.key = $2
  ORDER BY k.operation
  LIMIT $3::int`
@@ -32,7 +32,7 @@ func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListPar
 	var out []driver.KeyRecord
 	for rows.Next() {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
-		if err := rows.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+		if err := rows.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt); err != nil {
 			return nil, err
 		}
@@ -132,7 +132,7 @@ func (d *Driver) OutboxPublished(ctx context.Context, tx driver.Tx, p *driver.Ou
 // The expiry range is read through idem_keys_expires_at, at most $4
 // records of it; only those are searched for the body.
 const sqlKeyFind = `
-SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM (SELECT * FROM idem_keys
          WHERE expires_at >= $2 AND expires_at <= $3
          ORDER BY expires_at
@@ -150,7 +150,7 @@ func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindPar
 	var out []driver.KeyRecord
 	for rows.Next() {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
-		if err := rows.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+		if err := rows.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt); err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@ const sqlKeyClaim = `
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = excluded.created_at, expires_at = excluded.expires_at
  WHERE idem_keys.expires_at <= excluded.created_at
 RETURNING 1`
@@ -26,24 +26,24 @@ var sqlKeyClaimRows = newRowsStmt(`
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
 SELECT * FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = excluded.created_at, expires_at = excluded.expires_at
  WHERE idem_keys.expires_at <= excluded.created_at
 RETURNING scope, operation, key`)
 
 const sqlKeyGet = `
-SELECT fingerprint, status, header, body, created_at, expires_at
+SELECT fingerprint, status, header, body, sealed, created_at, expires_at
   FROM idem_keys WHERE scope = ?1 AND operation = ?2 AND key = ?3`
 
 const sqlKeyRecord = `
-UPDATE idem_keys SET status = ?4, header = ?5, body = ?6
+UPDATE idem_keys SET status = ?4, header = ?5, body = ?6, sealed = ?7
  WHERE scope = ?1 AND operation = ?2 AND key = ?3`
 
 // sqlKeyRecordRows is sqlKeyRecord for many keys (rows.go): each row
 // of u is a search of the primary key (TestLedgerBatchPlans).
 var sqlKeyRecordRows = newRowsStmt(`
-UPDATE idem_keys SET status = u.column4, header = u.column5, body = u.column6
-  FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) AS u
+UPDATE idem_keys SET status = u.column4, header = u.column5, body = u.column6, sealed = u.column7
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?)`, `) AS u
  WHERE idem_keys.scope = u.column1 AND idem_keys.operation = u.column2 AND idem_keys.key = u.column3`)
 
 const sqlKeyRelease = `
@@ -71,7 +71,7 @@ func (d *Driver) KeyClaim(ctx context.Context, tx driver.Tx, p *driver.KeyClaimP
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
-	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body, p.Sealed)
 	if err != nil {
 		return err
 	}
@@ -135,9 +135,9 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 // KeyRecordBatch stores the outcomes in one statement (rows.go) and
 // releases the refused claims one statement at a time: they are rare.
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
-	n, err := writeRows(ctx, tx, &sqlKeyRecordRows, len(p.Records), 6, func(args []any, i int) []any {
+	n, err := writeRows(ctx, tx, &sqlKeyRecordRows, len(p.Records), 7, func(args []any, i int) []any {
 		r := &p.Records[i]
-		return append(args, r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body)
+		return append(args, r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body, r.Sealed)
 	})
 	if err != nil {
 		return err
@@ -171,7 +171,7 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	rec := &driver.KeyRecord{ID: p.ID}
 	var created, expires int64
 	err := tx.QueryRow(ctx, sqlKeyGet, p.ID.Scope, p.ID.Operation, p.ID.Key).
-		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &created, &expires)
+		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &created, &expires)
 	if err != nil {
 		return nil, err
 	}
