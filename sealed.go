@@ -2,11 +2,11 @@ package idem
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/internal/sealframe"
 )
 
 // keysTable is the table the keeper's records live in: the table of the
@@ -32,7 +32,7 @@ func (k *Keeper) sealRecord(ctx context.Context, key Key, p *driver.KeyRecordPar
 	if k.cfg.Sealer == nil {
 		return nil
 	}
-	plain := packRecord(p.Header, p.Body)
+	plain := sealframe.Pack(p.Header, p.Body)
 	sealed, err := k.cfg.Sealer.Seal(ctx, keysTable, key.Scope, key.sealKey(), plain)
 	if err != nil {
 		return fmt.Errorf("idem: seal the outcome of key %q: %w", key.Key, err)
@@ -56,30 +56,9 @@ func (k *Keeper) openRecord(ctx context.Context, key Key, rec *driver.KeyRecord)
 	if err != nil {
 		return nil, nil, fmt.Errorf("idem: open the stored outcome of key %q: %w", key.Key, err)
 	}
-	header, body, ok := unpackRecord(plain)
+	header, body, ok := sealframe.Unpack(plain)
 	if !ok {
 		return nil, nil, fmt.Errorf("idem: the stored outcome of key %q opened to a malformed record", key.Key)
 	}
 	return header, body, nil
-}
-
-// packRecord frames a header and a body as one plaintext: the header's
-// length (uvarint), the header, the body. A nil header and an empty one
-// both decode to nil, as the driver stores them.
-func packRecord(header, body []byte) []byte {
-	out := make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body))
-	out = binary.AppendUvarint(out, uint64(len(header)))
-	out = append(out, header...)
-	return append(out, body...)
-}
-
-func unpackRecord(plain []byte) (header, body []byte, ok bool) {
-	n, w := binary.Uvarint(plain)
-	if w <= 0 || n > uint64(len(plain)-w) {
-		return nil, nil, false
-	}
-	if n > 0 {
-		header = plain[w : w+int(n)]
-	}
-	return header, plain[w+int(n):], true
 }
