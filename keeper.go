@@ -145,7 +145,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			f = &flight{done: make(chan struct{}), fp: fp, err: errFlightAbandoned}
 			k.flights[id] = f
 			k.mu.Unlock()
-			return k.lead(ctx, id, f, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, try, lockWait)
+			return k.lead(ctx, id, f, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders, storeBody: req.StoreBody}, try, lockWait)
 		}
 		if f.waiters >= k.cfg.MaxWaiters {
 			k.mu.Unlock()
@@ -182,6 +182,13 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		}
 		res := f.res
 		res.Replayed = true
+		if req.StoreBody != nil { // the twin's answer is what was stored
+			body, err := req.StoreBody(res.Body)
+			if err != nil {
+				return Result{}, err
+			}
+			res.Body = body
+		}
 		return res, nil
 	}
 }
@@ -234,7 +241,7 @@ func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work)
 	// The caller's transaction: the claim checks that it comes first and
 	// bounds its wait for a twin's row by Wait, as Do's does.
 	guard := &driver.ClaimGuard{LockTimeout: k.cfg.Wait}
-	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work, guard)
+	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders, storeBody: req.StoreBody}, work, guard)
 	if errors.Is(err, driver.ErrClaimNotFirst) {
 		err = fmt.Errorf("idem: DoTx: %w", err)
 	}
@@ -295,11 +302,12 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, wor
 }
 
 // claimant is one request of a transaction: its key, its fingerprint and
-// the headers of its outcome to store (Request.StoreHeaders).
+// what of its outcome to store (Request.StoreHeaders, Request.StoreBody).
 type claimant struct {
-	key  Key
-	fp   []byte
-	keep []string
+	key       Key
+	fp        []byte
+	keep      []string
+	storeBody func([]byte) ([]byte, error)
 }
 
 // answer is one request's answer in a transaction that committed.

@@ -23,6 +23,12 @@ type Request struct {
 	// that are stored, and so replayed (KeepHeaders); nil stores the
 	// outcome's Header as given. The first answer is not filtered.
 	StoreHeaders []string
+	// StoreBody, when set, is what the outcome's body becomes when it is
+	// stored, and so in every replay (idemhttp's RedactFields leaves
+	// fields out this way); copies that join the first in this process get
+	// it too. The first answer is not changed. An error fails the request
+	// as the work's would: everything rolls back, nothing is stored.
+	StoreBody func(body []byte) ([]byte, error)
 }
 
 // Outcome is what an operation answered. It is stored with the key, for
@@ -70,7 +76,14 @@ func (k *Keeper) record(ctx context.Context, c claimant, out Outcome) (driver.Ke
 			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
 		}
 	}
-	p := driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}
+	body := out.Body
+	if c.storeBody != nil {
+		var err error
+		if body, err = c.storeBody(body); err != nil {
+			return driver.KeyRecordParams{}, fmt.Errorf("idem: the body to store of key %q: %w", c.key.Key, err)
+		}
+	}
+	p := driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: body}
 	if err := k.sealRecord(ctx, c.key, &p); err != nil {
 		return driver.KeyRecordParams{}, err
 	}

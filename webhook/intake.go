@@ -266,15 +266,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 					return idem.Outcome{}, err
 				}
 			}
-			answer, err := json.Marshal(map[string]any{"received": true, "event_id": ev.ID})
-			if err != nil {
-				return idem.Outcome{}, err
-			}
-			return idem.Outcome{
-				Status: http.StatusOK,
-				Header: http.Header{"Content-Type": {"application/json"}},
-				Body:   append(answer, '\n'),
-			}, nil
+			return received(ev.ID)
 		})
 	var reused *idem.ReusedError
 	switch {
@@ -284,6 +276,16 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// did, the stored answer is still the one to give: a duplicate is a
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
+	case errors.Is(err, idem.ErrForgotten):
+		// A redelivery of an event whose tenant was forgotten: it was
+		// received once, and its stored answer (this one) cannot be read.
+		// It is acknowledged as a duplicate, never run again: a refusal
+		// would only make the provider redeliver it for days.
+		if res.Outcome, err = received(ev.ID); err != nil {
+			in.fail(w, r, err, count)
+			return
+		}
+		res.Replayed = true
 	case errors.Is(err, idem.ErrInFlight):
 		// A delivery's words, and the keeper's Wait: how long the copy
 		// already waited for its twin.
@@ -351,6 +353,20 @@ func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count 
 		count(KindError)
 	}
 	p.Write(w)
+}
+
+// received is the intake's answer to a delivery it took: stored with the
+// key and replayed to its redeliveries.
+func received(eventID string) (idem.Outcome, error) {
+	answer, err := json.Marshal(map[string]any{"received": true, "event_id": eventID})
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	return idem.Outcome{
+		Status: http.StatusOK,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   append(answer, '\n'),
+	}, nil
 }
 
 // eventPayload is the payload of a webhook.* event: the provider, the
