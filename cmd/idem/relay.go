@@ -45,6 +45,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	if cfg.Sealer, err = openSealer(ctx, cfg, d); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
 	// reg stays a nil interface without --metrics-addr: the relay then
 	// registers no metrics.
 	var reg prometheus.Registerer

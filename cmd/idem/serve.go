@@ -61,6 +61,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if cfg.Sealer, err = openSealer(ctx, cfg, d); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(ctx, cfg, d, log, reg)
 	if err != nil {

@@ -102,6 +102,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 		MaxAttempts:  cfg.RelayMaxAttempts,
 		Registerer:   reg,
 		Logger:       log,
+		Sealer:       cfg.Sealer,
 	})
 	if err != nil {
 		_ = pub.Close()
