@@ -23,7 +23,7 @@ import (
 type Sealer struct {
 	aead cipher.AEAD
 
-	mu        sync.Mutex
+	mu        sync.RWMutex
 	forgotten map[string]bool
 }
 
@@ -54,8 +54,8 @@ func (s *Sealer) Forget(tenant string) {
 }
 
 func (s *Sealer) isForgotten(tenant string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.forgotten[tenant]
 }
 
