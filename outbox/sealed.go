@@ -30,6 +30,15 @@ func sealRow(ctx context.Context, s seal.Sealer, r *driver.OutboxRow) error {
 	return nil
 }
 
+// OpenRow turns a row read through the driver (its OutboxFetch,
+// OutboxGet…) into its plaintext payload and headers, in place, with s:
+// what a caller outside this package that reads rows itself does before it
+// uses them (webhookout's replay of an event). A plaintext row is left as
+// it is; errors are openRow's.
+func OpenRow(ctx context.Context, s seal.Sealer, r *driver.OutboxRow) error {
+	return openRow(ctx, s, r)
+}
+
 // openRow turns a sealed row back into its plaintext headers and payload,
 // in place; a plaintext row (written before encryption was turned on) is
 // left as it is. A sealed row without a Sealer is idem.ErrNoSealer; one

@@ -27,6 +27,7 @@ import (
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/cloudevent"
 	"github.com/idemhq/idem/outbox/webhookpub"
+	"github.com/idemhq/idem/seal"
 )
 
 // DefaultSchedule is the wait before each attempt, Svix's: at once, then
@@ -95,6 +96,9 @@ type DelivererConfig struct {
 	Owner string
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// Sealer seals the events the deliverer enqueues itself (an endpoint
+	// disabled), as outbox.Config.Sealer does. Default nil.
+	Sealer seal.Sealer
 }
 
 func (c DelivererConfig) withDefaults() DelivererConfig {
@@ -222,7 +226,7 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock})
+	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock, Sealer: cfg.Sealer})
 	if err != nil {
 		return nil, err
 	}

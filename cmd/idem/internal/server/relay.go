@@ -82,6 +82,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 				CloudEvents:   cloudevent.Config{Format: format},
 				Registerer:    reg,
 				Logger:        log,
+				Sealer:        cfg.Sealer,
 			})
 		}
 		if ferr == nil {

@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.limits, err = newTenantLimits(cfg, reg); err != nil {
 		return nil, err
 	}
-	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks}); err != nil {
+	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks, Sealer: cfg.Sealer}); err != nil {
 		return nil, err
 	}
 	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, cfg.Sealer, log, s.countWebhook); err != nil {
