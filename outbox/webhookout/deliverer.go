@@ -96,8 +96,11 @@ type DelivererConfig struct {
 	Owner string
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
-	// Sealer seals the events the deliverer enqueues itself (an endpoint
-	// disabled), as outbox.Config.Sealer does. Default nil.
+	// Sealer opens each delivery's sealed payload before it is sent (the
+	// fan-out sealed it: FanOutConfig.Sealer), and seals the events the
+	// deliverer enqueues itself (an endpoint disabled), as
+	// outbox.Config.Sealer does. A delivery it cannot open is not sent;
+	// the attempt fails. Default nil.
 	Sealer seal.Sealer
 }
 
@@ -517,6 +520,10 @@ func Signature(keys [][]byte, id string, timestamp int64, body []byte) string {
 // answer.
 func (w *Deliverer) attempt(ctx context.Context, c claimed) outcome {
 	r := c.row
+	if err := openDelivery(ctx, w.cfg.Sealer, &r); err != nil {
+		// Nothing is sent: the attempt fails as a refused one does.
+		return outcome{err: err.Error()}
+	}
 	m := outbox.Message{ID: r.EventID, Tenant: r.Tenant, Type: r.Type, Key: r.EventID, Payload: r.Payload, CreatedAt: r.EventCreatedAt}
 	body, contentType, ce, err := w.body(m)
 	if err != nil {

@@ -145,8 +145,8 @@ type Config struct {
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 	// Sealer opens the outbox rows a replay by event id copies into a
-	// delivery (outbox.Config.Sealer sealed them). Default nil: sealed rows
-	// cannot be replayed that way.
+	// delivery (outbox.Config.Sealer sealed them), and seals the copy.
+	// Default nil: sealed rows cannot be replayed that way.
 	Sealer seal.Sealer
 }
 
@@ -626,10 +626,12 @@ func (e *Endpoints) Replay(ctx context.Context, tx driver.Tx, tenant, id string,
 		if err := outbox.OpenRow(ctx, e.cfg.Sealer, m); err != nil {
 			return 0, err
 		}
-		return e.d.WebhookDeliveryInsert(ctx, tx, &driver.WebhookDeliveryInsertParams{Rows: []driver.WebhookDeliveryRow{{
-			WebhookDeliveryKey: key, Tenant: tenant, Type: m.Type, Payload: m.Payload,
-			EventCreatedAt: m.CreatedAt, NextAt: now,
-		}}})
+		row := driver.WebhookDeliveryRow{WebhookDeliveryKey: key, Tenant: tenant, Type: m.Type, Payload: m.Payload,
+			EventCreatedAt: m.CreatedAt, NextAt: now}
+		if err := sealDelivery(ctx, e.cfg.Sealer, &row); err != nil {
+			return 0, err
+		}
+		return e.d.WebhookDeliveryInsert(ctx, tx, &driver.WebhookDeliveryInsertParams{Rows: []driver.WebhookDeliveryRow{row}})
 	}
 	return e.d.WebhookDeliveryReplay(ctx, tx, &driver.WebhookDeliveryReplayParams{Tenant: tenant, EndpointID: id,
 		Since: q.Since, Now: now, Limit: MaxReplay})

@@ -3,3 +3,4 @@
 -- a plaintext row, 1 a sealed one.
 ALTER TABLE idem_keys ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idem_outbox ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE idem_webhook_deliveries ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;

@@ -87,7 +87,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 		}
 		if ferr == nil {
 			pub, ferr = webhookout.NewFanOut(d, webhookout.FanOutConfig{Next: pub, Written: deliverer.Notify,
-				DBTimeout: min(cfg.DBTimeout, time.Minute)})
+				DBTimeout: min(cfg.DBTimeout, time.Minute), Sealer: cfg.Sealer})
 		}
 		if ferr != nil {
 			_ = pub.Close()
