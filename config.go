@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/seal"
 )
 
 // Config configures a Keeper. The zero value is usable.
@@ -48,6 +49,14 @@ type Config struct {
 	// Logger receives the janitor's errors and the panics of work (with
 	// the key and the stack). Default slog.Default().
 	Logger *slog.Logger
+	// Sealer, when set, encrypts each stored outcome's header and body
+	// before they reach the database, bound to the record's table, tenant
+	// (Key.Scope) and key, and opens them on replay and Lookup; the status
+	// stays readable. Records stored before it was set still replay. A
+	// sealed record read without one is ErrNoSealer, and one whose tenant
+	// was forgotten is seal.ErrForgotten (ErrForgotten); neither runs the
+	// work again. Default nil: outcomes are stored as they are.
+	Sealer seal.Sealer
 	// TracerProvider receives the keeper's spans: idem.Do around each
 	// call, idem.claim around the key's claim, idem.wait while a copy
 	// waits for an in-process twin. Default otel.GetTracerProvider(), the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem/driver"
+	"github.com/idemhq/idem/seal"
 )
 
 var (
@@ -63,6 +64,11 @@ var (
 	// did. It is driver.ErrCommitUnknown; IsRetryable is false (something
 	// may have committed), and it is not ErrUnavailable.
 	ErrCommitUnknown = driver.ErrCommitUnknown
+	// ErrForgotten: the stored outcome's tenant was forgotten (its data
+	// key destroyed: idem tenants forget), so it can never be replayed. The
+	// key stays claimed and the work is not run again; idemhttp answers
+	// 410 answer_forgotten. It is seal.ErrForgotten.
+	ErrForgotten = seal.ErrForgotten
 )
 
 // KeyError says why a key is invalid. errors.Is(err, ErrKeyInvalid) holds.

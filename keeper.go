@@ -131,7 +131,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		switch {
 		case err == nil && rec.ExpiresAt.After(k.cfg.Clock()):
 			k.reads.note(true)
-			return replay(req.Key, rec, fp, k.cfg.Clock())
+			return k.replay(ctx, req.Key, rec, fp, k.cfg.Clock())
 		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
 		}
@@ -150,7 +150,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			f = &flight{done: make(chan struct{}), fp: fp, err: errFlightAbandoned}
 			k.flights[id] = f
 			k.mu.Unlock()
-			return k.lead(ctx, id, f, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, try, lockWait)
+			return k.lead(ctx, id, f, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders, storeBody: req.StoreBody}, try, lockWait)
 		}
 		if f.waiters >= k.cfg.MaxWaiters {
 			k.mu.Unlock()
@@ -187,6 +187,13 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 		}
 		res := f.res
 		res.Replayed = true
+		if req.StoreBody != nil { // the twin's answer is what was stored
+			body, err := req.StoreBody(res.Body)
+			if err != nil {
+				return Result{}, err
+			}
+			res.Body = body
+		}
 		return res, nil
 	}
 }
@@ -239,7 +246,7 @@ func (k *Keeper) DoTx(ctx context.Context, tx driver.Tx, req Request, work Work)
 	// The caller's transaction: the claim checks that it comes first and
 	// bounds its wait for a twin's row by Wait, as Do's does.
 	guard := &driver.ClaimGuard{LockTimeout: k.cfg.Wait}
-	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders}, work, guard)
+	res, store, err := k.claimAndWork(ctx, tx, claimant{key: req.Key, fp: fp, keep: req.StoreHeaders, storeBody: req.StoreBody}, work, guard)
 	if errors.Is(err, driver.ErrClaimNotFirst) {
 		err = fmt.Errorf("idem: DoTx: %w", err)
 	}
@@ -303,11 +310,12 @@ func (k *Keeper) claimAndWork(ctx context.Context, tx driver.Tx, c claimant, wor
 }
 
 // claimant is one request of a transaction: its key, its fingerprint and
-// the headers of its outcome to store (Request.StoreHeaders).
+// what of its outcome to store (Request.StoreHeaders, Request.StoreBody).
 type claimant struct {
-	key  Key
-	fp   []byte
-	keep []string
+	key       Key
+	fp        []byte
+	keep      []string
+	storeBody func([]byte) ([]byte, error)
 }
 
 // answer is one request's answer in a transaction that committed.
@@ -361,7 +369,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 			todo = append(todo, i)
 			continue
 		}
-		answers[i].res, answers[i].err = replay(cs[i].key, c.Existing, cs[i].fp, now)
+		answers[i].res, answers[i].err = k.replay(ctx, cs[i].key, c.Existing, cs[i].fp, now)
 	}
 	if len(todo) == 0 {
 		return answers, nil, nil
@@ -381,7 +389,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 			answers[i].err = r.Err
 			continue
 		}
-		rec, err := record(cs[i], r.Outcome)
+		rec, err := k.record(ctx, cs[i], r.Outcome)
 		if err != nil {
 			return nil, nil, err
 		}

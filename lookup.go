@@ -29,7 +29,7 @@ func (k *Keeper) Lookup(ctx context.Context, key Key) (Record, error) {
 	if !rec.ExpiresAt.After(k.cfg.Clock()) {
 		return Record{}, fmt.Errorf("%w: key expired at %s", ErrNotFound, rec.ExpiresAt)
 	}
-	out, err := storedOutcome(key, rec)
+	out, err := k.storedOutcome(ctx, key, rec)
 	if err != nil {
 		return Record{}, err
 	}

@@ -23,6 +23,12 @@ type Request struct {
 	// that are stored, and so replayed (KeepHeaders); nil stores the
 	// outcome's Header as given. The first answer is not filtered.
 	StoreHeaders []string
+	// StoreBody, when set, is what the outcome's body becomes when it is
+	// stored, and so in every replay (idemhttp's RedactFields leaves
+	// fields out this way); copies that join the first in this process get
+	// it too. The first answer is not changed. An error fails the request
+	// as the work's would: everything rolls back, nothing is stored.
+	StoreBody func(body []byte) ([]byte, error)
 }
 
 // Outcome is what an operation answered. It is stored with the key, for
@@ -53,8 +59,8 @@ type Result struct {
 type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 
 // record is out as the driver stores it on c's claim, with the headers
-// c keeps.
-func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
+// c keeps, sealed when the keeper has a Sealer.
+func (k *Keeper) record(ctx context.Context, c claimant, out Outcome) (driver.KeyRecordParams, error) {
 	h := out.Header
 	if c.keep != nil {
 		h = make(http.Header, len(c.keep)) // only marshalled: no copy of the values
@@ -71,14 +77,27 @@ func record(c claimant, out Outcome) (driver.KeyRecordParams, error) {
 			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
 		}
 	}
-	return driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: out.Body}, nil
+	body := out.Body
+	if c.storeBody != nil {
+		var err error
+		if body, err = c.storeBody(body); err != nil {
+			return driver.KeyRecordParams{}, fmt.Errorf("idem: the body to store of key %q: %w", c.key.Key, err)
+		}
+	}
+	p := driver.KeyRecordParams{ID: c.key.id(), Status: out.Status, Header: header, Body: body}
+	if err := k.sealRecord(ctx, c.key, &p); err != nil {
+		return driver.KeyRecordParams{}, err
+	}
+	return p, nil
 }
 
 // replay turns a stored record into a replayed result, or a *ReusedError
 // when the request differs from the one stored. A record past its
 // retention, or a tombstone, replays nothing: ErrKeyExpired for the same
-// request, a *ReusedError (with the stored status only) for another.
-func replay(key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, error) {
+// request, a *ReusedError (with the stored status only) for another. A
+// record that cannot be opened (a forgotten tenant: seal.ErrForgotten) is
+// that error, whatever the request: nothing is run again.
+func (k *Keeper) replay(ctx context.Context, key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, error) {
 	if rec.Tombstone || !rec.ExpiresAt.After(now) {
 		same := string(rec.Fingerprint) == string(fp)
 		if rec.Tombstone {
@@ -89,7 +108,7 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, e
 		}
 		return Result{}, ErrKeyExpired
 	}
-	out, err := storedOutcome(key, rec)
+	out, err := k.storedOutcome(ctx, key, rec)
 	if err != nil {
 		return Result{}, err
 	}
@@ -99,11 +118,15 @@ func replay(key Key, rec *driver.KeyRecord, fp []byte, now time.Time) (Result, e
 	return Result{Outcome: out, Replayed: true, ExpiresAt: rec.ExpiresAt}, nil
 }
 
-// storedOutcome is a record's outcome with its header decoded.
-func storedOutcome(key Key, rec *driver.KeyRecord) (Outcome, error) {
-	out := Outcome{Status: rec.Status, Body: rec.Body}
-	if len(rec.Header) > 0 {
-		h, err := decodeHeader(rec.Header)
+// storedOutcome is a record's outcome, opened, with its header decoded.
+func (k *Keeper) storedOutcome(ctx context.Context, key Key, rec *driver.KeyRecord) (Outcome, error) {
+	header, body, err := k.openRecord(ctx, key, rec)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{Status: rec.Status, Body: body}
+	if len(header) > 0 {
+		h, err := decodeHeader(header)
 		if err != nil {
 			return Outcome{}, fmt.Errorf("idem: decode stored header of key %q: %w", key.Key, err)
 		}

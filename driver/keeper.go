@@ -220,6 +220,9 @@ type KeyRecordParams struct {
 	Status int
 	Header []byte // JSON object of allow-listed headers, or nil
 	Body   []byte
+	// Sealed says Body is a ciphertext of the header and the body
+	// together (package seal), and Header is nil.
+	Sealed bool
 }
 
 type KeyGetParams struct {
@@ -240,6 +243,7 @@ type KeyRecord struct {
 	Status      int
 	Header      []byte
 	Body        []byte
+	Sealed      bool // see KeyRecordParams
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
 	Tombstone   bool

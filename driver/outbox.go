@@ -87,13 +87,16 @@ type OutboxDriver interface {
 
 // OutboxRow is one outgoing message as stored.
 type OutboxRow struct {
-	ID        string // UUIDv7, text form
-	Tenant    string
-	Type      string
-	Key       string // the ordering key (the id when the message has none)
-	Shard     int
-	Payload   []byte // JSON
-	Headers   []byte // JSON object of strings, or nil
+	ID      string // UUIDv7, text form
+	Tenant  string
+	Type    string
+	Key     string // the ordering key (the id when the message has none)
+	Shard   int
+	Payload []byte // JSON
+	Headers []byte // JSON object of strings, or nil
+	// Sealed says Payload is a ciphertext of the headers and the payload
+	// together (package seal), and Headers is nil.
+	Sealed    bool
 	CreatedAt time.Time
 	// TraceParent and TraceState are the W3C trace context of the span
 	// that enqueued the row ("" when it was not traced: stored as NULL).

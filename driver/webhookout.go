@@ -107,6 +107,7 @@ type WebhookDeliveryRow struct {
 	Tenant         string
 	Type           string
 	Payload        []byte
+	Sealed         bool // Payload is a ciphertext (package seal)
 	EventCreatedAt time.Time
 	State          string
 	Attempts       int

@@ -82,6 +82,9 @@ const (
 	ReasonInFlight    = rpcguard.ReasonInFlight
 	ReasonUnavailable = rpcguard.ReasonUnavailable
 	ReasonInternal    = rpcguard.ReasonInternal
+	// ReasonAnswerForgotten (FailedPrecondition): the key's stored reply
+	// belongs to a forgotten tenant; the call did not run again.
+	ReasonAnswerForgotten = rpcguard.ReasonAnswerForgotten
 )
 
 // MaxUnguardedOperations bounds the operations Unguarded counts apart.

@@ -131,8 +131,14 @@ func newEnvTB(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
 // serve starts the guarded service on d over an in-memory listener.
 func serve(t testing.TB, d driver.Driver, cfg idemgrpc.Config) *env {
 	t.Helper()
+	return serveWith(t, d, idem.Config{}, cfg)
+}
+
+// serveWith is serve with the keeper's Config, unless cfg has a Keeper.
+func serveWith(t testing.TB, d driver.Driver, kcfg idem.Config, cfg idemgrpc.Config) *env {
+	t.Helper()
 	if cfg.Keeper == nil {
-		k, err := idem.New(d, idem.Config{})
+		k, err := idem.New(d, kcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

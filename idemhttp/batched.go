@@ -41,7 +41,7 @@ func Batched[T any](m *Middleware, b *idem.Batcher[T], decode func(w http.Respon
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
 			var refused *answer
-			res, err := b.DoFunc(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay}, func(ctx context.Context) (T, error) {
+			res, err := b.DoFunc(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody}, func(ctx context.Context) (T, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
 				item, ok := decode(rec, m.handlerRequest(ctx, r, &guard{key: key}, body), body)
 				if ok {

@@ -67,6 +67,10 @@ const (
 	CodeUnavailable  = "unavailable"
 	CodeNotFound     = "not_found"
 	CodeInternal     = "internal_error"
+	// CodeAnswerForgotten: the key's stored answer belongs to a tenant
+	// whose data was forgotten (idem tenants forget): it can never be
+	// replayed, and the request is not run again (410).
+	CodeAnswerForgotten = "answer_forgotten"
 )
 
 // Kind classifies how the middleware answered a guarded request, for
@@ -76,19 +80,20 @@ const (
 type Kind string
 
 const (
-	KindFirst        Kind = "first"          // the handler ran and its outcome was stored
-	KindReplayed     Kind = "replayed"       // a stored outcome was replayed
-	KindReused       Kind = "reused"         // 422: same key, different request
-	KindInFlight     Kind = "in_flight"      // 409: a twin still runs
-	KindExpired      Kind = "expired"        // 409: done before, the answer no longer kept
-	KindMissingKey   Kind = "missing_key"    // 400
-	KindInvalidKey   Kind = "invalid_key"    // 400
-	KindInvalidBody  Kind = "invalid_body"   // 400: the body is not JSON
-	KindBodyTooLarge Kind = "body_too_large" // 413
-	KindUnavailable  Kind = "unavailable"    // 503: database unreachable, nothing stored
-	KindInvalid      Kind = "invalid"        // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
-	KindHandlerError Kind = "handler_error"  // the handler answered 5xx: rolled back, nothing stored
-	KindError        Kind = "error"          // 500: an unexpected error or a handler's panic, nothing stored
+	KindFirst        Kind = "first"            // the handler ran and its outcome was stored
+	KindReplayed     Kind = "replayed"         // a stored outcome was replayed
+	KindReused       Kind = "reused"           // 422: same key, different request
+	KindInFlight     Kind = "in_flight"        // 409: a twin still runs
+	KindExpired      Kind = "expired"          // 409: done before, the answer no longer kept
+	KindMissingKey   Kind = "missing_key"      // 400
+	KindInvalidKey   Kind = "invalid_key"      // 400
+	KindInvalidBody  Kind = "invalid_body"     // 400: the body is not JSON
+	KindBodyTooLarge Kind = "body_too_large"   // 413
+	KindUnavailable  Kind = "unavailable"      // 503: database unreachable, nothing stored
+	KindInvalid      Kind = "invalid"          // the handler refused the request as invalid (MarkInvalid): rolled back, nothing stored
+	KindHandlerError Kind = "handler_error"    // the handler answered 5xx: rolled back, nothing stored
+	KindError        Kind = "error"            // 500: an unexpected error or a handler's panic, nothing stored
+	KindForgotten    Kind = "answer_forgotten" // 410: the stored answer's tenant was forgotten; nothing ran
 )
 
 // DefaultReplayHeaders are the response headers stored and replayed when
@@ -135,6 +140,15 @@ type Config struct {
 	// replayed. Default DefaultReplayHeaders; bound 64 names. Set-Cookie,
 	// Date, Content-Length and hop-by-hop headers are refused.
 	ReplayHeaders []string
+	// RedactFields are JSON fields of a handler's answer that are not
+	// stored: dotted paths of object members ("card.number", "cvc"),
+	// followed through arrays into each element. The first answer has
+	// them; the stored answer, and so every replay (and every copy that
+	// joined the first), does not: a replay then differs from the first
+	// answer. An answer whose body is not JSON cannot be redacted and is
+	// not stored: it rolls back and is answered 500. Default none; bound
+	// MaxRedactFields paths.
+	RedactFields []string
 	// RetryAfter is sent as Retry-After (whole seconds, rounded up) with 409
 	// in flight and 503 answers. Default 1s; bound 1s..1h.
 	RetryAfter time.Duration
@@ -144,7 +158,11 @@ type Config struct {
 	IgnoreFields []string
 	// ReplayCache bounds the entries of the in-process cache of completed
 	// outcomes, which answers replays without a database round trip.
-	// Default 10000; -1 turns it off; bound 1..1000000.
+	// Default 10000, or off when the keeper seals its outcomes
+	// (idem.Config.Sealer): a cached answer would go on replaying after its
+	// tenant was forgotten (idem tenants forget), and would hold in memory
+	// what the database holds only encrypted. -1 turns it off; bound
+	// 1..1000000.
 	ReplayCache int
 	// ReplayCacheBytes bounds the cache's approximate size. Default 64 MiB;
 	// bound 1 KiB..4 GiB.
@@ -209,6 +227,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplayCache == 0 {
 		c.ReplayCache = defaultReplayCache
+		if c.Keeper != nil && c.Keeper.Config().Sealer != nil {
+			c.ReplayCache = -1
+		}
 	}
 	if c.ReplayCacheBytes == 0 {
 		c.ReplayCacheBytes = defaultReplayCacheBytes
@@ -262,6 +283,9 @@ type Middleware struct {
 	retryAfter string
 	cache      *replayCache
 	unguarded  *opcount.Counter // requests run without a key (AllowMissingKey)
+	// storeBody is the keeper's Request.StoreBody: RedactFields applied,
+	// nil without them.
+	storeBody func([]byte) ([]byte, error)
 }
 
 // New returns a Middleware, or an error naming the Config field out of
@@ -279,6 +303,13 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	for _, h := range cfg.ReplayHeaders {
 		m.replay = append(m.replay, http.CanonicalHeaderKey(h))
+	}
+	paths, err := parseRedactFields(cfg.RedactFields)
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) > 0 {
+		m.storeBody = func(body []byte) ([]byte, error) { return redact(body, paths) }
 	}
 	if cfg.ReplayCache > 0 && !benchknob.Off("replay-cache") {
 		m.cache = newReplayCache(cfg.ReplayCache, cfg.ReplayCacheBytes)
@@ -443,7 +474,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 func (m *Middleware) runHandler(next http.Handler) attempt {
 	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
 		var sent *answer
-		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay},
+		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody},
 			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
 				g := &guard{tx: tx, key: key}
@@ -563,11 +594,20 @@ var replayedTrue = []string{"true"}
 
 // cacheResult caches the keeper's answer, a first outcome or a replay
 // read from the database: the result says when its record expires, so no
-// second read is needed. A first arrival's header is the whole answer's:
-// the cache keeps what the database keeps.
+// second read is needed. A first arrival's header is the whole answer's
+// and its body is redacted as stored (RedactFields): the cache keeps what
+// the database keeps.
 func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte, res idem.Result) {
 	if res.ExpiresAt.IsZero() {
 		return
+	}
+	if !res.Replayed && m.storeBody != nil {
+		// The cache answers replays: it keeps what was stored.
+		body, err := m.storeBody(res.Body)
+		if err != nil {
+			return
+		}
+		res.Body = body
 	}
 	m.cache.put(&entry{key: key, fp: fp, raw: raw, status: res.Status, header: idem.KeepHeaders(res.Header, m.replay), body: res.Body, expires: res.ExpiresAt})
 }
@@ -608,6 +648,8 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		kind = KindExpired
 	case CodeUnavailable:
 		kind = KindUnavailable
+	case CodeAnswerForgotten:
+		kind = KindForgotten
 	default:
 		// The keeper returns no not_found, so anything else is a fault:
 		// 500, nothing stored.

@@ -47,6 +47,8 @@ type Problem struct {
 //	database unavailable, lock or       503 unavailable, Retry-After: nothing was
 //	serialization timeout, deadline         stored, a retry may succeed
 //	context.Canceled                    503 unavailable, Retry-After (the client went away)
+//	idem.ErrForgotten                   410 answer_forgotten: the key's stored answer
+//	                                        belongs to a forgotten tenant; nothing ran
 //	idem.ErrNotFound                    404 not_found
 //	idem.ErrPanicked, anything else     500 internal_error
 //
@@ -61,6 +63,9 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 		// First: a panic is a bug whatever its value, even one that is a
 		// sentinel below (errors.Is sees through a *PanicError).
 		return Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: "internal error; nothing was stored"}
+	case errors.Is(err, idem.ErrForgotten):
+		// A fact of the key, not a fault: no retry will read the answer.
+		return Problem{Status: http.StatusGone, Code: CodeAnswerForgotten, Detail: forgottenDetail}
 	case errors.Is(err, idem.ErrKeyMissing):
 		return Problem{Status: http.StatusBadRequest, Code: CodeKeyMissing, Detail: "this request needs an Idempotency-Key header"}
 	case errors.Is(err, idem.ErrKeyInvalid):
@@ -115,6 +120,11 @@ func ProblemFor(err error, retryAfter time.Duration) Problem {
 // the keeper's retention, while the key is still remembered.
 const expiredDetail = "the request with this Idempotency-Key was done; its answer is no longer kept, " +
 	"and it is not done again: look up its result, or send a new key for a new request"
+
+// forgottenDetail is the answer to a copy of a request whose stored
+// answer's tenant was forgotten (idem.ErrForgotten).
+const forgottenDetail = "this Idempotency-Key was used, and its answer belonged to a tenant whose data was forgotten: " +
+	"it cannot be replayed, and the request was not run again"
 
 // unreplicatedDetail is the answer to a request whose commit the database
 // could not confirm reached its synchronous standbys (idem.ErrUnreplicated).

@@ -35,6 +35,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/tracing"
+	"github.com/idemhq/idem/seal"
 )
 
 // Trace context headers (W3C Trace Context). Enqueue stores the context
@@ -169,6 +170,15 @@ type Config struct {
 	// Clock returns the current time: the messages' CreatedAt and the end
 	// of a redrive's delay. Default time.Now.
 	Clock func() time.Time
+	// Sealer, when set, encrypts each message's payload and headers before
+	// Enqueue writes them, bound to the row's tenant and id, and opens
+	// them for List and Dead; the relay opens them with its own
+	// RelayConfig.Sealer before publishing, so brokers and endpoints get
+	// the plaintext. Rows written before it was set stay readable. A
+	// sealed row read without one fails with idem.ErrNoSealer, and one of
+	// a forgotten tenant with seal.ErrForgotten. Default nil: stored as
+	// they are.
+	Sealer seal.Sealer
 	// TracerProvider receives the outbox.Enqueue span, whose context each
 	// enqueued row stores. Default otel.GetTracerProvider(), the API's
 	// no-op until the program sets one; then a row stores the context of
@@ -261,6 +271,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx driver.Tx, msgs ...Message) (er
 		row.TraceParent, row.TraceState = parent, state
 		if m.Trace.IsValid() {
 			row.TraceParent, row.TraceState = tracing.Format(trace.ContextWithSpanContext(ctx, m.Trace))
+		}
+		if err := sealRow(ctx, o.cfg.Sealer, &row); err != nil {
+			return err
 		}
 		rows[i] = row
 	}
@@ -394,6 +407,9 @@ func (o *Outbox) List(ctx context.Context, tx driver.Tx, q ListQuery) ([]Event, 
 	}
 	events := make([]Event, len(rows))
 	for i, r := range rows {
+		if err := openRow(ctx, o.cfg.Sealer, &r); err != nil {
+			return nil, "", err
+		}
 		events[i] = Event{ID: r.ID, Type: r.Type, CreatedAt: r.CreatedAt, Payload: r.Payload}
 		if !r.SentAt.IsZero() {
 			t := r.SentAt
@@ -417,6 +433,9 @@ func (o *Outbox) Dead(ctx context.Context, q DeadQuery) ([]DeadLetter, string, e
 	rows, next := page(rows, limit)
 	out := make([]DeadLetter, len(rows))
 	for i, r := range rows {
+		if err := openRow(ctx, o.cfg.Sealer, &r); err != nil {
+			return nil, "", err
+		}
 		out[i] = DeadLetter{Message: messageOf(r), Attempts: r.Attempts, LastError: r.LastError, DeadAt: r.DeadAt}
 	}
 	return out, next, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem/internal/failpoint"
 	"github.com/idemhq/idem/internal/outage"
 	"github.com/idemhq/idem/internal/tracing"
+	"github.com/idemhq/idem/seal"
 )
 
 // Failpoints of the relay, for crash tests (package internal/failpoint).
@@ -92,6 +93,14 @@ type RelayConfig struct {
 	// otel.GetTracerProvider(), the API's no-op until the program sets
 	// one; then a traced row's stored context is sent as it is.
 	TracerProvider trace.TracerProvider
+	// Sealer opens the messages that Enqueue sealed (Config.Sealer)
+	// before they are published: brokers and endpoints get the plaintext.
+	// A sealed message it cannot open is not published: one of a
+	// forgotten tenant becomes a dead letter at once; without a Sealer, or
+	// when the message fails authentication, it fails an attempt, as a
+	// broker's refusal does. Default nil: sealed messages cannot be
+	// published.
+	Sealer seal.Sealer
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {
@@ -549,13 +558,26 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 	heads := make([]driver.OutboxRow, 0, len(keys))
 	msgs := make([]Message, 0, len(keys))
 	spans := make([]trace.Span, 0, len(keys))
+	round := make([]string, 0, len(keys)) // the keys of msgs
 	for len(keys) > 0 && res.outage == nil && pctx.Err() == nil {
-		heads, msgs, spans = heads[:0], msgs[:0], spans[:0]
+		heads, msgs, spans, round = heads[:0], msgs[:0], spans[:0], round[:0]
 		for _, k := range keys {
-			m, span := r.traced(ctx, queues[k][0])
-			heads = append(heads, queues[k][0])
+			head := queues[k][0]
+			if err := openRow(ctx, r.cfg.Sealer, &head); err != nil {
+				// It cannot be published: it fails, and holds its key as
+				// a refused message does, so the key's later rows wait.
+				res.failed = append(res.failed, failure{row: queues[k][0], err: unopenable(err)})
+				continue
+			}
+			m, span := r.traced(ctx, head)
+			heads = append(heads, head)
 			msgs = append(msgs, m)
 			spans = append(spans, span)
+			round = append(round, k)
+		}
+		if len(msgs) == 0 {
+			keys = nil
+			break
 		}
 		start := time.Now()
 		errs := r.cfg.Publisher.Publish(pctx, msgs)
@@ -566,7 +588,7 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 		}
 		endSpans(spans, errs)
 		next := keys[:0]
-		for i, k := range keys {
+		for i, k := range round {
 			switch err := errs[i]; {
 			case err == nil:
 				res.sent = append(res.sent, heads[i].ID)
@@ -595,6 +617,17 @@ func (r *Relay) publish(ctx context.Context, rows []driver.OutboxRow) (published
 type failure struct {
 	row driver.OutboxRow
 	err error
+}
+
+// unopenable is the failure of a sealed row the relay cannot open: dead
+// at once when its tenant was forgotten (no retry can read it), an
+// attempt like any refusal otherwise (a relay without the key file, a row
+// that does not authenticate).
+func unopenable(err error) error {
+	if errors.Is(err, seal.ErrForgotten) {
+		return Undeliverable(err)
+	}
+	return err
 }
 
 // traced returns the message of row with its publish span started: a

@@ -65,6 +65,10 @@ const (
 	ReasonInFlight    = "REQUEST_IN_FLIGHT"
 	ReasonUnavailable = "UNAVAILABLE"
 	ReasonInternal    = "INTERNAL_ERROR"
+	// ReasonAnswerForgotten: the key's stored reply belongs to a tenant
+	// whose data was forgotten; it is not replayed and the call is not
+	// run again (FailedPrecondition).
+	ReasonAnswerForgotten = "ANSWER_FORGOTTEN"
 )
 
 // MaxUnguardedOperations bounds the operations counted apart by Unguarded.
@@ -337,6 +341,9 @@ func (g *Guard) refuseErr(ctx context.Context, method string, err error) Decisio
 	case idemhttp.CodeKeyExpired:
 		return g.refuse(ctx, method, idemhttp.KindExpired, Refusal{Code: FailedPrecondition, Reason: ReasonKeyExpired,
 			Message: "the call with this idempotency-key was done; its answer is no longer kept, and it is not done again"})
+	case idemhttp.CodeAnswerForgotten:
+		return g.refuse(ctx, method, idemhttp.KindForgotten, Refusal{Code: FailedPrecondition, Reason: ReasonAnswerForgotten,
+			Message: "this idempotency-key was used, and its reply belonged to a tenant whose data was forgotten; it cannot be replayed"})
 	case idemhttp.CodeInFlight:
 		return g.refuse(ctx, method, idemhttp.KindInFlight, Refusal{Code: Aborted, Reason: ReasonInFlight,
 			Message: "a call with this idempotency-key is still being processed; retry later", RetryAfter: g.cfg.RetryAfter})

@@ -266,15 +266,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 					return idem.Outcome{}, err
 				}
 			}
-			answer, err := json.Marshal(map[string]any{"received": true, "event_id": ev.ID})
-			if err != nil {
-				return idem.Outcome{}, err
-			}
-			return idem.Outcome{
-				Status: http.StatusOK,
-				Header: http.Header{"Content-Type": {"application/json"}},
-				Body:   append(answer, '\n'),
-			}, nil
+			return received(ev.ID)
 		})
 	var reused *idem.ReusedError
 	switch {
@@ -284,18 +276,17 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, ep intakeEndpoin
 		// did, the stored answer is still the one to give: a duplicate is a
 		// success.
 		res = idem.Result{Outcome: reused.Stored, Replayed: true}
-	case errors.Is(err, idem.ErrKeyExpired):
-		// The event was handled, longer ago than the keeper keeps its
-		// answer (a keeper whose Memory outlasts its Retention): the
-		// delivery is a duplicate, and what the first answer said is
-		// said again, so that the provider stops.
-		answer, err := json.Marshal(map[string]any{"received": true, "event_id": ev.ID})
-		if err != nil {
+	case errors.Is(err, idem.ErrKeyExpired), errors.Is(err, idem.ErrForgotten):
+		// The event was handled, and its answer is no longer kept (a
+		// keeper whose Memory outlasts its Retention) or cannot be read
+		// (its tenant was forgotten): the delivery is a duplicate, and
+		// what the first answer said is said again, so that the provider
+		// stops. A refusal would only make it redeliver for days.
+		if res.Outcome, err = received(ev.ID); err != nil {
 			in.fail(w, r, err, count)
 			return
 		}
-		res = idem.Result{Outcome: idem.Outcome{Status: http.StatusOK,
-			Header: http.Header{"Content-Type": {"application/json"}}, Body: append(answer, '\n')}, Replayed: true}
+		res.Replayed = true
 	case errors.Is(err, idem.ErrInFlight):
 		// A delivery's words, and the keeper's Wait: how long the copy
 		// already waited for its twin.
@@ -363,6 +354,20 @@ func (in *Intake) fail(w http.ResponseWriter, r *http.Request, err error, count 
 		count(KindError)
 	}
 	p.Write(w)
+}
+
+// received is the intake's answer to a delivery it took: stored with the
+// key and replayed to its redeliveries.
+func received(eventID string) (idem.Outcome, error) {
+	answer, err := json.Marshal(map[string]any{"received": true, "event_id": eventID})
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	return idem.Outcome{
+		Status: http.StatusOK,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   append(answer, '\n'),
+	}, nil
 }
 
 // eventPayload is the payload of a webhook.* event: the provider, the

@@ -102,6 +102,12 @@ func (c *inspectCommon) open(ctx context.Context) (driver.Driver, error) {
 // pointed at the wrong place says so instead of answering from an empty
 // database (storage.OpenExisting).
 func openDB(ctx context.Context, db, configFile string, readOnly bool) (driver.Driver, error) {
+	d, _, err := openDBConfig(ctx, db, configFile, readOnly)
+	return d, err
+}
+
+// openDBConfig is openDB with the configuration it loaded.
+func openDBConfig(ctx context.Context, db, configFile string, readOnly bool) (driver.Driver, config.Config, error) {
 	var args []string
 	if db != "" {
 		args = append(args, "--db", db)
@@ -111,9 +117,10 @@ func openDB(ctx context.Context, db, configFile string, readOnly bool) (driver.D
 	}
 	cfg, err := config.Load("inspect", args, os.Getenv, "db")
 	if err != nil {
-		return nil, err
+		return nil, config.Config{}, err
 	}
-	return storage.OpenExisting(ctx, cfg.DB, readOnly)
+	d, err := storage.OpenExisting(ctx, cfg.DB, readOnly)
+	return d, cfg, err
 }
 
 // parseInterspersed parses flags that may come after positional arguments

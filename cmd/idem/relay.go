@@ -45,11 +45,10 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
-	// sealer opens the outbox payloads serve sealed, before they are
+	// The Sealer opens the outbox payloads serve sealed, before they are
 	// published: brokers receive what they would without encryption. Nil
 	// without --encryption-key-file.
-	sealer, err := openSealer(ctx, cfg, d, log)
-	if err != nil {
+	if cfg.Sealer, err = openSealer(ctx, cfg, d, log); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	// reg stays a nil interface without --metrics-addr: the relay then
@@ -81,7 +80,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("idem relay metrics", "addr", ln.Addr().String())
 	}
 	log.Info("idem relay running", "db", d.Dialect(), "publish", broker.Redact(cfg.Publish),
-		"encryption", encryptionMode(sealer))
+		"encryption", encryptionMode(cfg.Sealer))
 	return r.Run(ctx)
 }
 

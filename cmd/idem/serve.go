@@ -69,13 +69,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := storage.Prepare(ctx, d, cfg.Migrate); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	// sealer encrypts what the server stores at rest: the keeper's
-	// answers, outbox payloads, inbox and webhook-intake bodies. It is nil
+	// The Sealer encrypts what the server stores at rest: the keeper's
+	// answers, outbox payloads, webhook deliveries' copies of them and,
+	// through its keeper and outbox, the webhook intake's. It is nil
 	// without --encryption-key-file, and records are then stored as they
 	// are. A key file that cannot open the database's data keys stops serve
 	// here, before it answers anything.
-	sealer, err := openSealer(ctx, cfg, d, log)
-	if err != nil {
+	if cfg.Sealer, err = openSealer(ctx, cfg, d, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	reg := prometheus.NewRegistry()
@@ -94,7 +94,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("idem profiler", "addr", debugLn.Addr().String())
 	}
 	log.Info("idem serving", "addr", ln.Addr().String(), "db", d.Dialect(), "tenants", tenantMode(cfg),
-		"encryption", encryptionMode(sealer))
+		"encryption", encryptionMode(cfg.Sealer))
 	return srv.Run(ctx, ln)
 }
 

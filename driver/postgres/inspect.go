@@ -18,7 +18,7 @@ WITH RECURSIVE ops(operation, n) AS (
     SELECT (SELECT min(k.operation) FROM idem_keys k WHERE k.scope = $1 AND k.operation > ops.operation), ops.n + 1
       FROM ops WHERE ops.operation IS NOT NULL AND ops.n < $3::int
 )
-SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM ops JOIN idem_keys k ON k.scope = $1 AND k.operation = ops.operation AND k.key = $2
  ORDER BY k.operation
  LIMIT $3::int`
@@ -26,7 +26,7 @@ SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.e
 func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListParams) ([]driver.KeyRecord, error) {
 	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
-		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt)
 		return rec, err
 	}, sqlKeyList, p.Scope, p.Key, p.Limit)
@@ -94,7 +94,7 @@ func (d *Driver) OutboxPublished(ctx context.Context, tx driver.Tx, p *driver.Ou
 // The expiry range is read through idem_keys_expires_at, at most $4
 // records of it; only those are searched for the body.
 const sqlKeyFind = `
-SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM (SELECT * FROM idem_keys
          WHERE expires_at >= $2 AND expires_at <= $3
          ORDER BY expires_at
@@ -106,7 +106,7 @@ SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_
 func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
 	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
-		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt)
 		return rec, err
 	}, sqlKeyFind, p.Scope, p.ExpiresFrom, p.ExpiresUntil, p.ScanLimit, p.BodyContains, p.Limit)

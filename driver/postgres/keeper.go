@@ -25,7 +25,7 @@ SELECT $1::text, $2::text, $3::text, $4::bytea, $5::timestamptz, $6::timestamptz
  WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones
                     WHERE scope = $1 AND id = idem_tombstone_id($1, $2, $3) AND created_at > $7)
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
  WHERE idem_keys.created_at <= $7
 RETURNING idem_claimable(scope, operation, key, $7)`
@@ -45,7 +45,7 @@ SELECT c.scope, c.operation, c.key, c.fingerprint, $5, $6
                       AND t.created_at > $7)
  ORDER BY c.scope, c.operation, c.key
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
  WHERE idem_keys.created_at <= $7
 RETURNING scope, operation, key, idem_claimable(scope, operation, key, $7)`
@@ -66,7 +66,7 @@ LIMIT 1`
 // whatever the arrays hold), read a table of a thousand keys whole into a
 // hash; LIMIT 1 keeps the lookups apart, each a descent of the primary key.
 const sqlKeyGetBatch = `
-SELECT c.i, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT c.i, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS c(scope, operation, key, i),
        LATERAL (SELECT * FROM idem_keys k
                  WHERE (k.scope, k.operation, k.key) = (c.scope, c.operation, c.key) LIMIT 1) k`
@@ -82,7 +82,7 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 		for rows.Next() {
 			var i int
 			rec := &driver.KeyRecord{}
-			if err := rows.Scan(&i, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
+			if err := rows.Scan(&i, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &rec.CreatedAt, &rec.ExpiresAt); err != nil {
 				return err
 			}
 			rec.ID = ids[i-1]
@@ -99,9 +99,9 @@ func keyGetArrays(ids []driver.KeyID, out []*driver.KeyRecord) step {
 // when the statement travels in COMMIT's round trip (KeyRecordCommit).
 const sqlKeyRecordBatch = `
 WITH r AS (
-  UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[])
-         AS r(scope, operation, key, status, header, body)
+  UPDATE idem_keys AS k SET status = r.status, header = r.header, body = r.body, sealed = r.sealed
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[], $10::boolean[])
+         AS r(scope, operation, key, status, header, body, sealed)
    WHERE (k.scope, k.operation, k.key) = (r.scope, r.operation, r.key)
   RETURNING 1),
 d AS (
@@ -113,13 +113,13 @@ SELECT idem_expect((SELECT count(*) FROM r), cardinality($1::text[]), 'record ou
    AND idem_expect((SELECT count(*) FROM d), cardinality($7::text[]), 'release claims')`
 
 const sqlKeyGet = `
-SELECT fingerprint, status, header, body, created_at, expires_at
+SELECT fingerprint, status, header, body, sealed, created_at, expires_at
   FROM idem_keys WHERE scope = $1 AND operation = $2 AND key = $3`
 
 // sqlKeyRecord is sqlKeyRecordBatch for one outcome, with a cached plan.
 const sqlKeyRecord = `
 WITH r AS (
-  UPDATE idem_keys SET status = $4, header = $5, body = $6
+  UPDATE idem_keys SET status = $4, header = $5, body = $6, sealed = $7
    WHERE scope = $1 AND operation = $2 AND key = $3
   RETURNING 1)
 SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome')`
@@ -339,21 +339,22 @@ func recordSteps(p *driver.KeyRecordBatchParams) []step {
 func recordStep(p *driver.KeyRecordBatchParams) step {
 	if len(p.Records) == 1 && len(p.Release) == 0 {
 		r := &p.Records[0]
-		return step{sql: sqlKeyRecord, args: []any{r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body}, read: drain}
+		return step{sql: sqlKeyRecord, args: []any{r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body, r.Sealed}, read: drain}
 	}
 	n, m := len(p.Records), len(p.Release)
 	scopes, ops, keys := make([]string, n), make([]string, n), make([]string, n)
 	statuses := make([]int32, n)
 	headers, bodies := make([][]byte, n), make([][]byte, n)
+	sealed := make([]bool, n)
 	for i, r := range p.Records {
 		scopes[i], ops[i], keys[i] = r.ID.Scope, r.ID.Operation, r.ID.Key
-		statuses[i], headers[i], bodies[i] = int32(r.Status), r.Header, r.Body
+		statuses[i], headers[i], bodies[i], sealed[i] = int32(r.Status), r.Header, r.Body, r.Sealed
 	}
 	rscopes, rops, rkeys := make([]string, m), make([]string, m), make([]string, m)
 	for i, id := range p.Release {
 		rscopes[i], rops[i], rkeys[i] = id.Scope, id.Operation, id.Key
 	}
-	return step{sql: sqlKeyRecordBatch, args: []any{scopes, ops, keys, statuses, headers, bodies, rscopes, rops, rkeys}, read: drain}
+	return step{sql: sqlKeyRecordBatch, args: []any{scopes, ops, keys, statuses, headers, bodies, rscopes, rops, rkeys, sealed}, read: drain}
 }
 
 // drain reads a statement's rows to their end, so that an error raised
@@ -367,7 +368,7 @@ func drain(rows driver.Rows) error {
 func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParams) (*driver.KeyRecord, error) {
 	rec := &driver.KeyRecord{ID: p.ID}
 	err := tx.QueryRow(ctx, sqlKeyGet, p.ID.Scope, p.ID.Operation, p.ID.Key).
-		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.CreatedAt, &rec.ExpiresAt)
+		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &rec.CreatedAt, &rec.ExpiresAt)
 	if err != nil {
 		return nil, err
 	}

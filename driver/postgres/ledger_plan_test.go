@@ -151,8 +151,8 @@ func TestKeyBatchPlansUseTheKey(t *testing.T) {
 		{"claim", sqlKeyClaimBatch, `'{default,default}', '{"POST /v1/transfers","POST /v1/transfers"}', '{new-1,new-2}',
 			'{"\\x01","\\x02"}', now(), now() + interval '1 day', now() - interval '30 days'`},
 		read,
-		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}', '{}', '{}', '{}'`},
-		{"release", sqlKeyRecordBatch, `'{}', '{}', '{}', '{}', '{}', '{}', ` + keys},
+		{"record", sqlKeyRecordBatch, keys + `, '{201,201}', '{NULL,NULL}', '{"\\x7b7d","\\x7b7d"}', '{}', '{}', '{}', '{false,false}'`},
+		{"release", sqlKeyRecordBatch, `'{}', '{}', '{}', '{}', '{}', '{}', ` + keys + `, '{}'`},
 	} {
 		genericPlan(t, conn, "idem_keys", c)
 	}

@@ -12,17 +12,17 @@ import (
 // Rows arrive in one statement whatever their number: one round trip per
 // Enqueue.
 const sqlOutboxInsert = `
-INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate)
-SELECT id, tenant, type, okey, shard, payload, headers, created_at, nullif(tp, ''), nullif(ts, '')
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate, sealed)
+SELECT id, tenant, type, okey, shard, payload, headers, created_at, nullif(tp, ''), nullif(ts, ''), sealed
   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
-              $6::bytea[], $7::bytea[], $8::timestamptz[], $9::text[], $10::text[])
-    AS t(id, tenant, type, okey, shard, payload, headers, created_at, tp, ts)`
+              $6::bytea[], $7::bytea[], $8::timestamptz[], $9::text[], $10::text[], $11::boolean[])
+    AS t(id, tenant, type, okey, shard, payload, headers, created_at, tp, ts, sealed)`
 
 // txid is an xid8, read as text into an int64 (xid8 values are far below
 // 2^63: an epoch count times 2^32 plus a 32-bit id).
 const outboxColumns = `id::text, tenant, type, okey, shard, payload, headers, created_at,
        txid::text::bigint, pos, attempts, coalesce(last_error, ''), sent_at, dead_at,
-       coalesce(traceparent, ''), coalesce(tracestate, '')`
+       coalesce(traceparent, ''), coalesce(tracestate, ''), sealed`
 
 // The relay's reads: live unsent rows of the shards in $1 whose key is not
 // held (dead, or backing off past $2), each read narrowing them further.
@@ -163,13 +163,14 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	payloads, headers := make([][]byte, n), make([][]byte, n)
 	created := make([]time.Time, n)
 	parents, states := make([]string, n), make([]string, n)
+	sealed := make([]bool, n)
 	for i, r := range p.Rows {
 		ids[i], tenants[i], types[i], keys[i] = r.ID, r.Tenant, r.Type, r.Key
 		shards[i], payloads[i], headers[i], created[i] = int32(r.Shard), r.Payload, r.Headers, r.CreatedAt
-		parents[i], states[i] = r.TraceParent, r.TraceState
+		parents[i], states[i], sealed[i] = r.TraceParent, r.TraceState, r.Sealed
 	}
 	return write(ctx, tx, "outbox insert", generic(unread(sqlOutboxInsert, ids, tenants, types, keys, shards, payloads, headers, created,
-		parents, states))...)
+		parents, states, sealed))...)
 }
 
 // The relay's reads must walk their index in order and stop at the limit.
@@ -335,7 +336,7 @@ func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
 	var sent, dead *time.Time
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
 		&r.CreatedAt, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
-		&r.TraceParent, &r.TraceState); err != nil {
+		&r.TraceParent, &r.TraceState, &r.Sealed); err != nil {
 		return r, err
 	}
 	if sent != nil {

@@ -49,15 +49,15 @@ UPDATE idem_webhook_endpoints SET failing_since = coalesce(failing_since, $2) WH
 RETURNING failing_since`
 
 const webhookDeliveryColumns = `d.endpoint_id, d.event_id, d.tenant, d.type, d.payload, d.event_created_at, d.state,
-       d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at`
+       d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at, d.sealed`
 
 // Rows arrive as arrays: one statement per fan-out batch.
 const sqlWebhookDeliveryInsert = `
 INSERT INTO idem_webhook_deliveries (endpoint_id, event_id, tenant, type, payload, event_created_at,
-                                     state, next_at, created_at, updated_at)
-SELECT endpoint_id, event_id, tenant, type, payload, event_created_at, 'pending', next_at, next_at, next_at
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::timestamptz[])
-    AS t(endpoint_id, event_id, tenant, type, payload, event_created_at, next_at)
+                                     state, next_at, created_at, updated_at, sealed)
+SELECT endpoint_id, event_id, tenant, type, payload, event_created_at, 'pending', next_at, next_at, next_at, sealed
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::boolean[])
+    AS t(endpoint_id, event_id, tenant, type, payload, event_created_at, next_at, sealed)
 ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
 const sqlWebhookDeliveryDue = `
@@ -182,7 +182,7 @@ func queryWebhookEndpoints(ctx context.Context, tx driver.Tx, sql string, args .
 func scanWebhookDelivery(row driver.Row) (driver.WebhookDeliveryRow, error) {
 	var r driver.WebhookDeliveryRow
 	err := row.Scan(&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &r.EventCreatedAt, &r.State,
-		&r.Attempts, &r.NextAt, &r.Owner, &r.LastStatus, &r.LastError, &r.CreatedAt, &r.UpdatedAt)
+		&r.Attempts, &r.NextAt, &r.Owner, &r.LastStatus, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.Sealed)
 	return r, err
 }
 
@@ -257,11 +257,12 @@ func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *dri
 	endpoints, events, tenants, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads := make([][]byte, n)
 	created, next := make([]time.Time, n), make([]time.Time, n)
+	sealed := make([]bool, n)
 	for i, r := range p.Rows {
 		endpoints[i], events[i], tenants[i], types[i] = r.EndpointID, r.EventID, r.Tenant, r.Type
-		payloads[i], created[i], next[i] = r.Payload, r.EventCreatedAt, r.NextAt
+		payloads[i], created[i], next[i], sealed[i] = r.Payload, r.EventCreatedAt, r.NextAt, r.Sealed
 	}
-	c, err := tx.Exec(ctx, sqlWebhookDeliveryInsert, endpoints, events, tenants, types, payloads, created, next)
+	c, err := tx.Exec(ctx, sqlWebhookDeliveryInsert, endpoints, events, tenants, types, payloads, created, next, sealed)
 	return int(c), err
 }
 

@@ -16,7 +16,7 @@ WITH RECURSIVE ops(operation, n) AS (
     SELECT (SELECT min(k.operation) FROM idem_keys k WHERE k.scope = ?1 AND k.operation > ops.operation), ops.n + 1
       FROM ops WHERE ops.operation IS NOT NULL AND ops.n < ?3
 )
-SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM ops JOIN idem_keys k ON k.scope = ?1 AND k.operation = ops.operation AND k.key = ?2
  ORDER BY k.operation
  LIMIT ?3`
@@ -25,7 +25,7 @@ func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListPar
 	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
 		var created, expires int64
-		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &created, &expires)
+		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &created, &expires)
 		rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
 		return rec, err
 	}, sqlKeyList, p.Scope, p.Key, p.Limit)
@@ -86,7 +86,7 @@ func (d *Driver) OutboxPublished(ctx context.Context, tx driver.Tx, p *driver.Ou
 // idem_keys_expires_at, are searched for the body (instr on blobs compares
 // bytes).
 const sqlKeyFind = `
-SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.created_at, k.expires_at
+SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.sealed, k.created_at, k.expires_at
   FROM (SELECT * FROM idem_keys
          WHERE expires_at >= ?2 AND expires_at <= ?3
          ORDER BY expires_at
@@ -99,7 +99,7 @@ func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindPar
 	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
 		var created, expires int64
-		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body,
+		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&created, &expires)
 		rec.CreatedAt, rec.ExpiresAt = fromMicros(created), fromMicros(expires)
 		return rec, err

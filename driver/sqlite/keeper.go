@@ -19,7 +19,7 @@ INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_a
 SELECT ?1, ?2, ?3, ?4, ?5, ?6
  WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones WHERE id = ?8 AND created_at > ?7)
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = excluded.created_at, expires_at = excluded.expires_at
  WHERE idem_keys.created_at <= ?7
 RETURNING 1`
@@ -35,7 +35,7 @@ SELECT column1, column2, column3, column4, column5, column6 FROM v
  WHERE column1 IS NOT NULL
    AND NOT EXISTS (SELECT 1 FROM idem_tombstones t WHERE t.id = v.column8 AND t.created_at > v.column7)
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = excluded.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = excluded.created_at, expires_at = excluded.expires_at
  WHERE idem_keys.created_at <= (SELECT column7 FROM v LIMIT 1)
 RETURNING scope, operation, key`)
@@ -45,18 +45,18 @@ const sqlKeyGetTombstone = `
 SELECT fingerprint, status, created_at FROM idem_tombstones WHERE id = ?1 AND created_at > ?2`
 
 const sqlKeyGet = `
-SELECT fingerprint, status, header, body, created_at, expires_at
+SELECT fingerprint, status, header, body, sealed, created_at, expires_at
   FROM idem_keys WHERE scope = ?1 AND operation = ?2 AND key = ?3`
 
 const sqlKeyRecord = `
-UPDATE idem_keys SET status = ?4, header = ?5, body = ?6
+UPDATE idem_keys SET status = ?4, header = ?5, body = ?6, sealed = ?7
  WHERE scope = ?1 AND operation = ?2 AND key = ?3`
 
 // sqlKeyRecordRows is sqlKeyRecord for many keys (rows.go): each row
 // of u is a search of the primary key (TestLedgerBatchPlans).
 var sqlKeyRecordRows = newRowsStmt(`
-UPDATE idem_keys SET status = u.column4, header = u.column5, body = u.column6
-  FROM (VALUES `, `(?, ?, ?, ?, ?, ?)`, `) AS u
+UPDATE idem_keys SET status = u.column4, header = u.column5, body = u.column6, sealed = u.column7
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?)`, `) AS u
  WHERE idem_keys.scope = u.column1 AND idem_keys.operation = u.column2 AND idem_keys.key = u.column3`)
 
 const sqlKeyRelease = `
@@ -114,7 +114,7 @@ func (d *Driver) keyGetKept(ctx context.Context, tx driver.Tx, id driver.KeyID, 
 }
 
 func (d *Driver) KeyRecord(ctx context.Context, tx driver.Tx, p *driver.KeyRecordParams) error {
-	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body)
+	n, err := tx.Exec(ctx, sqlKeyRecord, p.ID.Scope, p.ID.Operation, p.ID.Key, p.Status, p.Header, p.Body, p.Sealed)
 	if err != nil {
 		return err
 	}
@@ -178,9 +178,9 @@ func (d *Driver) KeyClaimBatch(ctx context.Context, tx driver.Tx, p *driver.KeyC
 // KeyRecordBatch stores the outcomes in one statement (rows.go) and
 // releases the refused claims one statement at a time: they are rare.
 func (d *Driver) KeyRecordBatch(ctx context.Context, tx driver.Tx, p *driver.KeyRecordBatchParams) error {
-	n, err := writeRows(ctx, tx, &sqlKeyRecordRows, len(p.Records), 6, func(args []any, i int) []any {
+	n, err := writeRows(ctx, tx, &sqlKeyRecordRows, len(p.Records), 7, func(args []any, i int) []any {
 		r := &p.Records[i]
-		return append(args, r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body)
+		return append(args, r.ID.Scope, r.ID.Operation, r.ID.Key, r.Status, r.Header, r.Body, r.Sealed)
 	})
 	if err != nil {
 		return err
@@ -214,7 +214,7 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 	rec := &driver.KeyRecord{ID: p.ID}
 	var created, expires int64
 	err := tx.QueryRow(ctx, sqlKeyGet, p.ID.Scope, p.ID.Operation, p.ID.Key).
-		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &created, &expires)
+		Scan(&rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &created, &expires)
 	if err != nil {
 		return nil, err
 	}

@@ -18,14 +18,14 @@ import (
 // twice their size, past SQLite's string bound for a full batch of large
 // messages.
 var sqlOutboxInsert = newRowsStmt(`
-INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate)
+INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate, sealed)
 SELECT column1, column2, column3, column4, column5, column6, column7, column8,
-       nullif(column9, ''), nullif(column10, '')
-  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
+       nullif(column9, ''), nullif(column10, ''), column11
+  FROM (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, `) WHERE column1 IS NOT NULL`)
 
 const outboxColumns = `id, tenant, type, okey, shard, payload, headers, created_at,
        0, pos, attempts, coalesce(last_error, ''), sent_at, dead_at,
-       coalesce(traceparent, ''), coalesce(tracestate, '')`
+       coalesce(traceparent, ''), coalesce(tracestate, ''), sealed`
 
 const sqlOutboxFetch = `
 SELECT ` + outboxColumns + `
@@ -116,10 +116,10 @@ const sqlOutboxShardReleaseAll = `UPDATE idem_outbox_shards SET owner = '', leas
 const sqlOutboxForgetRelay = `DELETE FROM idem_outbox_relays WHERE owner = ?1`
 
 func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.OutboxInsertParams) error {
-	_, err := writeRows(ctx, tx, &sqlOutboxInsert, len(p.Rows), 10, func(args []any, i int) []any {
+	_, err := writeRows(ctx, tx, &sqlOutboxInsert, len(p.Rows), 11, func(args []any, i int) []any {
 		r := &p.Rows[i]
 		return append(args, r.ID, r.Tenant, r.Type, r.Key, r.Shard,
-			r.Payload, r.Headers, toMicros(r.CreatedAt), r.TraceParent, r.TraceState)
+			r.Payload, r.Headers, toMicros(r.CreatedAt), r.TraceParent, r.TraceState, r.Sealed)
 	})
 	return err
 }
@@ -257,7 +257,7 @@ func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
 	var sent, dead sql.NullInt64
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,
 		&created, &r.Tx, &r.Pos, &r.Attempts, &r.LastError, &sent, &dead,
-		&r.TraceParent, &r.TraceState); err != nil {
+		&r.TraceParent, &r.TraceState, &r.Sealed); err != nil {
 		return r, err
 	}
 	r.CreatedAt = fromMicros(created)

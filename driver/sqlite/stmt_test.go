@@ -135,12 +135,13 @@ func TestStmtCacheAcrossMigrations(t *testing.T) {
 	ids = keyIDs("k", 4)
 	if _, err := d.write.ExecContext(ctx, `
 CREATE TABLE idem_keys_new (
+    sealed INTEGER NOT NULL DEFAULT 0,
     body BLOB, header BLOB, status INTEGER NOT NULL DEFAULT 0, fingerprint BLOB NOT NULL,
     expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL,
     key TEXT NOT NULL, operation TEXT NOT NULL, scope TEXT NOT NULL,
     PRIMARY KEY (scope, operation, key)) WITHOUT ROWID;
-INSERT INTO idem_keys_new (scope, operation, key, fingerprint, status, header, body, created_at, expires_at)
-SELECT scope, operation, key, fingerprint, status, header, body, created_at, expires_at FROM idem_keys;
+INSERT INTO idem_keys_new (scope, operation, key, fingerprint, status, header, body, sealed, created_at, expires_at)
+SELECT scope, operation, key, fingerprint, status, header, body, sealed, created_at, expires_at FROM idem_keys;
 DROP TABLE idem_keys;
 ALTER TABLE idem_keys_new RENAME TO idem_keys;
 CREATE INDEX idem_keys_expires_at ON idem_keys (expires_at)`); err != nil {

@@ -51,12 +51,12 @@ UPDATE idem_webhook_endpoints SET failing_since = CASE WHEN failing_since = 0 TH
  WHERE id = ?1 RETURNING failing_since`
 
 const webhookDeliveryColumns = `d.endpoint_id, d.event_id, d.tenant, d.type, d.payload, d.event_created_at, d.state,
-       d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at`
+       d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at, d.sealed`
 
 const sqlWebhookDeliveryInsert = `
 INSERT INTO idem_webhook_deliveries (endpoint_id, event_id, tenant, type, payload, event_created_at,
-                                     state, next_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?7)
+                                     state, next_at, created_at, updated_at, sealed)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?7, ?8)
 ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
 const sqlWebhookDeliveryDue = `
@@ -172,7 +172,7 @@ func scanWebhookDelivery(row driver.Row) (driver.WebhookDeliveryRow, error) {
 	var r driver.WebhookDeliveryRow
 	var eventCreated, next, created, updated int64
 	err := row.Scan(&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &eventCreated, &r.State,
-		&r.Attempts, &next, &r.Owner, &r.LastStatus, &r.LastError, &created, &updated)
+		&r.Attempts, &next, &r.Owner, &r.LastStatus, &r.LastError, &created, &updated, &r.Sealed)
 	r.EventCreatedAt, r.NextAt = fromMicros(eventCreated), fromMicros(next)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return r, err
@@ -241,7 +241,7 @@ func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *dri
 	total := 0
 	for _, r := range p.Rows {
 		n, err := tx.Exec(ctx, sqlWebhookDeliveryInsert, r.EndpointID, r.EventID, r.Tenant, r.Type, r.Payload,
-			toMicros(r.EventCreatedAt), toMicros(r.NextAt))
+			toMicros(r.EventCreatedAt), toMicros(r.NextAt), r.Sealed)
 		if err != nil {
 			return total, err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/idemhq/idem/internal/cli"
+	"github.com/idemhq/idem/seal"
 )
 
 // Config is the service's configuration. Comments give defaults and bounds.
@@ -191,6 +192,12 @@ type Config struct {
 	Webhooks []byte
 	// File is the configuration file that was read, if any.
 	File string
+	// Sealer encrypts what the service stores: stored answers, outbox
+	// messages, webhook intake bodies (package seal). It is not read from
+	// flags or the file: cmd/idem's wiring (openSealer) sets it, the one
+	// place the key material becomes a Sealer. Default nil: stored as
+	// they are.
+	Sealer seal.Sealer
 }
 
 // The values of Config.IdempotencyKey.

@@ -42,6 +42,9 @@ type KeyRecord struct {
 	// Status and Body are the stored outcome every duplicate is answered with.
 	Status int             `json:"status"`
 	Header json.RawMessage `json:"header,omitempty"`
+	// Sealed says the stored header and body are encrypted (idem serve's
+	// --encryption-key-file): neither is shown.
+	Sealed bool `json:"sealed,omitempty"`
 	// Body is the stored body: JSON as is, anything else as a JSON string.
 	Body json.RawMessage `json:"body"`
 }
@@ -79,7 +82,13 @@ func Keys(ctx context.Context, d driver.Driver, now time.Time, tenant, operation
 
 // KeyRecordOf is a stored record as an operator reads it at now.
 func KeyRecordOf(r driver.KeyRecord, now time.Time) KeyRecord {
+	if r.Sealed {
+		// Encrypted at rest: the operator's tools read no plaintext, and
+		// show no ciphertext as if it were the answer.
+		r.Header, r.Body = nil, nil
+	}
 	return KeyRecord{
+		Sealed:      r.Sealed,
 		Tenant:      r.ID.Scope,
 		Operation:   r.ID.Operation,
 		Key:         r.ID.Key,

@@ -27,6 +27,7 @@ import (
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/cloudevent"
 	"github.com/idemhq/idem/outbox/webhookpub"
+	"github.com/idemhq/idem/seal"
 )
 
 // DefaultSchedule is the wait before each attempt, Svix's: at once, then
@@ -95,6 +96,12 @@ type DelivererConfig struct {
 	Owner string
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// Sealer opens each delivery's sealed payload before it is sent (the
+	// fan-out sealed it: FanOutConfig.Sealer), and seals the events the
+	// deliverer enqueues itself (an endpoint disabled), as
+	// outbox.Config.Sealer does. A delivery it cannot open is not sent;
+	// the attempt fails. Default nil.
+	Sealer seal.Sealer
 }
 
 func (c DelivererConfig) withDefaults() DelivererConfig {
@@ -222,7 +229,7 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock})
+	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock, Sealer: cfg.Sealer})
 	if err != nil {
 		return nil, err
 	}
@@ -513,6 +520,10 @@ func Signature(keys [][]byte, id string, timestamp int64, body []byte) string {
 // answer.
 func (w *Deliverer) attempt(ctx context.Context, c claimed) outcome {
 	r := c.row
+	if err := openDelivery(ctx, w.cfg.Sealer, &r); err != nil {
+		// Nothing is sent: the attempt fails as a refused one does.
+		return outcome{err: err.Error()}
+	}
 	m := outbox.Message{ID: r.EventID, Tenant: r.Tenant, Type: r.Type, Key: r.EventID, Payload: r.Payload, CreatedAt: r.EventCreatedAt}
 	body, contentType, ce, err := w.body(m)
 	if err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/outbox/webhookpub"
+	"github.com/idemhq/idem/seal"
 )
 
 // Limits on an endpoint and on the reads.
@@ -143,6 +144,10 @@ type Config struct {
 	RotationOverlap time.Duration
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// Sealer opens the outbox rows a replay by event id copies into a
+	// delivery (outbox.Config.Sealer sealed them), and seals the copy.
+	// Default nil: sealed rows cannot be replayed that way.
+	Sealer seal.Sealer
 }
 
 func (c Config) withDefaults() Config {
@@ -617,10 +622,16 @@ func (e *Endpoints) Replay(ctx context.Context, tx driver.Tx, tenant, id string,
 		if err != nil {
 			return 0, err
 		}
-		return e.d.WebhookDeliveryInsert(ctx, tx, &driver.WebhookDeliveryInsertParams{Rows: []driver.WebhookDeliveryRow{{
-			WebhookDeliveryKey: key, Tenant: tenant, Type: m.Type, Payload: m.Payload,
-			EventCreatedAt: m.CreatedAt, NextAt: now,
-		}}})
+		// The endpoint gets the plaintext, as the relay's fan-out gives it.
+		if err := outbox.OpenRow(ctx, e.cfg.Sealer, m); err != nil {
+			return 0, err
+		}
+		row := driver.WebhookDeliveryRow{WebhookDeliveryKey: key, Tenant: tenant, Type: m.Type, Payload: m.Payload,
+			EventCreatedAt: m.CreatedAt, NextAt: now}
+		if err := sealDelivery(ctx, e.cfg.Sealer, &row); err != nil {
+			return 0, err
+		}
+		return e.d.WebhookDeliveryInsert(ctx, tx, &driver.WebhookDeliveryInsertParams{Rows: []driver.WebhookDeliveryRow{row}})
 	}
 	return e.d.WebhookDeliveryReplay(ctx, tx, &driver.WebhookDeliveryReplayParams{Tenant: tenant, EndpointID: id,
 		Since: q.Since, Now: now, Limit: MaxReplay})

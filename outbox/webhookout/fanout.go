@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/seal"
 )
 
 // FanOutConfig configures NewFanOut. The zero value is usable.
@@ -24,6 +25,9 @@ type FanOutConfig struct {
 	// Clock returns the current time: a new delivery is due at once.
 	// Default time.Now.
 	Clock func() time.Time
+	// Sealer seals each delivery's copy of its event's payload (the relay
+	// opened the event to publish it). Default nil: stored as it is.
+	Sealer seal.Sealer
 }
 
 // FanOut is the outbox.Publisher that turns each event into one delivery
@@ -106,10 +110,14 @@ func (f *FanOut) fanOut(ctx context.Context, msgs []outbox.Message) (int, error)
 	for _, m := range msgs {
 		for _, e := range byTenant[m.Tenant] {
 			if Matches(e.types, m.Type) {
-				rows = append(rows, driver.WebhookDeliveryRow{
+				row := driver.WebhookDeliveryRow{
 					WebhookDeliveryKey: driver.WebhookDeliveryKey{EndpointID: e.id, EventID: m.ID},
 					Tenant:             m.Tenant, Type: m.Type, Payload: m.Payload, EventCreatedAt: m.CreatedAt, NextAt: now,
-				})
+				}
+				if err := sealDelivery(ctx, f.cfg.Sealer, &row); err != nil {
+					return 0, err
+				}
+				rows = append(rows, row)
 			}
 		}
 	}

@@ -89,7 +89,7 @@ func newEnv(t *testing.T, d driver.Driver, cfg webhookout.DelivererConfig) *env 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: cfg.AllowNetworks, Clock: cfg.Clock})
+	eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: cfg.AllowNetworks, Clock: cfg.Clock, Sealer: cfg.Sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +97,11 @@ func newEnv(t *testing.T, d driver.Driver, cfg webhookout.DelivererConfig) *env 
 	if err != nil {
 		t.Fatal(err)
 	}
-	fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify, Clock: cfg.Clock})
+	fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify, Clock: cfg.Clock, Sealer: cfg.Sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock})
+	ob, err := outbox.New(d, outbox.Config{Clock: cfg.Clock, Sealer: cfg.Sealer})
 	if err != nil {
 		t.Fatal(err)
 	}

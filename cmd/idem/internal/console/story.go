@@ -93,6 +93,11 @@ func (e storyEvent) StateClass() string {
 }
 
 func eventOf(r driver.OutboxRow, tenant string) storyEvent {
+	if r.Sealed {
+		// Encrypted at rest: the console holds no key, and shows no
+		// ciphertext as if it were the payload.
+		r.Payload = []byte(`"(sealed)"`)
+	}
 	e := storyEvent{ID: r.ID, Tenant: r.Tenant, Type: r.Type, Key: r.Key, CreatedAt: r.CreatedAt.UTC(),
 		SentAt: r.SentAt.UTC(), DeadAt: r.DeadAt.UTC(), Attempts: r.Attempts, LastError: r.LastError,
 		Payload: jsonHTML(r.Payload, tenant)}

@@ -82,11 +82,12 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 				CloudEvents:   cloudevent.Config{Format: format},
 				Registerer:    reg,
 				Logger:        log,
+				Sealer:        cfg.Sealer,
 			})
 		}
 		if ferr == nil {
 			pub, ferr = webhookout.NewFanOut(d, webhookout.FanOutConfig{Next: pub, Written: deliverer.Notify,
-				DBTimeout: min(cfg.DBTimeout, time.Minute)})
+				DBTimeout: min(cfg.DBTimeout, time.Minute), Sealer: cfg.Sealer})
 		}
 		if ferr != nil {
 			_ = pub.Close()
@@ -102,6 +103,7 @@ func NewRelay(ctx context.Context, cfg config.Config, d driver.Driver, log *slog
 		MaxAttempts:  cfg.RelayMaxAttempts,
 		Registerer:   reg,
 		Logger:       log,
+		Sealer:       cfg.Sealer,
 	})
 	if err != nil {
 		_ = pub.Close()

@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	}
 	d = gd
 	keeper, err := idem.New(d, idem.Config{Retention: cfg.KeyRetention, Memory: cfg.KeyMemory, Wait: cfg.InFlightWait,
-		JanitorTimeout: cfg.DBTimeout, Logger: log})
+		JanitorTimeout: cfg.DBTimeout, Logger: log, Sealer: cfg.Sealer})
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(d, outbox.Config{})
+	ob, err := outbox.New(d, outbox.Config{Sealer: cfg.Sealer})
 	if err != nil {
 		return nil, err
 	}
@@ -131,10 +131,10 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 	if s.limits, err = newTenantLimits(cfg, reg); err != nil {
 		return nil, err
 	}
-	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks}); err != nil {
+	if s.endpoints, err = webhookout.New(d, webhookout.Config{AllowNetworks: cfg.WebhookAllowNetworks, Sealer: cfg.Sealer}); err != nil {
 		return nil, err
 	}
-	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, log, s.countWebhook); err != nil {
+	if s.webhooks, err = newWebhooks(d, cfg.Webhooks, cfg.KeyRetention, cfg.InFlightWait, cfg.Sealer, log, s.countWebhook); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	s.guard, err = idemhttp.New(idemhttp.Config{

@@ -7,6 +7,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/seal"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -30,7 +31,7 @@ type webhooks struct {
 // the intake, one verifier per endpoint. A configuration error stops the
 // service at start, not at the first delivery. onAnswer counts each
 // delivery.
-func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, log *slog.Logger,
+func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, sealer seal.Sealer, log *slog.Logger,
 	onAnswer func(endpoint string, kind webhook.Kind)) (*webhooks, error) {
 	var endpoints []webhook.Endpoint
 	if len(raw) > 0 {
@@ -48,10 +49,10 @@ func newWebhooks(d driver.Driver, raw []byte, keyRetention, wait time.Duration, 
 	// KeyRetention, the webhook keys must outlive the providers' retries.
 	// The service keeper's janitor deletes the expired keys of both.
 	retention := max(WebhookRetention, keyRetention)
-	if w.keeper, err = idem.New(d, idem.Config{Retention: retention, Wait: wait, Logger: log}); err != nil {
+	if w.keeper, err = idem.New(d, idem.Config{Retention: retention, Wait: wait, Logger: log, Sealer: sealer}); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(d, outbox.Config{MaxPayloadBytes: webhook.MaxEventPayloadBytes})
+	ob, err := outbox.New(d, outbox.Config{MaxPayloadBytes: webhook.MaxEventPayloadBytes, Sealer: sealer})
 	if err != nil {
 		return nil, err
 	}
