@@ -189,11 +189,6 @@ func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
 	return s.row(), err
 }
 
-func queryWebhookEndpoints(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.WebhookEndpointRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	return driver.CollectRows(rows, err, scanWebhookEndpoint)
-}
-
 // deliveryScan is where a delivery's columns scan to.
 type deliveryScan struct {
 	r                                    driver.WebhookDeliveryRow
@@ -240,38 +235,26 @@ func (d *Driver) WebhookEndpointGet(ctx context.Context, tx driver.Tx, p *driver
 }
 
 func (d *Driver) WebhookEndpointList(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointListParams) ([]driver.WebhookEndpointRow, error) {
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
+	return driver.QueryRows(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
 }
 
 func (d *Driver) WebhookEndpointFind(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointFindParams) ([]driver.WebhookEndpointRow, error) {
 	if p.IDs != nil {
-		return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindIDs, jsonArray(p.IDs))
+		return driver.QueryRows(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindIDs, jsonArray(p.IDs))
 	}
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindTenants, jsonArray(p.Tenants))
+	return driver.QueryRows(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindTenants, jsonArray(p.Tenants))
 }
 
 func (d *Driver) WebhookEndpointUpdate(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointUpdateParams) error {
 	a := endpointArgs(&p.Row)
-	n, err := tx.Exec(ctx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
-	if err == nil && n == 0 {
-		err = driver.ErrNotFound
-	}
-	return err
+	return driver.ExecFound(ctx, tx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
 }
 
 func (d *Driver) WebhookEndpointDelete(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointDeleteParams) error {
-	n, err := tx.Exec(ctx, sqlWebhookEndpointDelete, p.Tenant, p.ID)
-	if err != nil {
+	if err := driver.ExecFound(ctx, tx, sqlWebhookEndpointDelete, p.Tenant, p.ID); err != nil {
 		return err
 	}
-	if n == 0 {
-		return driver.ErrNotFound
-	}
-	if _, err := tx.Exec(ctx, sqlWebhookDeliveriesDelete, p.ID); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, sqlWebhookAttemptsDelete, p.ID)
-	return err
+	return driver.ExecEach(ctx, tx, []string{sqlWebhookDeliveriesDelete, sqlWebhookAttemptsDelete}, p.ID)
 }
 
 func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryInsertParams) (int, error) {
@@ -324,8 +307,8 @@ func (d *Driver) WebhookDeliveryStep(ctx context.Context, tx driver.Tx, p *drive
 		return res, nil
 	}
 	inFlight, _ := json.Marshal(c.InFlight)
-	rows, err := tx.Query(ctx, sqlWebhookDeliveryClaimRead, now, jsonArray(c.Full()), string(inFlight), c.Scan, c.PerEndpoint, c.Limit)
-	claimed, err := driver.CollectRows(rows, err, scanWebhookClaimed)
+	claimed, err := driver.QueryRows(ctx, tx, scanWebhookClaimed, sqlWebhookDeliveryClaimRead,
+		now, jsonArray(c.Full()), string(inFlight), c.Scan, c.PerEndpoint, c.Limit)
 	if err != nil || len(claimed) == 0 {
 		return res, err
 	}
@@ -370,13 +353,12 @@ func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *dri
 }
 
 func (d *Driver) WebhookAttemptList(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptListParams) ([]driver.WebhookAttemptRow, error) {
-	rows, err := tx.Query(ctx, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
-	return driver.CollectRows(rows, err, func(row driver.Row) (r driver.WebhookAttemptRow, err error) {
+	return driver.QueryRows(ctx, tx, func(row driver.Row) (r driver.WebhookAttemptRow, err error) {
 		var at int64
 		err = row.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &at, &r.Status, &r.LatencyMS, &r.Response, &r.Error)
 		r.At = fromMicros(at)
 		return r, err
-	})
+	}, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
 }
 
 func (d *Driver) WebhookDeleteOld(ctx context.Context, tx driver.Tx, p *driver.WebhookDeleteOldParams) (int, error) {
