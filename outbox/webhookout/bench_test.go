@@ -52,36 +52,8 @@ func BenchmarkFanOutDelivery(b *testing.B) {
 			urls, got := countingReceivers(b)
 			// 64 attempts in flight, however they fall on the endpoints:
 			// the plain client's concurrency.
-			w, err := webhookout.NewDeliverer(d, webhookout.DelivererConfig{AllowNetworks: loopback,
-				Concurrency: 64, PerEndpoint: 64, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
-			if err != nil {
-				b.Fatal(err)
-			}
-			eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
-			if err != nil {
-				b.Fatal(err)
-			}
+			fan := delivering(b, d, webhookout.DelivererConfig{Concurrency: 64, PerEndpoint: 64}, urls)
 			ctx := context.Background()
-			tx, err := d.Begin(ctx, driver.BeginOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, u := range urls {
-				if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = w.Run(runCtx) }()
-			defer func() { stop(); <-done }()
 
 			payload := json.RawMessage(`{"id":"tr_1","amount":500,"currency":"EUR","debit_account_id":"a","credit_account_id":"b"}`)
 			b.ResetTimer()
@@ -193,37 +165,9 @@ func deliveryP99(b *testing.B, d driver.Driver, down bool) time.Duration {
 		b.Cleanup(func() { close(release) }) // before srv.Close, which waits for its handlers
 		urls = append(urls, srv.URL)
 	}
-	w, err := webhookout.NewDeliverer(d, webhookout.DelivererConfig{AllowNetworks: loopback, Timeout: time.Second,
-		Schedule:     []time.Duration{0, 200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond},
-		PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
-	if err != nil {
-		b.Fatal(err)
-	}
-	eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
-	if err != nil {
-		b.Fatal(err)
-	}
+	fan := delivering(b, d, webhookout.DelivererConfig{Timeout: time.Second,
+		Schedule: []time.Duration{0, 200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}}, urls)
 	ctx := context.Background()
-	tx, err := d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, u := range urls {
-		if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		b.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(runCtx) }()
-	defer func() { stop(); <-done }()
 
 	payload := json.RawMessage(`{"id":"tr_1","amount":500}`)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -259,4 +203,41 @@ func deliveryP99(b *testing.B, d driver.Driver, down bool) time.Duration {
 	defer mu.Unlock()
 	slices.Sort(latencies)
 	return latencies[(len(latencies)*99)/100]
+}
+
+// delivering runs a deliverer of cfg (to loopback, polling every 5ms,
+// logging nothing) until b ends, with one endpoint of tenant acme per
+// url, and returns the fan-out that feeds it.
+func delivering(b *testing.B, d driver.Driver, cfg webhookout.DelivererConfig, urls []string) *webhookout.FanOut {
+	cfg.AllowNetworks, cfg.PollInterval, cfg.Logger = loopback, 5*time.Millisecond, slog.New(slog.DiscardHandler)
+	w, err := webhookout.NewDeliverer(d, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
+	if err != nil {
+		b.Fatal(err)
+	}
+	eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, u := range urls {
+		if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(runCtx) }()
+	b.Cleanup(func() { stop(); <-done })
+	return fan
 }
