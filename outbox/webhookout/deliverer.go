@@ -233,7 +233,7 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 	return &Deliverer{d: d, cfg: cfg, ob: ob, metrics: m,
 		clients: newClients(guard{allow: cfg.AllowNetworks}, cfg.Timeout, cfg.Resolver),
 		log:     cfg.Logger.With("deliverer", cfg.Owner), wake: make(chan struct{}, 1),
-		results:  make(chan finished, cfg.Concurrency),
+		results:  make(chan finished, cfg.Concurrency+maxRecordBatch),
 		inFlight: map[string]int{}, nextSend: map[string]time.Time{}}, nil
 }
 
@@ -280,7 +280,7 @@ func (w *Deliverer) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				continue
 			case f := <-w.results:
-				batch = w.drain(append(batch, w.received(f)))
+				batch = w.drain(append(batch, f))
 			case <-w.wake:
 				claim = true
 			case <-tick.C:
@@ -322,7 +322,7 @@ func (w *Deliverer) Run(ctx context.Context) error {
 		close(w.results)
 	}()
 	for f := range w.results {
-		batch = w.drain(append(batch[:0], w.received(f)))
+		batch = w.drain(append(batch[:0], f))
 		if _, err := w.turn(ctx, batch, nil); err != nil {
 			w.log.Warn("webhookout: record attempts", "err", err)
 		}
@@ -338,7 +338,7 @@ func (w *Deliverer) drain(batch []finished) []finished {
 			if !ok {
 				return batch
 			}
-			batch = append(batch, w.received(f))
+			batch = append(batch, f)
 		default:
 			return batch
 		}
@@ -346,13 +346,10 @@ func (w *Deliverer) drain(batch []finished) []finished {
 	return batch
 }
 
-// received frees the slot of an attempt whose outcome Run has taken: the
-// slot is free for the turn that records it.
-func (w *Deliverer) received(f finished) finished {
-	w.release(f.c.row.EndpointID)
-	return f
-}
-
+// release frees an attempt's slot. It is freed when the attempt ends,
+// before its outcome is recorded: the delivery stays leased until then
+// (no claim takes it), and the turn that records the outcome claims for
+// the slot at once.
 func (w *Deliverer) release(endpointID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -439,12 +436,10 @@ func (w *Deliverer) deliver(ctx context.Context, c claimed) {
 		return // stopping: the lease lapses and the delivery is due again
 	}
 	o := w.attempt(ctx, c)
+	w.release(c.row.EndpointID)
 	if ctx.Err() != nil && !o.ok() {
-		w.release(c.row.EndpointID)
 		return // cut short by the stop, not the endpoint's fault
 	}
-	// Never blocks: results holds Concurrency outcomes, and a slot is
-	// freed only once Run has taken its outcome.
 	w.results <- finished{c: c, o: o}
 }
 
