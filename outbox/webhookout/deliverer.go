@@ -210,6 +210,8 @@ type Deliverer struct {
 	// results carries the attempts' outcomes to Run, which records them.
 	results chan finished
 
+	claimMu sync.Mutex // held by the turn that claims
+
 	mu       sync.Mutex
 	inFlight map[string]int       // attempts in flight per endpoint
 	total    int                  // attempts in flight
@@ -249,24 +251,57 @@ func (w *Deliverer) Notify() {
 // end (each within Timeout) and be recorded, and returns nil. A
 // Deliverer runs once.
 //
-// One goroutine, this one, does all of the deliverer's database work but
-// retention, in turns (step): each records the attempts that ended since
-// the last and claims due deliveries for the slots they freed, in one
-// transaction (and, on PostgreSQL, one round trip before the commit). So
-// the turns' size follows the load: the attempts that end while one turn
-// runs are the next turn's batch, and a claim costs no transaction of its
-// own. Attempts run in goroutines of their own and never wait on the
-// database, nor on each other.
+// The deliverer's database work but retention is done in turns (step):
+// each records the attempts that ended since the last and claims due
+// deliveries for the free slots, in one transaction (and, on PostgreSQL,
+// one round trip before the commit). So the turns' size follows the load:
+// the attempts that end while a turn runs are a next turn's batch, and a
+// claim costs no transaction of its own. turnWorkers goroutines take
+// turns, so that one turn's round trips overlap another's; one claim at a
+// time (claimMu), since a claim bounds each endpoint by the attempts of
+// the claims returned before it. Attempts run in goroutines of their own
+// and never wait on the database, nor on each other.
 func (w *Deliverer) Run(ctx context.Context) error {
-	var wg sync.WaitGroup // the attempts and the retention
+	var attempts sync.WaitGroup // the attempts and the retention
 	defer w.clients.close()
-	wg.Add(1)
+	attempts.Add(1)
 	go func() {
-		defer wg.Done()
+		defer attempts.Done()
 		w.runRetention(ctx)
 	}()
 	tick := time.NewTicker(w.cfg.PollInterval)
 	defer tick.Stop()
+	var workers sync.WaitGroup
+	for i := range turnWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			w.work(ctx, &attempts, tick.C, i == 0)
+		}()
+	}
+	workers.Wait()
+	// Stopping: record what the attempts in flight end with.
+	go func() {
+		attempts.Wait()
+		close(w.results)
+	}()
+	batch := make([]finished, 0, maxRecordBatch)
+	for f := range w.results {
+		batch = w.drain(append(batch[:0], f))
+		if _, err := w.turn(ctx, batch, nil); err != nil {
+			w.log.Warn("webhookout: record attempts", "err", err)
+		}
+	}
+	return nil
+}
+
+// turnWorkers is how many turns may run at once.
+const turnWorkers = 2
+
+// work takes turns until ctx ends, each started by outcomes to record, a
+// wake (Notify), a tick of the poll, or a claim that took all it asked
+// for; stats: it also refreshes the metrics' counts.
+func (w *Deliverer) work(ctx context.Context, attempts *sync.WaitGroup, tick <-chan time.Time, stats bool) {
 	var (
 		batch   = make([]finished, 0, maxRecordBatch)
 		claim   = true // at the first turn, and whenever more may be due
@@ -283,22 +318,35 @@ func (w *Deliverer) Run(ctx context.Context) error {
 				batch = w.drain(append(batch, f))
 			case <-w.wake:
 				claim = true
-			case <-tick.C:
+			case <-tick:
 				claim = true
 			}
 		}
 		now := w.cfg.Clock()
-		if !now.Before(statsAt) {
+		if stats && !now.Before(statsAt) {
 			w.refreshStats(ctx)
 			statsAt = now.Add(5 * time.Second)
 		}
-		// Slots freed by the batch are worth a claim; after a failed turn
-		// claims wait a while, recording does not.
+		// An ended attempt freed a slot: worth a claim. After a failed
+		// turn claims wait a while, recording does not. With outcomes to
+		// record a turn does not wait for the claim of another.
 		var c *driver.WebhookDeliveryClaim
-		if (claim || len(batch) > 0) && !now.Before(retryAt) {
-			c = w.claimParams(now)
+		wanted, locked := (claim || len(batch) > 0) && !now.Before(retryAt), false
+		if wanted {
+			if len(batch) == 0 {
+				w.claimMu.Lock()
+				locked = true
+			} else {
+				locked = w.claimMu.TryLock()
+			}
+			if locked {
+				c = w.claimParams(now)
+			}
 		}
 		claimed, err := w.turn(ctx, batch, c)
+		if locked {
+			w.claimMu.Unlock()
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("webhookout: turn", "err", err)
@@ -306,28 +354,17 @@ func (w *Deliverer) Run(ctx context.Context) error {
 			retryAt, claim = now.Add(max(w.cfg.PollInterval, time.Second)), false
 			continue
 		}
-		// A claim that took all it asked for may have left more due.
-		claim = c != nil && len(claimed) == c.Limit
+		// A claim that took all it asked for may have left more due; one
+		// put off for another's is still wanted.
+		claim = (c != nil && len(claimed) == c.Limit) || (wanted && !locked)
 		for _, cl := range claimed {
-			wg.Add(1)
+			attempts.Add(1)
 			go func() {
-				defer wg.Done()
+				defer attempts.Done()
 				w.deliver(ctx, cl)
 			}()
 		}
 	}
-	// Stopping: record what the attempts in flight end with.
-	go func() {
-		wg.Wait()
-		close(w.results)
-	}()
-	for f := range w.results {
-		batch = w.drain(append(batch[:0], f))
-		if _, err := w.turn(ctx, batch, nil); err != nil {
-			w.log.Warn("webhookout: record attempts", "err", err)
-		}
-	}
-	return nil
 }
 
 // drain appends the outcomes waiting, at most maxRecordBatch in all.
@@ -361,8 +398,8 @@ func (w *Deliverer) release(endpointID string) {
 
 // claimParams asks for as many deliveries as there are free slots: at most
 // PerEndpoint in flight per endpoint, Concurrency in all. Nil when none is
-// free. Only Run claims, and attempts only free slots, so the slots free
-// now are still free when the claim returns.
+// free. Its caller holds claimMu, and attempts only free slots, so the
+// slots free now are still free when the claim returns.
 func (w *Deliverer) claimParams(now time.Time) *driver.WebhookDeliveryClaim {
 	w.mu.Lock()
 	defer w.mu.Unlock()
