@@ -32,8 +32,9 @@ type WebhookOutDriver interface {
 	// (by endpoint and event) and returns how many it wrote.
 	WebhookDeliveryInsert(ctx context.Context, tx Tx, p *WebhookDeliveryInsertParams) (int, error)
 	// WebhookDeliveryStep is one turn of a deliverer, in tx: it records
-	// the outcomes of Finish, then the endpoints' health of Health, then
-	// claims by Claim (each part skipped when empty or nil). Each part is
+	// the outcomes of Finish, then the endpoints' health of Health, gives
+	// back the leases of Release, then claims by Claim (each part skipped
+	// when empty or nil). Each part is
 	// one statement on Postgres, and the three travel in one round trip.
 	WebhookDeliveryStep(ctx context.Context, tx Tx, p *WebhookDeliveryStepParams) (*WebhookDeliveryStepResult, error)
 	// WebhookDeliveryStepCommit is WebhookDeliveryStep, then tx's commit:
@@ -169,6 +170,9 @@ type WebhookDeliveryStepParams struct {
 	Health []WebhookEndpointHealthRow
 	// Claim, when set, leases due deliveries to Owner.
 	Claim *WebhookDeliveryClaim
+	// Release are leases Owner gives back unused: those deliveries are
+	// due at Now again. Run after Finish, before Claim.
+	Release []WebhookDeliveryKey
 }
 
 // WebhookDeliveryFinishRow is one delivery's state after an attempt, and

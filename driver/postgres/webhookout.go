@@ -79,6 +79,11 @@ UPDATE idem_webhook_endpoints e
  WHERE e.id = h.id
 RETURNING e.id, e.failing_since`
 
+const sqlWebhookDeliveryRelease = `
+UPDATE idem_webhook_deliveries d SET next_at = $3, owner = ''
+  FROM unnest($1::text[], $2::text[]) AS k(endpoint_id, event_id)
+ WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.owner = $4 AND d.state = 'pending'`
+
 // sqlWebhookDeliveryClaim reads at most $5 due rows, skipping those
 // other workers lock, keeps of each endpoint as many as it has free slots
 // ($6, the bound, less its attempts in flight: $3 and $4), at most $7 in
@@ -336,6 +341,13 @@ func webhookStepSteps(p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliv
 				}
 				return nil
 			}})
+	}
+	if n := len(p.Release); n > 0 {
+		endpoints, events := make([]string, n), make([]string, n)
+		for i, k := range p.Release {
+			endpoints[i], events[i] = k.EndpointID, k.EventID
+		}
+		steps = append(steps, unread(sqlWebhookDeliveryRelease, endpoints, events, p.Now, p.Owner))
 	}
 	if c := p.Claim; c != nil {
 		busy, counts := make([]string, 0, len(c.InFlight)), make([]int32, 0, len(c.InFlight))

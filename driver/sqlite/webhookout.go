@@ -94,6 +94,11 @@ const sqlWebhookDeliveryClaim = `
 UPDATE idem_webhook_deliveries SET next_at = ?1, owner = ?2
  WHERE (endpoint_id, event_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))`
 
+const sqlWebhookDeliveryRelease = `
+UPDATE idem_webhook_deliveries SET next_at = ?1, owner = ''
+ WHERE owner = ?2 AND state = 'pending'
+   AND (endpoint_id, event_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))`
+
 const sqlWebhookDeliveryFinish = `
 UPDATE idem_webhook_deliveries
    SET state = ?4, attempts = ?5, next_at = ?6, last_status = ?7, last_error = ?8, updated_at = ?9, owner = ''
@@ -301,6 +306,15 @@ func (d *Driver) WebhookDeliveryStep(ctx context.Context, tx driver.Tx, p *drive
 			return nil, err
 		}
 		res.FailingSince[h.ID] = timeOrZero(since)
+	}
+	if len(p.Release) > 0 {
+		keys := make([][2]string, len(p.Release))
+		for i, k := range p.Release {
+			keys[i] = [2]string{k.EndpointID, k.EventID}
+		}
+		if _, err := tx.Exec(ctx, sqlWebhookDeliveryRelease, now, p.Owner, jsonArray(keys)); err != nil {
+			return nil, err
+		}
 	}
 	c := p.Claim
 	if c == nil {

@@ -213,6 +213,8 @@ type Deliverer struct {
 	claimMu sync.Mutex // held by the turn that claims
 
 	mu       sync.Mutex
+	queue    []claimed            // claimed, waiting for a slot, the oldest claims first
+	queued   map[string]int       // queue per endpoint
 	inFlight map[string]int       // attempts in flight per endpoint
 	total    int                  // attempts in flight
 	nextSend map[string]time.Time // rate-limited endpoints' next start
@@ -236,7 +238,7 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 		clients: newClients(guard{allow: cfg.AllowNetworks}, cfg.Timeout, cfg.Resolver),
 		log:     cfg.Logger.With("deliverer", cfg.Owner), wake: make(chan struct{}, 1),
 		results:  make(chan finished, cfg.Concurrency+maxRecordBatch),
-		inFlight: map[string]int{}, nextSend: map[string]time.Time{}}, nil
+		inFlight: map[string]int{}, queued: map[string]int{}, nextSend: map[string]time.Time{}}, nil
 }
 
 // Notify wakes the deliverer: new deliveries are due. It never blocks.
@@ -259,8 +261,11 @@ func (w *Deliverer) Notify() {
 // claim costs no transaction of its own. turnWorkers goroutines take
 // turns, so that one turn's round trips overlap another's; one claim at a
 // time (claimMu), since a claim bounds each endpoint by the attempts of
-// the claims returned before it. Attempts run in goroutines of their own
-// and never wait on the database, nor on each other.
+// the claims returned before it. Claims run ahead: besides the attempts
+// in flight the deliverer holds as many leased deliveries queued
+// (startReady), which start as attempts end, so that a freed slot does not
+// wait for a turn. Attempts run in goroutines of their own and never wait
+// on the database, nor on each other.
 func (w *Deliverer) Run(ctx context.Context) error {
 	var attempts sync.WaitGroup // the attempts and the retention
 	defer w.clients.close()
@@ -280,7 +285,21 @@ func (w *Deliverer) Run(ctx context.Context) error {
 		}()
 	}
 	workers.Wait()
-	// Stopping: record what the attempts in flight end with.
+	// Stopping: give back the leases of the deliveries claimed but not
+	// started, so that they are due at once, not when their leases end.
+	w.mu.Lock()
+	var release []driver.WebhookDeliveryKey
+	for _, c := range w.queue {
+		release = append(release, c.row.WebhookDeliveryKey)
+	}
+	w.queue, w.queued = nil, map[string]int{}
+	w.mu.Unlock()
+	if len(release) > 0 {
+		if _, err := w.step(ctx, nil, nil, release); err != nil {
+			w.log.Warn("webhookout: give back leases", "err", err)
+		}
+	}
+	// Record what the attempts in flight end with.
 	go func() {
 		attempts.Wait()
 		close(w.results)
@@ -357,13 +376,55 @@ func (w *Deliverer) work(ctx context.Context, attempts *sync.WaitGroup, tick <-c
 		// A claim that took all it asked for may have left more due; one
 		// put off for another's is still wanted.
 		claim = (c != nil && len(claimed) == c.Limit) || (wanted && !locked)
-		for _, cl := range claimed {
-			attempts.Add(1)
-			go func() {
-				defer attempts.Done()
-				w.deliver(ctx, cl)
-			}()
+		w.startReady(ctx, attempts)
+	}
+}
+
+// startReady starts the queued deliveries that have a slot, the oldest
+// claims first, skipping those of endpoints at their bound, so that a
+// slow endpoint's queue holds up no other's. A delivery whose lease would
+// end before an attempt started now could (Timeout, and a second's
+// margin) is dropped instead: its lease lapses and it is due again, and
+// no attempt of it can outlive the lease.
+func (w *Deliverer) startReady(ctx context.Context, attempts *sync.WaitGroup) {
+	if ctx.Err() != nil {
+		return // stopping: Run gives the queue's leases back
+	}
+	now := w.cfg.Clock()
+	var start []claimed
+	w.mu.Lock()
+	kept := w.queue[:0]
+	for _, c := range w.queue {
+		ep := c.row.EndpointID
+		switch {
+		case !now.Add(w.cfg.Timeout + time.Second).Before(c.row.NextAt):
+			w.unqueue(ep)
+		case w.total < w.cfg.Concurrency && w.inFlight[ep] < w.cfg.PerEndpoint:
+			w.unqueue(ep)
+			w.inFlight[ep]++
+			w.total++
+			start = append(start, c)
+		default:
+			kept = append(kept, c)
 		}
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+	w.mu.Unlock()
+	for _, c := range start {
+		attempts.Add(1)
+		go func() {
+			defer attempts.Done()
+			w.deliver(ctx, c)
+			w.startReady(ctx, attempts)
+		}()
+	}
+}
+
+// unqueue counts one queued delivery of endpoint ep less; w.mu is held.
+func (w *Deliverer) unqueue(ep string) {
+	if w.queued[ep]--; w.queued[ep] <= 0 {
+		delete(w.queued, ep)
 	}
 }
 
@@ -396,23 +457,29 @@ func (w *Deliverer) release(endpointID string) {
 	w.total--
 }
 
-// claimParams asks for as many deliveries as there are free slots: at most
-// PerEndpoint in flight per endpoint, Concurrency in all. Nil when none is
-// free. Its caller holds claimMu, and attempts only free slots, so the
-// slots free now are still free when the claim returns.
+// claimParams asks for as many deliveries as there are free slots and
+// room in the queue: Concurrency of each, and of each endpoint
+// PerEndpoint in flight and as many queued, which start as soon as
+// attempts end, without waiting for a turn. Nil when there is no room.
+// Its caller holds claimMu, and the queue and the slots only empty
+// meanwhile, so the room there is now is still there when the claim
+// returns.
 func (w *Deliverer) claimParams(now time.Time) *driver.WebhookDeliveryClaim {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	free := w.cfg.Concurrency - w.total
-	if free <= 0 {
+	room := 2*w.cfg.Concurrency - w.total - len(w.queue)
+	if room <= 0 {
 		return nil
 	}
-	inFlight := make(map[string]int, len(w.inFlight))
+	held := make(map[string]int, len(w.inFlight)+len(w.queued))
 	for id, n := range w.inFlight {
-		inFlight[id] = n
+		held[id] += n
 	}
-	return &driver.WebhookDeliveryClaim{Until: now.Add(w.cfg.LeaseTTL), Limit: free, Scan: min(2*free, 1000),
-		PerEndpoint: w.cfg.PerEndpoint, InFlight: inFlight}
+	for id, n := range w.queued {
+		held[id] += n
+	}
+	return &driver.WebhookDeliveryClaim{Until: now.Add(w.cfg.LeaseTTL), Limit: room, Scan: min(2*room, 1000),
+		PerEndpoint: 2 * w.cfg.PerEndpoint, InFlight: held}
 }
 
 // claimed is a delivery this deliverer leased, with its endpoint as read
@@ -430,7 +497,7 @@ func (w *Deliverer) turn(ctx context.Context, batch []finished, c *driver.Webhoo
 	if len(batch) == 0 && c == nil {
 		return nil, nil
 	}
-	out, err := w.step(ctx, batch, c)
+	out, err := w.step(ctx, batch, c, nil)
 	if err == nil || len(batch) == 0 {
 		return out, err
 	}
@@ -444,12 +511,12 @@ func (w *Deliverer) turn(ctx context.Context, batch []finished, c *driver.Webhoo
 
 func (w *Deliverer) recordEach(ctx context.Context, batch []finished, together bool) error {
 	if together {
-		if _, err := w.step(ctx, batch, nil); err == nil {
+		if _, err := w.step(ctx, batch, nil, nil); err == nil {
 			return nil
 		}
 	}
 	for _, f := range batch {
-		if _, err := w.step(ctx, []finished{f}, nil); err != nil {
+		if _, err := w.step(ctx, []finished{f}, nil, nil); err != nil {
 			w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
 		}
 	}
@@ -471,6 +538,12 @@ func (w *Deliverer) deliver(ctx context.Context, c claimed) {
 	if !w.paced(ctx, c.endpoint) {
 		w.release(c.row.EndpointID)
 		return // stopping: the lease lapses and the delivery is due again
+	}
+	if !w.cfg.Clock().Add(w.cfg.Timeout).Before(c.row.NextAt) {
+		// Paced past the point where the attempt could outlive its
+		// lease: the lease lapses and the delivery is due again.
+		w.release(c.row.EndpointID)
+		return
 	}
 	o := w.attempt(ctx, c)
 	w.release(c.row.EndpointID)
@@ -680,11 +753,11 @@ const maxRecordBatch = 256
 //
 // An endpoint's health is its last outcome in the batch, recorded or not:
 // an attempt whose lease passed on still tells how the endpoint answers.
-func (w *Deliverer) step(ctx context.Context, batch []finished, c *driver.WebhookDeliveryClaim) ([]claimed, error) {
-	// Outcomes are recorded even as the deliverer stops; a claim alone
-	// stops with it.
+func (w *Deliverer) step(ctx context.Context, batch []finished, c *driver.WebhookDeliveryClaim, release []driver.WebhookDeliveryKey) ([]claimed, error) {
+	// Outcomes are recorded, and leases given back, even as the
+	// deliverer stops; a claim alone stops with it.
 	base := context.WithoutCancel(ctx)
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(release) == 0 {
 		base = ctx
 	}
 	dbCtx, cancel := context.WithTimeout(base, w.cfg.DBTimeout)
@@ -695,7 +768,7 @@ func (w *Deliverer) step(ctx context.Context, batch []finished, c *driver.Webhoo
 	}
 	defer tx.Rollback(dbCtx)
 	now := w.cfg.Clock().UTC()
-	p := &driver.WebhookDeliveryStepParams{Owner: w.cfg.Owner, Now: now, Claim: c,
+	p := &driver.WebhookDeliveryStepParams{Owner: w.cfg.Owner, Now: now, Claim: c, Release: release,
 		Finish: make([]driver.WebhookDeliveryFinishRow, len(batch))}
 	gone := make([]bool, len(batch))
 	type health struct {
@@ -786,9 +859,9 @@ func (w *Deliverer) step(ctx context.Context, batch []finished, c *driver.Webhoo
 	out := make([]claimed, len(res.Claimed))
 	w.mu.Lock()
 	for i, r := range res.Claimed {
-		w.inFlight[r.Delivery.EndpointID]++
-		w.total++
 		out[i] = claimed{row: r.Delivery, endpoint: r.Endpoint}
+		w.queued[r.Delivery.EndpointID]++
+		w.queue = append(w.queue, out[i])
 	}
 	w.mu.Unlock()
 	return out, nil

@@ -585,6 +585,59 @@ func TestSlowEndpointDoesNotDelayOthers(t *testing.T) {
 	})
 }
 
+// A deliverer claims ahead: besides its attempts in flight it holds as
+// many leased deliveries queued, which start as attempts end. Stopping,
+// it gives the queued ones' leases back, so that they are due at once
+// rather than when their leases end.
+func TestStopGivesBackQueuedLeases(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		release := make(chan struct{})
+		rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		e := newEnv(t, d, webhookout.DelivererConfig{Timeout: 10 * time.Second, Concurrency: 1, PerEndpoint: 1})
+		ep := e.create(t, "acme", webhookout.NewEndpoint{URL: rc.URL})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = e.w.Run(ctx)
+		}()
+		defer close(release)
+		var ids []string
+		for range 3 {
+			ids = append(ids, e.emit(t, "acme", "transfer.created").ID)
+		}
+		leased := func() (n int) {
+			for _, id := range ids {
+				if e.delivery(t, ep.ID, id).Owner != "" {
+					n++
+				}
+			}
+			return n
+		}
+		eventually(t, "one attempt in flight and one queued", func() bool { return len(rc.requests()) == 1 && leased() == 2 })
+		cancel()
+		<-done
+		sent := rc.requests()[0].header.Get("webhook-id")
+		now := time.Now()
+		for _, id := range ids {
+			if id == sent {
+				continue // cut short by the stop: its lease lapses
+			}
+			if del := e.delivery(t, ep.ID, id); del.Owner != "" || del.NextAt.After(now) || del.State != driver.WebhookPending {
+				t.Errorf("delivery %s after the stop: owner %q, due %s, %s; want unleased, due now, pending", id, del.Owner, del.NextAt, del.State)
+			}
+		}
+		if n := len(rc.requests()); n != 1 {
+			t.Errorf("%d requests, want the one attempt", n)
+		}
+	})
+}
+
 // During a rotation's overlap each delivery is signed with both secrets:
 // a receiver holding either verifies it.
 func TestSecretRotation(t *testing.T) {
