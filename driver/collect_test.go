@@ -33,7 +33,7 @@ func TestCollect(t *testing.T) {
 			t.Fatalf("Collect of no rows = %v, %v", none, err)
 		}
 		stop := errors.New("decoder refuses 2")
-		got, err = driver.Collect(ctx, tx, func(r driver.Rows) (int, error) {
+		got, err = driver.Collect(ctx, tx, func(r driver.Row) (int, error) {
 			n, err := driver.ScanInt(r)
 			if n == 2 {
 				return 0, stop

@@ -11,7 +11,7 @@ import (
 // ReleaseShards run them, so the two drivers differ only in their dialect.
 type OutboxQueries struct {
 	// Row decodes one row of the driver's outbox columns.
-	Row func(Rows) (OutboxRow, error)
+	Row func(Row) (OutboxRow, error)
 
 	// BrowseScanned returns the count and the lowest id (text, "" for
 	// none) of the ids a browse walks: those below $1 and above $2,

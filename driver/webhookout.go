@@ -28,27 +28,20 @@ type WebhookOutDriver interface {
 	// WebhookEndpointDelete deletes one of Tenant's endpoints with its
 	// deliveries and attempts; ErrNotFound when it has none of that id.
 	WebhookEndpointDelete(ctx context.Context, tx Tx, p *WebhookEndpointDeleteParams) error
-	// WebhookEndpointHealth records a delivery's outcome on its endpoint:
-	// OK clears failing_since, a failure sets it to Now unless it is set.
-	// It returns failing_since after the change (zero when healthy), and
-	// ErrNotFound when the endpoint is gone.
-	WebhookEndpointHealth(ctx context.Context, tx Tx, p *WebhookEndpointHealthParams) (time.Time, error)
 	// WebhookDeliveryInsert writes the deliveries that do not exist yet
 	// (by endpoint and event) and returns how many it wrote.
 	WebhookDeliveryInsert(ctx context.Context, tx Tx, p *WebhookDeliveryInsertParams) (int, error)
-	// WebhookDeliveryDue returns at most Limit pending deliveries due at
-	// Now of enabled endpoints not in Exclude, the earliest first. Postgres
-	// locks them until the transaction ends and skips the rows other
-	// transactions hold, so that concurrent workers read different rows.
-	WebhookDeliveryDue(ctx context.Context, tx Tx, p *WebhookDeliveryDueParams) ([]WebhookDeliveryRow, error)
-	// WebhookDeliveryClaim leases the deliveries of Keys to Owner: next_at
-	// moves to Until, so no other worker finds them due before then.
-	WebhookDeliveryClaim(ctx context.Context, tx Tx, p *WebhookDeliveryClaimParams) error
-	// WebhookDeliveryFinish records attempts' outcomes on the deliveries
-	// Owner still leases, in one statement, and returns the keys of those
-	// it recorded: one whose lease passed to another worker, or whose
-	// endpoint was deleted, is left out.
-	WebhookDeliveryFinish(ctx context.Context, tx Tx, p *WebhookDeliveryFinishParams) ([]WebhookDeliveryKey, error)
+	// WebhookDeliveryStep is one turn of a deliverer, in tx: it records
+	// the outcomes of Finish, then the endpoints' health of Health, gives
+	// back the leases of Release, then claims by Claim (each part skipped
+	// when empty or nil). Each part is
+	// one statement on Postgres, and the three travel in one round trip.
+	WebhookDeliveryStep(ctx context.Context, tx Tx, p *WebhookDeliveryStepParams) (*WebhookDeliveryStepResult, error)
+	// WebhookDeliveryStepCommit is WebhookDeliveryStep, then tx's commit:
+	// on Postgres in the same round trip when tx is the driver's own
+	// (when a statement fails, COMMIT does not run and tx stays open for
+	// its Rollback).
+	WebhookDeliveryStepCommit(ctx context.Context, tx TxCloser, p *WebhookDeliveryStepParams) (*WebhookDeliveryStepResult, error)
 	// WebhookDeliveryGet reads one delivery; ErrNotFound when none.
 	WebhookDeliveryGet(ctx context.Context, tx Tx, p *WebhookDeliveryGetParams) (*WebhookDeliveryRow, error)
 	// WebhookDeliveryReplay makes at most Limit of an endpoint's finished
@@ -56,8 +49,6 @@ type WebhookOutDriver interface {
 	// one of EventID (also when it is pending and no worker holds it), or
 	// else those of events created at or after Since. It returns how many.
 	WebhookDeliveryReplay(ctx context.Context, tx Tx, p *WebhookDeliveryReplayParams) (int, error)
-	// WebhookAttemptInsert appends attempts to the log, in one statement.
-	WebhookAttemptInsert(ctx context.Context, tx Tx, p *WebhookAttemptInsertParams) error
 	// WebhookAttemptList returns at most Limit attempts of one of Tenant's
 	// endpoints (of one event when EventID is set), newest first, with ids
 	// below BeforeID when it is not 0.
@@ -163,42 +154,92 @@ type WebhookEndpointDeleteParams struct {
 	ID     string
 }
 
-type WebhookEndpointHealthParams struct {
-	ID  string
-	OK  bool
-	Now time.Time
-}
-
 type WebhookDeliveryInsertParams struct {
 	Rows []WebhookDeliveryRow
 }
 
-type WebhookDeliveryDueParams struct {
-	Now     time.Time
-	Exclude []string // endpoint ids
-	Limit   int
-}
-
-type WebhookDeliveryClaimParams struct {
-	Keys  []WebhookDeliveryKey
-	Owner string
-	Until time.Time
-}
-
-type WebhookDeliveryFinishParams struct {
+type WebhookDeliveryStepParams struct {
 	Owner string
 	Now   time.Time
-	Rows  []WebhookDeliveryFinishRow
+	// Finish are attempts' outcomes. Each is recorded only on a delivery
+	// Owner still leases (one whose lease passed to another worker, or
+	// whose endpoint was deleted, is left out), with its line in the log
+	// of attempts (attempt number Attempts, at Now).
+	Finish []WebhookDeliveryFinishRow
+	// Health are endpoints' outcomes, one row per endpoint: OK clears
+	// failing_since, a failure sets it to Now unless it is set.
+	Health []WebhookEndpointHealthRow
+	// Claim, when set, leases due deliveries to Owner.
+	Claim *WebhookDeliveryClaim
+	// Release are leases Owner gives back unused: those deliveries are
+	// due at Now again. Run after Finish, before Claim.
+	Release []WebhookDeliveryKey
 }
 
-// WebhookDeliveryFinishRow is one delivery's state after an attempt.
+// WebhookDeliveryFinishRow is one delivery's state after an attempt, and
+// the attempt.
 type WebhookDeliveryFinishRow struct {
 	Key        WebhookDeliveryKey
+	Tenant     string
 	State      string
 	Attempts   int
 	NextAt     time.Time
 	LastStatus int
 	LastError  string
+	LatencyMS  int64
+	Response   string // the answer's first bytes
+}
+
+// WebhookEndpointHealthRow is an endpoint's outcome in a step.
+type WebhookEndpointHealthRow struct {
+	ID string
+	OK bool
+}
+
+// WebhookDeliveryClaim leases at most Limit pending deliveries due at Now
+// of enabled endpoints, the earliest first, and of each endpoint at most
+// PerEndpoint less its attempts in InFlight (an endpoint at its bound is
+// left out of the read, so that its backlog does not fill it): next_at
+// moves to Until, so no other worker finds them due before then. At most
+// Scan due rows are read; Postgres skips those other transactions lock,
+// so that concurrent workers claim different rows (SQLite's writer is
+// alone).
+type WebhookDeliveryClaim struct {
+	Until       time.Time
+	Limit       int
+	Scan        int
+	PerEndpoint int
+	InFlight    map[string]int // endpoint id → the worker's attempts in flight
+}
+
+// WebhookDeliveryStepResult is what a step did.
+type WebhookDeliveryStepResult struct {
+	// Recorded are the keys of Finish recorded.
+	Recorded []WebhookDeliveryKey
+	// FailingSince is, for each endpoint of Health that still exists,
+	// failing_since after the change (zero when healthy).
+	FailingSince map[string]time.Time
+	// Claimed are the deliveries claimed, each with its endpoint as it is
+	// now.
+	Claimed []WebhookClaimedRow
+}
+
+// WebhookClaimedRow is a claimed delivery and its endpoint.
+type WebhookClaimedRow struct {
+	Delivery WebhookDeliveryRow
+	Endpoint WebhookEndpointRow
+}
+
+// Full are the endpoints of InFlight at PerEndpoint or above: a claim
+// reads none of their deliveries.
+func (c *WebhookDeliveryClaim) Full() []string {
+	out := []string{}
+	for id, n := range c.InFlight {
+		if n >= c.PerEndpoint {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 type WebhookDeliveryGetParams struct {
@@ -212,10 +253,6 @@ type WebhookDeliveryReplayParams struct {
 	Since      time.Time
 	Now        time.Time
 	Limit      int
-}
-
-type WebhookAttemptInsertParams struct {
-	Rows []WebhookAttemptRow
 }
 
 type WebhookAttemptListParams struct {

@@ -24,7 +24,7 @@ SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.sealed, k.creat
  LIMIT $3::int`
 
 func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListParams) ([]driver.KeyRecord, error) {
-	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
+	return driver.Collect(ctx, tx, func(r driver.Row) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
 		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt)
@@ -104,7 +104,7 @@ SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.sealed, 
  LIMIT $6`
 
 func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
-	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
+	return driver.Collect(ctx, tx, func(r driver.Row) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
 		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
 			&rec.CreatedAt, &rec.ExpiresAt)
@@ -196,7 +196,7 @@ SELECT e.sequence, e.created_at, e.credits_posted - e.debits_posted, t.id, t.rev
  LIMIT $4`
 
 func (d *Driver) LedgerAccountReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountReversalsParams) ([]driver.LedgerReversalEntry, error) {
-	return driver.Collect(ctx, tx, func(rows driver.Rows) (driver.LedgerReversalEntry, error) {
+	return driver.Collect(ctx, tx, func(rows driver.Row) (driver.LedgerReversalEntry, error) {
 		var r driver.LedgerReversalEntry
 		err := rows.Scan(&r.Sequence, &r.CreatedAt, &r.Balance, &r.TransferID, &r.ReversesID)
 		r.CreatedAt = r.CreatedAt.UTC()

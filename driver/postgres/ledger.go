@@ -358,7 +358,7 @@ func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *drive
 }
 
 // scanFoundTransfer decodes ledgerTransferCols and what a find adds.
-func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) {
+func scanFoundTransfer(r driver.Row) (t driver.LedgerFoundTransfer, err error) {
 	err = scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
 	return t, err
 }
@@ -526,7 +526,7 @@ func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ..
 	return driver.Collect(ctx, tx, scanTransfer, sql, args...)
 }
 
-func scanTransfer(r driver.Rows) (t driver.LedgerTransfer, err error) {
+func scanTransfer(r driver.Row) (t driver.LedgerTransfer, err error) {
 	err = scanLedgerTransfer(r, &t)
 	return t, err
 }

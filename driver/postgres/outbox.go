@@ -331,7 +331,7 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, sql string, args ...any)
 }
 
 // scanOutboxRow decodes outboxColumns.
-func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
+func scanOutboxRow(rows driver.Row) (driver.OutboxRow, error) {
 	var r driver.OutboxRow
 	var sent, dead *time.Time
 	if err := rows.Scan(&r.ID, &r.Tenant, &r.Type, &r.Key, &r.Shard, &r.Payload, &r.Headers,

@@ -40,14 +40,6 @@ const sqlWebhookDeliveriesDelete = `DELETE FROM idem_webhook_deliveries WHERE en
 
 const sqlWebhookAttemptsDelete = `DELETE FROM idem_webhook_attempts WHERE endpoint_id = $1`
 
-const sqlWebhookEndpointHealthy = `
-UPDATE idem_webhook_endpoints SET failing_since = NULL WHERE id = $1
-RETURNING failing_since`
-
-const sqlWebhookEndpointFailing = `
-UPDATE idem_webhook_endpoints SET failing_since = coalesce(failing_since, $2) WHERE id = $1
-RETURNING failing_since`
-
 const webhookDeliveryColumns = `d.endpoint_id, d.event_id, d.tenant, d.type, d.payload, d.event_created_at, d.state,
        d.attempts, d.next_at, d.owner, d.last_status, d.last_error, d.created_at, d.updated_at, d.sealed`
 
@@ -60,30 +52,67 @@ SELECT endpoint_id, event_id, tenant, type, payload, event_created_at, 'pending'
     AS t(endpoint_id, event_id, tenant, type, payload, event_created_at, next_at, sealed)
 ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
-const sqlWebhookDeliveryDue = `
-SELECT ` + webhookDeliveryColumns + `
-  FROM idem_webhook_deliveries d
-  JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
- WHERE d.state = 'pending' AND d.next_at <= $1 AND NOT (d.endpoint_id = ANY($2::text[]))
- ORDER BY d.next_at
- LIMIT $3
-   FOR UPDATE OF d SKIP LOCKED`
+// A step's three statements travel in one round trip (pipeline): the
+// deliverer's round trips, not the rows, bounded the deliveries a second.
 
-const sqlWebhookDeliveryClaim = `
-UPDATE idem_webhook_deliveries d SET next_at = $4, owner = $3
-  FROM unnest($1::text[], $2::text[]) AS k(endpoint_id, event_id)
- WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.state = 'pending'`
-
-// One statement per batch of attempts: the recorder's round trips, not
-// the commits, bounded the deliveries a second.
+// sqlWebhookDeliveryFinish records outcomes on the deliveries the owner
+// still leases and logs an attempt for each it recorded.
 const sqlWebhookDeliveryFinish = `
-UPDATE idem_webhook_deliveries d
-   SET state = u.state, attempts = u.attempts, next_at = u.next_at, last_status = u.status, last_error = u.err,
-       updated_at = $8, owner = ''
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[], $7::text[])
-    AS u(endpoint_id, event_id, state, attempts, next_at, status, err)
- WHERE d.endpoint_id = u.endpoint_id AND d.event_id = u.event_id AND d.owner = $9 AND d.state = 'pending'
-RETURNING d.endpoint_id, d.event_id`
+WITH fin AS (
+  UPDATE idem_webhook_deliveries d
+     SET state = u.state, attempts = u.attempts, next_at = u.next_at, last_status = u.status, last_error = u.err,
+         updated_at = $10, owner = ''
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[], $7::text[],
+                $8::bigint[], $9::text[])
+      AS u(endpoint_id, event_id, state, attempts, next_at, status, err, latency_ms, response)
+   WHERE d.endpoint_id = u.endpoint_id AND d.event_id = u.event_id AND d.owner = $11 AND d.state = 'pending'
+  RETURNING d.tenant, d.endpoint_id, d.event_id, u.attempts, u.status, u.latency_ms, u.response, u.err),
+logged AS (
+  INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
+  SELECT tenant, endpoint_id, event_id, attempts, $10, status, latency_ms, response, err FROM fin)
+SELECT endpoint_id, event_id FROM fin`
+
+const sqlWebhookEndpointHealth = `
+UPDATE idem_webhook_endpoints e
+   SET failing_since = CASE WHEN h.ok THEN NULL ELSE coalesce(e.failing_since, $3) END
+  FROM unnest($1::text[], $2::boolean[]) AS h(id, ok)
+ WHERE e.id = h.id
+RETURNING e.id, e.failing_since`
+
+const sqlWebhookDeliveryRelease = `
+UPDATE idem_webhook_deliveries d SET next_at = $3, owner = ''
+  FROM unnest($1::text[], $2::text[]) AS k(endpoint_id, event_id)
+ WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.owner = $4 AND d.state = 'pending'`
+
+// sqlWebhookDeliveryClaim reads at most $5 due rows, skipping those
+// other workers lock, keeps of each endpoint as many as it has free slots
+// ($6, the bound, less its attempts in flight: $3 and $4), at most $7 in
+// all, the earliest first, and leases them, returning each with its
+// endpoint. An endpoint at its bound ($2) is left out of the read.
+const sqlWebhookDeliveryClaim = `
+WITH due AS (
+  SELECT d.endpoint_id, d.event_id, d.next_at
+    FROM idem_webhook_deliveries d
+    JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+   WHERE d.state = 'pending' AND d.next_at <= $1 AND NOT (d.endpoint_id = ANY($2::text[]))
+   ORDER BY d.next_at
+   LIMIT $5
+     FOR UPDATE OF d SKIP LOCKED),
+ranked AS (
+  SELECT due.*, row_number() OVER (PARTITION BY due.endpoint_id ORDER BY due.next_at, due.event_id) AS n FROM due),
+picked AS (
+  SELECT r.endpoint_id, r.event_id
+    FROM ranked r
+    LEFT JOIN unnest($3::text[], $4::integer[]) AS f(endpoint_id, n) ON f.endpoint_id = r.endpoint_id
+   WHERE r.n + coalesce(f.n, 0) <= $6
+   ORDER BY r.next_at
+   LIMIT $7)
+UPDATE idem_webhook_deliveries d SET next_at = $8, owner = $9
+  FROM picked p JOIN idem_webhook_endpoints e ON e.id = p.endpoint_id
+ WHERE d.endpoint_id = p.endpoint_id AND d.event_id = p.event_id
+RETURNING ` + webhookDeliveryColumns + `,
+       e.id, e.tenant, e.url, e.description, e.event_types, e.enabled, e.secrets, e.rate_limit,
+       e.created_at, e.updated_at, e.failing_since, e.disabled_at, e.disabled_reason`
 
 const sqlWebhookDeliveryGet = `SELECT ` + webhookDeliveryColumns + `
   FROM idem_webhook_deliveries d WHERE d.endpoint_id = $1 AND d.event_id = $2`
@@ -100,11 +129,6 @@ UPDATE idem_webhook_deliveries
        SELECT endpoint_id, event_id FROM idem_webhook_deliveries
         WHERE endpoint_id = $2 AND tenant = $1 AND event_created_at >= $3 AND state <> 'pending'
         ORDER BY event_created_at LIMIT $5)`
-
-const sqlWebhookAttemptInsert = `
-INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[],
-                     $7::bigint[], $8::text[], $9::text[])`
 
 const webhookAttemptColumns = `id, tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error`
 
@@ -151,39 +175,49 @@ func endpointArgs(r *driver.WebhookEndpointRow) []any {
 		r.CreatedAt, r.UpdatedAt, nullTime(r.FailingSince), nullTime(r.DisabledAt), r.DisabledReason}
 }
 
-func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
-	var r driver.WebhookEndpointRow
-	var types, secrets string
-	var failing, disabled *time.Time
-	err := row.Scan(&r.ID, &r.Tenant, &r.URL, &r.Description, &types, &r.Enabled, &secrets, &r.RateLimit,
-		&r.CreatedAt, &r.UpdatedAt, &failing, &disabled, &r.DisabledReason)
-	r.EventTypes, r.Secrets = []byte(types), []byte(secrets)
-	r.FailingSince, r.DisabledAt = timeOf(failing), timeOf(disabled)
-	return r, err
+// endpointScan is where an endpoint's columns scan to.
+type endpointScan struct {
+	r                 driver.WebhookEndpointRow
+	types, secrets    string
+	failing, disabled *time.Time
 }
 
-func queryWebhookEndpoints(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.WebhookEndpointRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.WebhookEndpointRow
-	for rows.Next() {
-		r, err := scanWebhookEndpoint(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+func (s *endpointScan) dest() []any {
+	r := &s.r
+	return []any{&r.ID, &r.Tenant, &r.URL, &r.Description, &s.types, &r.Enabled, &s.secrets, &r.RateLimit,
+		&r.CreatedAt, &r.UpdatedAt, &s.failing, &s.disabled, &r.DisabledReason}
+}
+
+func (s *endpointScan) row() driver.WebhookEndpointRow {
+	r := s.r
+	r.EventTypes, r.Secrets = []byte(s.types), []byte(s.secrets)
+	r.FailingSince, r.DisabledAt = timeOf(s.failing), timeOf(s.disabled)
+	return r
+}
+
+func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
+	var s endpointScan
+	err := row.Scan(s.dest()...)
+	return s.row(), err
+}
+
+func deliveryDest(r *driver.WebhookDeliveryRow) []any {
+	return []any{&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &r.EventCreatedAt, &r.State,
+		&r.Attempts, &r.NextAt, &r.Owner, &r.LastStatus, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.Sealed}
 }
 
 func scanWebhookDelivery(row driver.Row) (driver.WebhookDeliveryRow, error) {
 	var r driver.WebhookDeliveryRow
-	err := row.Scan(&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &r.EventCreatedAt, &r.State,
-		&r.Attempts, &r.NextAt, &r.Owner, &r.LastStatus, &r.LastError, &r.CreatedAt, &r.UpdatedAt, &r.Sealed)
+	err := row.Scan(deliveryDest(&r)...)
 	return r, err
+}
+
+func scanWebhookClaimed(row driver.Row) (driver.WebhookClaimedRow, error) {
+	var c driver.WebhookClaimedRow
+	var e endpointScan
+	err := row.Scan(append(deliveryDest(&c.Delivery), e.dest()...)...)
+	c.Endpoint = e.row()
+	return c, err
 }
 
 func (d *Driver) WebhookEndpointInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointInsertParams) error {
@@ -204,49 +238,26 @@ func (d *Driver) WebhookEndpointGet(ctx context.Context, tx driver.Tx, p *driver
 }
 
 func (d *Driver) WebhookEndpointList(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointListParams) ([]driver.WebhookEndpointRow, error) {
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
+	return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
 }
 
 func (d *Driver) WebhookEndpointFind(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointFindParams) ([]driver.WebhookEndpointRow, error) {
 	if p.IDs != nil {
-		return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindIDs, p.IDs)
+		return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindIDs, p.IDs)
 	}
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindTenants, p.Tenants)
+	return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindTenants, p.Tenants)
 }
 
 func (d *Driver) WebhookEndpointUpdate(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointUpdateParams) error {
 	a := endpointArgs(&p.Row)
-	n, err := tx.Exec(ctx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
-	if err == nil && n == 0 {
-		err = driver.ErrNotFound
-	}
-	return err
+	return driver.ExecFound(ctx, tx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
 }
 
 func (d *Driver) WebhookEndpointDelete(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointDeleteParams) error {
-	n, err := tx.Exec(ctx, sqlWebhookEndpointDelete, p.Tenant, p.ID)
-	if err != nil {
+	if err := driver.ExecFound(ctx, tx, sqlWebhookEndpointDelete, p.Tenant, p.ID); err != nil {
 		return err
 	}
-	if n == 0 {
-		return driver.ErrNotFound
-	}
-	if _, err := tx.Exec(ctx, sqlWebhookDeliveriesDelete, p.ID); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, sqlWebhookAttemptsDelete, p.ID)
-	return err
-}
-
-func (d *Driver) WebhookEndpointHealth(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointHealthParams) (time.Time, error) {
-	var since *time.Time
-	var err error
-	if p.OK {
-		err = tx.QueryRow(ctx, sqlWebhookEndpointHealthy, p.ID).Scan(&since)
-	} else {
-		err = tx.QueryRow(ctx, sqlWebhookEndpointFailing, p.ID, p.Now).Scan(&since)
-	}
-	return timeOf(since), err
+	return driver.ExecEach(ctx, tx, []string{sqlWebhookDeliveriesDelete, sqlWebhookAttemptsDelete}, p.ID)
 }
 
 func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryInsertParams) (int, error) {
@@ -266,59 +277,92 @@ func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *dri
 	return int(c), err
 }
 
-func (d *Driver) WebhookDeliveryDue(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryDueParams) ([]driver.WebhookDeliveryRow, error) {
-	exclude := p.Exclude
-	if exclude == nil {
-		exclude = []string{}
+func (d *Driver) WebhookDeliveryStep(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, error) {
+	res, steps := webhookStepSteps(p)
+	if len(steps) == 0 {
+		return res, nil
 	}
-	rows, err := tx.Query(ctx, sqlWebhookDeliveryDue, p.Now, exclude, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.WebhookDeliveryRow
-	for rows.Next() {
-		r, err := scanWebhookDelivery(rows)
+	return res, pipeline(ctx, tx, generic(steps...)...)
+}
+
+func (d *Driver) WebhookDeliveryStepCommit(ctx context.Context, tx driver.TxCloser, p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, error) {
+	t, ok := driver.Underlying(tx).(*ownedTx)
+	if !ok {
+		res, err := d.WebhookDeliveryStep(ctx, tx, p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		return res, tx.Commit(ctx)
 	}
-	return out, rows.Err()
-}
-
-func (d *Driver) WebhookDeliveryClaim(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryClaimParams) error {
-	endpoints, events := make([]string, len(p.Keys)), make([]string, len(p.Keys))
-	for i, k := range p.Keys {
-		endpoints[i], events[i] = k.EndpointID, k.EventID
+	res, steps := webhookStepSteps(p)
+	if len(steps) > 0 {
+		steps = generic(steps...)
 	}
-	_, err := tx.Exec(ctx, sqlWebhookDeliveryClaim, endpoints, events, p.Owner, p.Until)
-	return err
-}
-
-func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) ([]driver.WebhookDeliveryKey, error) {
-	n := len(p.Rows)
-	endpoints, events, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attempts, statuses := make([]int32, n), make([]int32, n)
-	next := make([]time.Time, n)
-	for i, r := range p.Rows {
-		endpoints[i], events[i], states[i], errs[i] = r.Key.EndpointID, r.Key.EventID, r.State, r.LastError
-		attempts[i], statuses[i], next[i] = int32(r.Attempts), int32(r.LastStatus), r.NextAt
-	}
-	rows, err := tx.Query(ctx, sqlWebhookDeliveryFinish, endpoints, events, states, attempts, next, statuses, errs, p.Now, p.Owner)
-	if err != nil {
+	if err := t.commitAfter(ctx, steps...); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []driver.WebhookDeliveryKey
-	for rows.Next() {
-		var k driver.WebhookDeliveryKey
-		if err := rows.Scan(&k.EndpointID, &k.EventID); err != nil {
-			return nil, err
+	return res, tx.Commit(ctx) // a no-op for t, run for the wrappers around it
+}
+
+// webhookStepSteps are p's statements, whose rows fill the result.
+func webhookStepSteps(p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, []step) {
+	res := &driver.WebhookDeliveryStepResult{FailingSince: map[string]time.Time{}}
+	var steps []step
+	if n := len(p.Finish); n > 0 {
+		endpoints, events, states, errs, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		attempts, statuses := make([]int32, n), make([]int32, n)
+		next, latency := make([]time.Time, n), make([]int64, n)
+		for i, r := range p.Finish {
+			endpoints[i], events[i], states[i], errs[i], responses[i] = r.Key.EndpointID, r.Key.EventID, r.State, r.LastError, r.Response
+			attempts[i], statuses[i], next[i], latency[i] = int32(r.Attempts), int32(r.LastStatus), r.NextAt, r.LatencyMS
 		}
-		out = append(out, k)
+		steps = append(steps, step{sql: sqlWebhookDeliveryFinish,
+			args: []any{endpoints, events, states, attempts, next, statuses, errs, latency, responses, p.Now, p.Owner},
+			read: func(rows driver.Rows) (err error) {
+				res.Recorded, err = driver.CollectRows(rows, func(row driver.Row) (k driver.WebhookDeliveryKey, err error) {
+					return k, row.Scan(&k.EndpointID, &k.EventID)
+				})
+				return err
+			}})
 	}
-	return out, rows.Err()
+	if n := len(p.Health); n > 0 {
+		ids, oks := make([]string, n), make([]bool, n)
+		for i, h := range p.Health {
+			ids[i], oks[i] = h.ID, h.OK
+		}
+		steps = append(steps, step{sql: sqlWebhookEndpointHealth, args: []any{ids, oks, p.Now},
+			read: func(rows driver.Rows) error {
+				for rows.Next() {
+					var id string
+					var since *time.Time
+					if err := rows.Scan(&id, &since); err != nil {
+						return err
+					}
+					res.FailingSince[id] = timeOf(since)
+				}
+				return nil
+			}})
+	}
+	if n := len(p.Release); n > 0 {
+		endpoints, events := make([]string, n), make([]string, n)
+		for i, k := range p.Release {
+			endpoints[i], events[i] = k.EndpointID, k.EventID
+		}
+		steps = append(steps, unread(sqlWebhookDeliveryRelease, endpoints, events, p.Now, p.Owner))
+	}
+	if c := p.Claim; c != nil {
+		busy, counts := make([]string, 0, len(c.InFlight)), make([]int32, 0, len(c.InFlight))
+		for id, n := range c.InFlight {
+			busy, counts = append(busy, id), append(counts, int32(n))
+		}
+		steps = append(steps, step{sql: sqlWebhookDeliveryClaim,
+			args: []any{p.Now, c.Full(), busy, counts, c.Scan, c.PerEndpoint, c.Limit, c.Until, p.Owner},
+			read: func(rows driver.Rows) (err error) {
+				res.Claimed, err = driver.CollectRows(rows, scanWebhookClaimed)
+				return err
+			}})
+	}
+	return res, steps
 }
 
 func (d *Driver) WebhookDeliveryGet(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryGetParams) (*driver.WebhookDeliveryRow, error) {
@@ -340,38 +384,11 @@ func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *dri
 	return int(n), err
 }
 
-func (d *Driver) WebhookAttemptInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptInsertParams) error {
-	n := len(p.Rows)
-	if n == 0 {
-		return nil
-	}
-	tenants, endpoints, events, responses, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attempts, statuses := make([]int32, n), make([]int32, n)
-	at, latency := make([]time.Time, n), make([]int64, n)
-	for i, r := range p.Rows {
-		tenants[i], endpoints[i], events[i], responses[i], errs[i] = r.Tenant, r.EndpointID, r.EventID, r.Response, r.Error
-		attempts[i], statuses[i], at[i], latency[i] = int32(r.Attempt), int32(r.Status), r.At, r.LatencyMS
-	}
-	_, err := tx.Exec(ctx, sqlWebhookAttemptInsert, tenants, endpoints, events, attempts, at, statuses, latency, responses, errs)
-	return err
-}
-
 func (d *Driver) WebhookAttemptList(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptListParams) ([]driver.WebhookAttemptRow, error) {
-	rows, err := tx.Query(ctx, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.WebhookAttemptRow
-	for rows.Next() {
-		var r driver.WebhookAttemptRow
-		if err := rows.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &r.At, &r.Status,
-			&r.LatencyMS, &r.Response, &r.Error); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, func(row driver.Row) (r driver.WebhookAttemptRow, err error) {
+		err = row.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &r.At, &r.Status, &r.LatencyMS, &r.Response, &r.Error)
+		return r, err
+	}, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
 }
 
 func (d *Driver) WebhookDeleteOld(ctx context.Context, tx driver.Tx, p *driver.WebhookDeleteOldParams) (int, error) {

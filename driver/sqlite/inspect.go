@@ -22,7 +22,7 @@ SELECT k.operation, k.fingerprint, k.status, k.header, k.body, k.sealed, k.creat
  LIMIT ?3`
 
 func (d *Driver) KeyList(ctx context.Context, tx driver.Tx, p *driver.KeyListParams) ([]driver.KeyRecord, error) {
-	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
+	return driver.Collect(ctx, tx, func(r driver.Row) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope, Key: p.Key}}
 		var created, expires int64
 		err := r.Scan(&rec.ID.Operation, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed, &created, &expires)
@@ -96,7 +96,7 @@ SELECT k.operation, k.key, k.fingerprint, k.status, k.header, k.body, k.sealed, 
  LIMIT ?6`
 
 func (d *Driver) KeyFind(ctx context.Context, tx driver.Tx, p *driver.KeyFindParams) ([]driver.KeyRecord, error) {
-	return driver.Collect(ctx, tx, func(r driver.Rows) (driver.KeyRecord, error) {
+	return driver.Collect(ctx, tx, func(r driver.Row) (driver.KeyRecord, error) {
 		rec := driver.KeyRecord{ID: driver.KeyID{Scope: p.Scope}}
 		var created, expires int64
 		err := r.Scan(&rec.ID.Operation, &rec.ID.Key, &rec.Fingerprint, &rec.Status, &rec.Header, &rec.Body, &rec.Sealed,
@@ -183,7 +183,7 @@ SELECT e.sequence, e.created_at, e.credits_posted - e.debits_posted, t.id, t.rev
  LIMIT ?4`
 
 func (d *Driver) LedgerAccountReversals(ctx context.Context, tx driver.Tx, p *driver.LedgerAccountReversalsParams) ([]driver.LedgerReversalEntry, error) {
-	return driver.Collect(ctx, tx, func(rows driver.Rows) (driver.LedgerReversalEntry, error) {
+	return driver.Collect(ctx, tx, func(rows driver.Row) (driver.LedgerReversalEntry, error) {
 		var r driver.LedgerReversalEntry
 		var at int64
 		err := rows.Scan(&r.Sequence, &at, &r.Balance, &r.TransferID, &r.ReversesID)

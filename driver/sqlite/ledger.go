@@ -276,7 +276,7 @@ func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args .
 }
 
 // scanFoundTransfer decodes ledgerTransferCols and what a find adds.
-func scanFoundTransfer(r driver.Rows) (t driver.LedgerFoundTransfer, err error) {
+func scanFoundTransfer(r driver.Row) (t driver.LedgerFoundTransfer, err error) {
 	err = scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
 	return t, err
 }
@@ -440,7 +440,7 @@ func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args 
 	return driver.Collect(ctx, tx, scanTransfer, query, args...)
 }
 
-func scanTransfer(r driver.Rows) (t driver.LedgerTransfer, err error) {
+func scanTransfer(r driver.Row) (t driver.LedgerTransfer, err error) {
 	err = scanLedgerTransfer(r, &t)
 	return t, err
 }

@@ -251,7 +251,7 @@ func queryOutboxRows(ctx context.Context, tx driver.Tx, query string, args ...an
 }
 
 // scanOutboxRow decodes outboxColumns.
-func scanOutboxRow(rows driver.Rows) (driver.OutboxRow, error) {
+func scanOutboxRow(rows driver.Row) (driver.OutboxRow, error) {
 	var r driver.OutboxRow
 	var created int64
 	var sent, dead sql.NullInt64

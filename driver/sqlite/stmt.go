@@ -30,9 +30,9 @@ import (
 // transaction runs parsed instead.
 
 // hotSQL is what the cache keeps prepared: the statements of a batch of
-// first arrivals, of a replay's read and of the relay's cycle. Any other
-// statement, the driver's or a user's through the transaction, is parsed
-// each time it runs.
+// first arrivals, of a replay's read, of the relay's cycle and of the
+// webhook deliverer's. Any other statement, the driver's or a user's
+// through the transaction, is parsed each time it runs.
 var hotSQL = func() map[string]bool {
 	m := map[string]bool{}
 	for _, q := range []string{
@@ -40,6 +40,8 @@ var hotSQL = func() map[string]bool {
 		sqlLedgerAccountsInsert, sqlLedgerAccountsByKeys, sqlLedgerTransfersFind,
 		sqlOutboxFetch, sqlOutboxMarkSent, sqlOutboxHeartbeat, sqlOutboxForgetRelays, sqlOutboxCountRelays,
 		sqlOutboxShardAcquire, sqlOutboxShardRenew,
+		sqlWebhookDeliveryInsert, sqlWebhookDeliveryClaimRead, sqlWebhookDeliveryClaim, sqlWebhookDeliveryFinish,
+		sqlWebhookAttemptInsert, sqlWebhookEndpointHealth,
 	} {
 		m[q] = true
 	}

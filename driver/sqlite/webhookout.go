@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/idemhq/idem/driver"
@@ -43,11 +45,8 @@ const sqlWebhookDeliveriesDelete = `DELETE FROM idem_webhook_deliveries WHERE en
 
 const sqlWebhookAttemptsDelete = `DELETE FROM idem_webhook_attempts WHERE endpoint_id = ?1`
 
-const sqlWebhookEndpointHealthy = `
-UPDATE idem_webhook_endpoints SET failing_since = 0 WHERE id = ?1 RETURNING failing_since`
-
-const sqlWebhookEndpointFailing = `
-UPDATE idem_webhook_endpoints SET failing_since = CASE WHEN failing_since = 0 THEN ?2 ELSE failing_since END
+const sqlWebhookEndpointHealth = `
+UPDATE idem_webhook_endpoints SET failing_since = CASE WHEN ?2 THEN 0 WHEN failing_since = 0 THEN ?3 ELSE failing_since END
  WHERE id = ?1 RETURNING failing_since`
 
 const webhookDeliveryColumns = `d.endpoint_id, d.event_id, d.tenant, d.type, d.payload, d.event_created_at, d.state,
@@ -59,22 +58,55 @@ INSERT INTO idem_webhook_deliveries (endpoint_id, event_id, tenant, type, payloa
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?7, ?8)
 ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
-const sqlWebhookDeliveryDue = `
-SELECT ` + webhookDeliveryColumns + `
-  FROM idem_webhook_deliveries d
-  JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
- WHERE d.state = 'pending' AND d.next_at <= ?1 AND d.endpoint_id NOT IN (SELECT value FROM json_each(?2))
- ORDER BY d.next_at
- LIMIT ?3`
+// sqlWebhookDeliveryClaimRead reads at most ?4 due rows and keeps of
+// each endpoint as many as it has free slots (?5, the bound, less its
+// attempts in flight: the object ?3), at most ?6 in all, the earliest
+// first, each with its endpoint. An endpoint at its bound (?2) is left out
+// of the read. sqlWebhookDeliveryClaim then leases them, in the same
+// transaction: the writer is alone.
+const sqlWebhookDeliveryClaimRead = `
+WITH due AS (
+  SELECT d.endpoint_id, d.event_id, d.next_at
+    FROM idem_webhook_deliveries d
+    JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+   WHERE d.state = 'pending' AND d.next_at <= ?1 AND d.endpoint_id NOT IN (SELECT value FROM json_each(?2))
+   ORDER BY d.next_at
+   LIMIT ?4),
+ranked AS (
+  SELECT due.*, row_number() OVER (PARTITION BY due.endpoint_id ORDER BY due.next_at, due.event_id) AS n FROM due),
+picked AS (
+  SELECT r.endpoint_id, r.event_id, r.next_at
+    FROM ranked r LEFT JOIN json_each(?3) f ON f.key = r.endpoint_id
+   WHERE r.n + coalesce(f.value, 0) <= ?5
+   ORDER BY r.next_at
+   LIMIT ?6)
+SELECT ` + webhookDeliveryColumns + `,
+       e.id, e.tenant, e.url, e.description, e.event_types, e.enabled, e.secrets, e.rate_limit,
+       e.created_at, e.updated_at, e.failing_since, e.disabled_at, e.disabled_reason
+  FROM picked p
+  JOIN idem_webhook_deliveries d ON d.endpoint_id = p.endpoint_id AND d.event_id = p.event_id
+  JOIN idem_webhook_endpoints e ON e.id = p.endpoint_id
+ ORDER BY p.next_at`
 
+// sqlWebhookDeliveryClaim leases the deliveries of ?3, an array of
+// [endpoint id, event id] pairs.
 const sqlWebhookDeliveryClaim = `
-UPDATE idem_webhook_deliveries SET next_at = ?4, owner = ?3
- WHERE endpoint_id = ?1 AND event_id = ?2 AND state = 'pending'`
+UPDATE idem_webhook_deliveries SET next_at = ?1, owner = ?2
+ WHERE (endpoint_id, event_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))`
+
+const sqlWebhookDeliveryRelease = `
+UPDATE idem_webhook_deliveries SET next_at = ?1, owner = ''
+ WHERE owner = ?2 AND state = 'pending'
+   AND (endpoint_id, event_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?3))`
 
 const sqlWebhookDeliveryFinish = `
 UPDATE idem_webhook_deliveries
    SET state = ?4, attempts = ?5, next_at = ?6, last_status = ?7, last_error = ?8, updated_at = ?9, owner = ''
  WHERE endpoint_id = ?1 AND event_id = ?2 AND owner = ?3 AND state = 'pending'`
+
+const sqlWebhookAttemptInsert = `
+INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
 
 const sqlWebhookDeliveryGet = `SELECT ` + webhookDeliveryColumns + `
   FROM idem_webhook_deliveries d WHERE d.endpoint_id = ?1 AND d.event_id = ?2`
@@ -91,10 +123,6 @@ UPDATE idem_webhook_deliveries
        SELECT rowid FROM idem_webhook_deliveries
         WHERE endpoint_id = ?2 AND tenant = ?1 AND event_created_at >= ?3 AND state <> 'pending'
         ORDER BY event_created_at LIMIT ?5)`
-
-const sqlWebhookAttemptInsert = `
-INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
 
 const sqlWebhookAttemptList = `
 SELECT id, tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error
@@ -139,43 +167,63 @@ func endpointArgs(r *driver.WebhookEndpointRow) []any {
 		toMicros(r.CreatedAt), toMicros(r.UpdatedAt), microsOrZero(r.FailingSince), microsOrZero(r.DisabledAt), r.DisabledReason}
 }
 
-func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
-	var r driver.WebhookEndpointRow
-	var types, secrets string
-	var created, updated, failing, disabled int64
-	err := row.Scan(&r.ID, &r.Tenant, &r.URL, &r.Description, &types, &r.Enabled, &secrets, &r.RateLimit,
-		&created, &updated, &failing, &disabled, &r.DisabledReason)
-	r.EventTypes, r.Secrets = []byte(types), []byte(secrets)
-	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
-	r.FailingSince, r.DisabledAt = timeOrZero(failing), timeOrZero(disabled)
-	return r, err
+// endpointScan is where an endpoint's columns scan to.
+type endpointScan struct {
+	r                                   driver.WebhookEndpointRow
+	types, secrets                      string
+	created, updated, failing, disabled int64
 }
 
-func queryWebhookEndpoints(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.WebhookEndpointRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.WebhookEndpointRow
-	for rows.Next() {
-		r, err := scanWebhookEndpoint(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+func (s *endpointScan) dest() []any {
+	r := &s.r
+	return []any{&r.ID, &r.Tenant, &r.URL, &r.Description, &s.types, &r.Enabled, &s.secrets, &r.RateLimit,
+		&s.created, &s.updated, &s.failing, &s.disabled, &r.DisabledReason}
+}
+
+func (s *endpointScan) row() driver.WebhookEndpointRow {
+	r := s.r
+	r.EventTypes, r.Secrets = []byte(s.types), []byte(s.secrets)
+	r.CreatedAt, r.UpdatedAt = fromMicros(s.created), fromMicros(s.updated)
+	r.FailingSince, r.DisabledAt = timeOrZero(s.failing), timeOrZero(s.disabled)
+	return r
+}
+
+func scanWebhookEndpoint(row driver.Row) (driver.WebhookEndpointRow, error) {
+	var s endpointScan
+	err := row.Scan(s.dest()...)
+	return s.row(), err
+}
+
+// deliveryScan is where a delivery's columns scan to.
+type deliveryScan struct {
+	r                                    driver.WebhookDeliveryRow
+	eventCreated, next, created, updated int64
+}
+
+func (s *deliveryScan) dest() []any {
+	r := &s.r
+	return []any{&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &s.eventCreated, &r.State,
+		&r.Attempts, &s.next, &r.Owner, &r.LastStatus, &r.LastError, &s.created, &s.updated, &r.Sealed}
+}
+
+func (s *deliveryScan) row() driver.WebhookDeliveryRow {
+	r := s.r
+	r.EventCreatedAt, r.NextAt = fromMicros(s.eventCreated), fromMicros(s.next)
+	r.CreatedAt, r.UpdatedAt = fromMicros(s.created), fromMicros(s.updated)
+	return r
 }
 
 func scanWebhookDelivery(row driver.Row) (driver.WebhookDeliveryRow, error) {
-	var r driver.WebhookDeliveryRow
-	var eventCreated, next, created, updated int64
-	err := row.Scan(&r.EndpointID, &r.EventID, &r.Tenant, &r.Type, &r.Payload, &eventCreated, &r.State,
-		&r.Attempts, &next, &r.Owner, &r.LastStatus, &r.LastError, &created, &updated, &r.Sealed)
-	r.EventCreatedAt, r.NextAt = fromMicros(eventCreated), fromMicros(next)
-	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
-	return r, err
+	var s deliveryScan
+	err := row.Scan(s.dest()...)
+	return s.row(), err
+}
+
+func scanWebhookClaimed(row driver.Row) (driver.WebhookClaimedRow, error) {
+	var d deliveryScan
+	var e endpointScan
+	err := row.Scan(append(d.dest(), e.dest()...)...)
+	return driver.WebhookClaimedRow{Delivery: d.row(), Endpoint: e.row()}, err
 }
 
 func (d *Driver) WebhookEndpointInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointInsertParams) error {
@@ -192,49 +240,26 @@ func (d *Driver) WebhookEndpointGet(ctx context.Context, tx driver.Tx, p *driver
 }
 
 func (d *Driver) WebhookEndpointList(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointListParams) ([]driver.WebhookEndpointRow, error) {
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
+	return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointList, p.Tenant, p.AfterID, p.Limit)
 }
 
 func (d *Driver) WebhookEndpointFind(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointFindParams) ([]driver.WebhookEndpointRow, error) {
 	if p.IDs != nil {
-		return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindIDs, jsonArray(p.IDs))
+		return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindIDs, jsonArray(p.IDs))
 	}
-	return queryWebhookEndpoints(ctx, tx, sqlWebhookEndpointFindTenants, jsonArray(p.Tenants))
+	return driver.Collect(ctx, tx, scanWebhookEndpoint, sqlWebhookEndpointFindTenants, jsonArray(p.Tenants))
 }
 
 func (d *Driver) WebhookEndpointUpdate(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointUpdateParams) error {
 	a := endpointArgs(&p.Row)
-	n, err := tx.Exec(ctx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
-	if err == nil && n == 0 {
-		err = driver.ErrNotFound
-	}
-	return err
+	return driver.ExecFound(ctx, tx, sqlWebhookEndpointUpdate, a[1], a[0], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12])
 }
 
 func (d *Driver) WebhookEndpointDelete(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointDeleteParams) error {
-	n, err := tx.Exec(ctx, sqlWebhookEndpointDelete, p.Tenant, p.ID)
-	if err != nil {
+	if err := driver.ExecFound(ctx, tx, sqlWebhookEndpointDelete, p.Tenant, p.ID); err != nil {
 		return err
 	}
-	if n == 0 {
-		return driver.ErrNotFound
-	}
-	if _, err := tx.Exec(ctx, sqlWebhookDeliveriesDelete, p.ID); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, sqlWebhookAttemptsDelete, p.ID)
-	return err
-}
-
-func (d *Driver) WebhookEndpointHealth(ctx context.Context, tx driver.Tx, p *driver.WebhookEndpointHealthParams) (time.Time, error) {
-	var since int64
-	var err error
-	if p.OK {
-		err = tx.QueryRow(ctx, sqlWebhookEndpointHealthy, p.ID).Scan(&since)
-	} else {
-		err = tx.QueryRow(ctx, sqlWebhookEndpointFailing, p.ID, toMicros(p.Now)).Scan(&since)
-	}
-	return timeOrZero(since), err
+	return driver.ExecEach(ctx, tx, []string{sqlWebhookDeliveriesDelete, sqlWebhookAttemptsDelete}, p.ID)
 }
 
 func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryInsertParams) (int, error) {
@@ -250,47 +275,76 @@ func (d *Driver) WebhookDeliveryInsert(ctx context.Context, tx driver.Tx, p *dri
 	return total, nil
 }
 
-func (d *Driver) WebhookDeliveryDue(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryDueParams) ([]driver.WebhookDeliveryRow, error) {
-	rows, err := tx.Query(ctx, sqlWebhookDeliveryDue, toMicros(p.Now), jsonArray(p.Exclude), p.Limit)
+// WebhookDeliveryStep records an outcome, and an endpoint's health, a
+// statement each (prepared: see hotSQL): SQLite runs in the process, so a
+// statement costs no round trip.
+func (d *Driver) WebhookDeliveryStep(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, error) {
+	res := &driver.WebhookDeliveryStepResult{FailingSince: map[string]time.Time{}}
+	now := toMicros(p.Now)
+	for _, r := range p.Finish {
+		n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, r.Key.EndpointID, r.Key.EventID, p.Owner,
+			r.State, r.Attempts, toMicros(r.NextAt), r.LastStatus, r.LastError, now)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		if _, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.Key.EndpointID, r.Key.EventID, r.Attempts, now,
+			r.LastStatus, r.LatencyMS, r.Response, r.LastError); err != nil {
+			return nil, err
+		}
+		res.Recorded = append(res.Recorded, r.Key)
+	}
+	for _, h := range p.Health {
+		var since int64
+		err := tx.QueryRow(ctx, sqlWebhookEndpointHealth, h.ID, h.OK, now).Scan(&since)
+		if errors.Is(err, driver.ErrNotFound) {
+			continue // deleted
+		}
+		if err != nil {
+			return nil, err
+		}
+		res.FailingSince[h.ID] = timeOrZero(since)
+	}
+	if len(p.Release) > 0 {
+		keys := make([][2]string, len(p.Release))
+		for i, k := range p.Release {
+			keys[i] = [2]string{k.EndpointID, k.EventID}
+		}
+		if _, err := tx.Exec(ctx, sqlWebhookDeliveryRelease, now, p.Owner, jsonArray(keys)); err != nil {
+			return nil, err
+		}
+	}
+	c := p.Claim
+	if c == nil {
+		return res, nil
+	}
+	inFlight, _ := json.Marshal(c.InFlight)
+	claimed, err := driver.Collect(ctx, tx, scanWebhookClaimed, sqlWebhookDeliveryClaimRead,
+		now, jsonArray(c.Full()), string(inFlight), c.Scan, c.PerEndpoint, c.Limit)
+	if err != nil || len(claimed) == 0 {
+		return res, err
+	}
+	keys := make([][2]string, len(claimed))
+	for i := range claimed {
+		r := &claimed[i].Delivery
+		keys[i] = [2]string{r.EndpointID, r.EventID}
+		r.NextAt, r.Owner = c.Until, p.Owner
+	}
+	if _, err := tx.Exec(ctx, sqlWebhookDeliveryClaim, toMicros(c.Until), p.Owner, jsonArray(keys)); err != nil {
+		return nil, err
+	}
+	res.Claimed = claimed
+	return res, nil
+}
+
+func (d *Driver) WebhookDeliveryStepCommit(ctx context.Context, tx driver.TxCloser, p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, error) {
+	res, err := d.WebhookDeliveryStep(ctx, tx, p)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []driver.WebhookDeliveryRow
-	for rows.Next() {
-		r, err := scanWebhookDelivery(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-func (d *Driver) WebhookDeliveryClaim(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryClaimParams) error {
-	for _, k := range p.Keys {
-		if _, err := tx.Exec(ctx, sqlWebhookDeliveryClaim, k.EndpointID, k.EventID, p.Owner, toMicros(p.Until)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// WebhookDeliveryFinish runs a statement per row: SQLite runs in the
-// process, so a statement costs no round trip.
-func (d *Driver) WebhookDeliveryFinish(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryFinishParams) ([]driver.WebhookDeliveryKey, error) {
-	var out []driver.WebhookDeliveryKey
-	for _, r := range p.Rows {
-		n, err := tx.Exec(ctx, sqlWebhookDeliveryFinish, r.Key.EndpointID, r.Key.EventID, p.Owner,
-			r.State, r.Attempts, toMicros(r.NextAt), r.LastStatus, r.LastError, toMicros(p.Now))
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			out = append(out, r.Key)
-		}
-	}
-	return out, nil
+	return res, tx.Commit(ctx)
 }
 
 func (d *Driver) WebhookDeliveryGet(ctx context.Context, tx driver.Tx, p *driver.WebhookDeliveryGetParams) (*driver.WebhookDeliveryRow, error) {
@@ -312,34 +366,13 @@ func (d *Driver) WebhookDeliveryReplay(ctx context.Context, tx driver.Tx, p *dri
 	return int(n), err
 }
 
-func (d *Driver) WebhookAttemptInsert(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptInsertParams) error {
-	for _, r := range p.Rows {
-		if _, err := tx.Exec(ctx, sqlWebhookAttemptInsert, r.Tenant, r.EndpointID, r.EventID, r.Attempt, toMicros(r.At), r.Status,
-			r.LatencyMS, r.Response, r.Error); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (d *Driver) WebhookAttemptList(ctx context.Context, tx driver.Tx, p *driver.WebhookAttemptListParams) ([]driver.WebhookAttemptRow, error) {
-	rows, err := tx.Query(ctx, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.WebhookAttemptRow
-	for rows.Next() {
-		var r driver.WebhookAttemptRow
+	return driver.Collect(ctx, tx, func(row driver.Row) (r driver.WebhookAttemptRow, err error) {
 		var at int64
-		if err := rows.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &at, &r.Status,
-			&r.LatencyMS, &r.Response, &r.Error); err != nil {
-			return nil, err
-		}
+		err = row.Scan(&r.ID, &r.Tenant, &r.EndpointID, &r.EventID, &r.Attempt, &at, &r.Status, &r.LatencyMS, &r.Response, &r.Error)
 		r.At = fromMicros(at)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, err
+	}, sqlWebhookAttemptList, p.Tenant, p.EndpointID, p.EventID, p.BeforeID, p.Limit)
 }
 
 func (d *Driver) WebhookDeleteOld(ctx context.Context, tx driver.Tx, p *driver.WebhookDeleteOldParams) (int, error) {

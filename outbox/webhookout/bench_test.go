@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,36 +50,10 @@ func BenchmarkFanOutDelivery(b *testing.B) {
 		b.Run(dialect, func(b *testing.B) {
 			d := drivertest.Open(b, dialect)
 			urls, got := countingReceivers(b)
-			w, err := webhookout.NewDeliverer(d, webhookout.DelivererConfig{AllowNetworks: loopback,
-				Concurrency: 64, PerEndpoint: 16, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
-			if err != nil {
-				b.Fatal(err)
-			}
-			eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
-			if err != nil {
-				b.Fatal(err)
-			}
+			// 64 attempts in flight, however they fall on the endpoints:
+			// the plain client's concurrency.
+			fan := delivering(b, d, webhookout.DelivererConfig{Concurrency: 64, PerEndpoint: 64}, urls)
 			ctx := context.Background()
-			tx, err := d.Begin(ctx, driver.BeginOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, u := range urls {
-				if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := tx.Commit(ctx); err != nil {
-				b.Fatal(err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = w.Run(runCtx) }()
-			defer func() { stop(); <-done }()
 
 			payload := json.RawMessage(`{"id":"tr_1","amount":500,"currency":"EUR","debit_account_id":"a","credit_account_id":"b"}`)
 			b.ResetTimer()
@@ -137,4 +112,132 @@ func BenchmarkPlainHTTPClient(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(got.Load())/time.Since(start).Seconds(), "deliveries/s")
 	client.CloseIdleConnections()
+}
+
+// BenchmarkEndpointDown measures what one endpoint down for the whole run
+// costs the others: b.N events, 2 every 10ms, to two healthy endpoints,
+// alone and then beside a third whose receiver never answers (each
+// attempt to it holds a slot until the timeout, and is retried). It
+// reports the healthy endpoints' p99 from the hand-over to the fan-out to
+// the receiver, in both runs, and their ratio (target ≤ 2). The test that
+// asserts the reason, counting rather than timing, is
+// TestSlowEndpointDoesNotDelayOthers.
+func BenchmarkEndpointDown(b *testing.B) {
+	for _, dialect := range drivertest.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			alone := deliveryP99(b, drivertest.Open(b, dialect), false)
+			beside := deliveryP99(b, drivertest.Open(b, dialect), true)
+			b.ReportMetric(float64(alone.Microseconds())/1000, "p99-alone-ms")
+			b.ReportMetric(float64(beside.Microseconds())/1000, "p99-beside-down-ms")
+			b.ReportMetric(float64(beside)/float64(max(alone, time.Microsecond)), "p99-ratio")
+		})
+	}
+}
+
+// deliveryP99 delivers b.N events to two healthy endpoints (and, with
+// down, to a third that never answers) and returns the healthy ones' p99
+// latency from the fan-out's hand-over to the receiver.
+func deliveryP99(b *testing.B, d driver.Driver, down bool) time.Duration {
+	var mu sync.Mutex
+	published := map[string]time.Time{}
+	var latencies []time.Duration
+	var urls []string
+	for range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			latencies = append(latencies, time.Since(published[r.Header.Get("webhook-id")]))
+			mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		b.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	if down {
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		b.Cleanup(srv.Close)
+		b.Cleanup(func() { close(release) }) // before srv.Close, which waits for its handlers
+		urls = append(urls, srv.URL)
+	}
+	fan := delivering(b, d, webhookout.DelivererConfig{Timeout: time.Second,
+		Schedule: []time.Duration{0, 200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}}, urls)
+	ctx := context.Background()
+
+	payload := json.RawMessage(`{"id":"tr_1","amount":500}`)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < b.N; i += 2 {
+		<-tick.C
+		var msgs []outbox.Message
+		mu.Lock()
+		for range min(2, b.N-i) {
+			m := outbox.Message{ID: outbox.NewID(), Tenant: "acme", Type: "transfer.created", Payload: payload, CreatedAt: time.Now()}
+			published[m.ID] = time.Now()
+			msgs = append(msgs, m)
+		}
+		mu.Unlock()
+		if errs := fan.Publish(ctx, msgs); errs[0] != nil {
+			b.Fatal(errs[0])
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		n := len(latencies)
+		mu.Unlock()
+		if n >= 2*b.N {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d deliveries to the healthy endpoints", n, 2*b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(latencies)
+	return latencies[(len(latencies)*99)/100]
+}
+
+// delivering runs a deliverer of cfg (to loopback, polling every 5ms,
+// logging nothing) until b ends, with one endpoint of tenant acme per
+// url, and returns the fan-out that feeds it.
+func delivering(b *testing.B, d driver.Driver, cfg webhookout.DelivererConfig, urls []string) *webhookout.FanOut {
+	cfg.AllowNetworks, cfg.PollInterval, cfg.Logger = loopback, 5*time.Millisecond, slog.New(slog.DiscardHandler)
+	w, err := webhookout.NewDeliverer(d, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fan, err := webhookout.NewFanOut(d, webhookout.FanOutConfig{Written: w.Notify})
+	if err != nil {
+		b.Fatal(err)
+	}
+	eps, err := webhookout.New(d, webhookout.Config{AllowNetworks: loopback})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := d.Begin(ctx, driver.BeginOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, u := range urls {
+		if _, err := eps.Create(ctx, tx, "acme", webhookout.NewEndpoint{URL: u}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(runCtx) }()
+	b.Cleanup(func() { stop(); <-done })
+	return fan
 }

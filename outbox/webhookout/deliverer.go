@@ -214,10 +214,14 @@ type Deliverer struct {
 	log     *slog.Logger
 	metrics *delivererMetrics
 	wake    chan struct{}
-	// results carries the attempts' outcomes to the recorder (Run).
+	// results carries the attempts' outcomes to Run, which records them.
 	results chan finished
 
+	claimMu sync.Mutex // held by the turn that claims
+
 	mu       sync.Mutex
+	queue    []claimed            // claimed, waiting for a slot, the oldest claims first
+	queued   map[string]int       // queue per endpoint
 	inFlight map[string]int       // attempts in flight per endpoint
 	total    int                  // attempts in flight
 	nextSend map[string]time.Time // rate-limited endpoints' next start
@@ -240,8 +244,8 @@ func NewDeliverer(d driver.Driver, cfg DelivererConfig) (*Deliverer, error) {
 	return &Deliverer{d: d, cfg: cfg, ob: ob, metrics: m,
 		clients: newClients(guard{allow: cfg.AllowNetworks}, cfg.Timeout, cfg.Resolver),
 		log:     cfg.Logger.With("deliverer", cfg.Owner), wake: make(chan struct{}, 1),
-		results:  make(chan finished, cfg.Concurrency),
-		inFlight: map[string]int{}, nextSend: map[string]time.Time{}}, nil
+		results:  make(chan finished, cfg.Concurrency+maxRecordBatch),
+		inFlight: map[string]int{}, queued: map[string]int{}, nextSend: map[string]time.Time{}}, nil
 }
 
 // Notify wakes the deliverer: new deliveries are due. It never blocks.
@@ -255,74 +259,234 @@ func (w *Deliverer) Notify() {
 // Run delivers until ctx ends, then waits for the attempts in flight to
 // end (each within Timeout) and be recorded, and returns nil. A
 // Deliverer runs once.
+//
+// The deliverer's database work but retention is done in turns (step):
+// each records the attempts that ended since the last and claims due
+// deliveries for the free slots, in one transaction (and, on PostgreSQL,
+// one round trip before the commit). So the turns' size follows the load:
+// the attempts that end while a turn runs are a next turn's batch, and a
+// claim costs no transaction of its own. turnWorkers goroutines take
+// turns, so that one turn's round trips overlap another's; one claim at a
+// time (claimMu), since a claim bounds each endpoint by the attempts of
+// the claims returned before it. Claims run ahead: besides the attempts
+// in flight the deliverer holds as many leased deliveries queued
+// (startReady), which start as attempts end, so that a freed slot does not
+// wait for a turn. Attempts run in goroutines of their own and never wait
+// on the database, nor on each other.
 func (w *Deliverer) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	recorded := make(chan struct{})
+	var attempts sync.WaitGroup // the attempts and the retention
+	defer w.clients.close()
+	attempts.Add(1)
 	go func() {
-		defer close(recorded)
-		w.runRecorder(ctx, w.results)
-	}()
-	defer func() {
-		wg.Wait() // every attempt has handed its outcome over
-		close(w.results)
-		<-recorded
-		w.clients.close()
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+		defer attempts.Done()
 		w.runRetention(ctx)
 	}()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var statsAt time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		default:
+	tick := time.NewTicker(w.cfg.PollInterval)
+	defer tick.Stop()
+	var workers sync.WaitGroup
+	for i := range turnWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			w.work(ctx, &attempts, tick.C, i == 0)
+		}()
+	}
+	workers.Wait()
+	// Stopping: give back the leases of the deliveries claimed but not
+	// started, so that they are due at once, not when their leases end.
+	w.mu.Lock()
+	var release []driver.WebhookDeliveryKey
+	for _, c := range w.queue {
+		release = append(release, c.row.WebhookDeliveryKey)
+	}
+	w.queue, w.queued = nil, map[string]int{}
+	w.mu.Unlock()
+	if len(release) > 0 {
+		if _, err := w.step(ctx, nil, nil, release); err != nil {
+			w.log.Warn("webhookout: give back leases", "err", err)
 		}
-		if now := w.cfg.Clock(); !now.Before(statsAt) {
+	}
+	// Record what the attempts in flight end with.
+	go func() {
+		attempts.Wait()
+		close(w.results)
+	}()
+	batch := make([]finished, 0, maxRecordBatch)
+	for f := range w.results {
+		batch = w.drain(append(batch[:0], f))
+		if _, err := w.turn(ctx, batch, nil); err != nil {
+			w.log.Warn("webhookout: record attempts", "err", err)
+		}
+	}
+	return nil
+}
+
+// turnWorkers is how many turns may run at once.
+const turnWorkers = 2
+
+// work takes turns until ctx ends, each started by outcomes to record, a
+// wake (Notify), a tick of the poll, or a claim that took all it asked
+// for; stats: it also refreshes the metrics' counts.
+func (w *Deliverer) work(ctx context.Context, attempts *sync.WaitGroup, tick <-chan time.Time, stats bool) {
+	var (
+		batch   = make([]finished, 0, maxRecordBatch)
+		claim   = true // at the first turn, and whenever more may be due
+		retryAt time.Time
+		statsAt time.Time
+	)
+	for ctx.Err() == nil {
+		batch = w.drain(batch[:0])
+		if len(batch) == 0 && !claim {
+			select {
+			case <-ctx.Done():
+				continue
+			case f := <-w.results:
+				batch = w.drain(append(batch, f))
+			case <-w.wake:
+				claim = true
+			case <-tick:
+				claim = true
+			}
+		}
+		now := w.cfg.Clock()
+		if stats && !now.Before(statsAt) {
 			w.refreshStats(ctx)
 			statsAt = now.Add(5 * time.Second)
 		}
-		claimed, err := w.claim(ctx)
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("webhookout: claim", "err", err)
+		// An ended attempt freed a slot: worth a claim. After a failed
+		// turn claims wait a while, recording does not. With outcomes to
+		// record a turn does not wait for the claim of another.
+		var c *driver.WebhookDeliveryClaim
+		wanted, locked := (claim || len(batch) > 0) && !now.Before(retryAt), false
+		if wanted {
+			if len(batch) == 0 {
+				w.claimMu.Lock()
+				locked = true
+			} else {
+				locked = w.claimMu.TryLock()
+			}
+			if locked {
+				c = w.claimParams(now)
+			}
 		}
-		for _, c := range claimed {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.deliver(ctx, c)
-			}()
+		claimed, err := w.turn(ctx, batch, c)
+		if locked {
+			w.claimMu.Unlock()
 		}
-		wait := w.cfg.PollInterval
 		if err != nil {
-			wait = max(wait, time.Second)
-		} else if len(claimed) > 0 && w.freeSlots() >= max(1, w.cfg.Concurrency/4) {
-			wait = 0 // more may be due, and there is room for them
-		}
-		if wait == 0 {
+			if ctx.Err() == nil {
+				w.log.Warn("webhookout: turn", "err", err)
+			}
+			retryAt, claim = now.Add(max(w.cfg.PollInterval, time.Second)), false
 			continue
 		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		}
+		// A claim that took all it asked for may have left more due; one
+		// put off for another's is still wanted.
+		claim = (c != nil && len(claimed) == c.Limit) || (wanted && !locked)
+		w.startReady(ctx, attempts)
 	}
 }
 
-func (w *Deliverer) freeSlots() int {
+// startReady starts the queued deliveries that have a slot, the oldest
+// claims first, skipping those of endpoints at their bound, so that a
+// slow endpoint's queue holds up no other's. A delivery whose lease would
+// end before an attempt started now could (Timeout, and a second's
+// margin) is dropped instead: its lease lapses and it is due again, and
+// no attempt of it can outlive the lease.
+func (w *Deliverer) startReady(ctx context.Context, attempts *sync.WaitGroup) {
+	if ctx.Err() != nil {
+		return // stopping: Run gives the queue's leases back
+	}
+	now := w.cfg.Clock()
+	var start []claimed
+	w.mu.Lock()
+	kept := w.queue[:0]
+	for _, c := range w.queue {
+		ep := c.row.EndpointID
+		switch {
+		case !now.Add(w.cfg.Timeout + time.Second).Before(c.row.NextAt):
+			w.unqueue(ep)
+		case w.total < w.cfg.Concurrency && w.inFlight[ep] < w.cfg.PerEndpoint:
+			w.unqueue(ep)
+			w.inFlight[ep]++
+			w.total++
+			start = append(start, c)
+		default:
+			kept = append(kept, c)
+		}
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+	w.mu.Unlock()
+	for _, c := range start {
+		attempts.Add(1)
+		go func() {
+			defer attempts.Done()
+			w.deliver(ctx, c)
+			w.startReady(ctx, attempts)
+		}()
+	}
+}
+
+// unqueue counts one queued delivery of endpoint ep less; w.mu is held.
+func (w *Deliverer) unqueue(ep string) {
+	if w.queued[ep]--; w.queued[ep] <= 0 {
+		delete(w.queued, ep)
+	}
+}
+
+// drain appends the outcomes waiting, at most maxRecordBatch in all.
+func (w *Deliverer) drain(batch []finished) []finished {
+	for len(batch) < maxRecordBatch {
+		select {
+		case f, ok := <-w.results:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, f)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// release frees an attempt's slot. It is freed when the attempt ends,
+// before its outcome is recorded: the delivery stays leased until then
+// (no claim takes it), and the turn that records the outcome claims for
+// the slot at once.
+func (w *Deliverer) release(endpointID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.cfg.Concurrency - w.total
+	if w.inFlight[endpointID]--; w.inFlight[endpointID] <= 0 {
+		delete(w.inFlight, endpointID)
+	}
+	w.total--
+}
+
+// claimParams asks for as many deliveries as there are free slots and
+// room in the queue: Concurrency of each, and of each endpoint
+// PerEndpoint in flight and as many queued, which start as soon as
+// attempts end, without waiting for a turn. Nil when there is no room.
+// Its caller holds claimMu, and the queue and the slots only empty
+// meanwhile, so the room there is now is still there when the claim
+// returns.
+func (w *Deliverer) claimParams(now time.Time) *driver.WebhookDeliveryClaim {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	room := 2*w.cfg.Concurrency - w.total - len(w.queue)
+	if room <= 0 {
+		return nil
+	}
+	held := make(map[string]int, len(w.inFlight)+len(w.queued))
+	for id, n := range w.inFlight {
+		held[id] += n
+	}
+	for id, n := range w.queued {
+		held[id] += n
+	}
+	return &driver.WebhookDeliveryClaim{Until: now.Add(w.cfg.LeaseTTL), Limit: room, Scan: min(2*room, 1000),
+		PerEndpoint: 2 * w.cfg.PerEndpoint, InFlight: held}
 }
 
 // claimed is a delivery this deliverer leased, with its endpoint as read
@@ -332,84 +496,38 @@ type claimed struct {
 	endpoint driver.WebhookEndpointRow
 }
 
-// claim leases due deliveries, as many as there are free slots: at most
-// PerEndpoint in flight per endpoint, Concurrency in all. Full endpoints
-// are left out of the read, so that their backlog does not fill it.
-func (w *Deliverer) claim(ctx context.Context) ([]claimed, error) {
-	w.mu.Lock()
-	free := w.cfg.Concurrency - w.total
-	var full []string
-	for ep, n := range w.inFlight {
-		if n >= w.cfg.PerEndpoint {
-			full = append(full, ep)
-		}
-	}
-	w.mu.Unlock()
-	if free <= 0 {
+// turn records batch and claims by c in one transaction (step). When that
+// fails with outcomes to record, it records them without the claim, each
+// in a transaction of its own if need be, so that one attempt's fault
+// loses no other's record; then the claim waits for a later turn.
+func (w *Deliverer) turn(ctx context.Context, batch []finished, c *driver.WebhookDeliveryClaim) ([]claimed, error) {
+	if len(batch) == 0 && c == nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
-	defer cancel()
-	tx, err := w.d.Begin(ctx, driver.BeginOptions{})
-	if err != nil {
-		return nil, err
+	out, err := w.step(ctx, batch, c, nil)
+	if err == nil || len(batch) == 0 {
+		return out, err
 	}
-	defer tx.Rollback(ctx)
-	now := w.cfg.Clock()
-	due, err := w.d.WebhookDeliveryDue(ctx, tx, &driver.WebhookDeliveryDueParams{Now: now, Exclude: full, Limit: min(2*free, 1000)})
-	if err != nil || len(due) == 0 {
-		return nil, err
-	}
-	// Decide in memory which to take; the rest stay due, unlocked at the
-	// commit.
-	w.mu.Lock()
-	taken := make(map[string]int)
-	var keys []driver.WebhookDeliveryKey
-	var rows []driver.WebhookDeliveryRow
-	for _, r := range due {
-		if len(keys) == free {
-			break
+	if c != nil || len(batch) > 1 {
+		if err = w.recordEach(ctx, batch, c != nil); err == nil {
+			return nil, nil
 		}
-		if w.inFlight[r.EndpointID]+taken[r.EndpointID] >= w.cfg.PerEndpoint {
-			continue
+	}
+	return nil, err
+}
+
+func (w *Deliverer) recordEach(ctx context.Context, batch []finished, together bool) error {
+	if together {
+		if _, err := w.step(ctx, batch, nil, nil); err == nil {
+			return nil
 		}
-		taken[r.EndpointID]++
-		keys = append(keys, r.WebhookDeliveryKey)
-		rows = append(rows, r)
 	}
-	w.mu.Unlock()
-	ids := make([]string, 0, len(taken))
-	for id := range taken {
-		ids = append(ids, id)
-	}
-	eps, err := w.d.WebhookEndpointFind(ctx, tx, &driver.WebhookEndpointFindParams{IDs: ids})
-	if err != nil {
-		return nil, err
-	}
-	if err := w.d.WebhookDeliveryClaim(ctx, tx, &driver.WebhookDeliveryClaimParams{Keys: keys, Owner: w.cfg.Owner,
-		Until: now.Add(w.cfg.LeaseTTL)}); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	byID := make(map[string]driver.WebhookEndpointRow, len(eps))
-	for _, e := range eps {
-		byID[e.ID] = e
-	}
-	out := make([]claimed, 0, len(rows))
-	w.mu.Lock()
-	for _, r := range rows {
-		e, ok := byID[r.EndpointID]
-		if !ok {
-			continue // deleted under the claim: its lease simply lapses
+	for _, f := range batch {
+		if _, err := w.step(ctx, []finished{f}, nil, nil); err != nil {
+			w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
 		}
-		w.inFlight[r.EndpointID]++
-		w.total++
-		out = append(out, claimed{row: r, endpoint: e})
 	}
-	w.mu.Unlock()
-	return out, nil
+	return nil
 }
 
 // outcome is one attempt's result.
@@ -424,25 +542,18 @@ type outcome struct {
 func (o outcome) ok() bool { return o.err == "" && o.status >= 200 && o.status < 300 }
 
 func (w *Deliverer) deliver(ctx context.Context, c claimed) {
-	defer func() {
-		w.mu.Lock()
-		if w.inFlight[c.row.EndpointID]--; w.inFlight[c.row.EndpointID] <= 0 {
-			delete(w.inFlight, c.row.EndpointID)
-		}
-		w.total--
-		// Claims are worth a transaction when a quarter of the slots is
-		// free, or none is in use: one claim per freed slot would cost a
-		// commit per delivery.
-		wake := w.total <= w.cfg.Concurrency*3/4
-		w.mu.Unlock()
-		if wake {
-			w.Notify()
-		}
-	}()
 	if !w.paced(ctx, c.endpoint) {
+		w.release(c.row.EndpointID)
 		return // stopping: the lease lapses and the delivery is due again
 	}
+	if !w.cfg.Clock().Add(w.cfg.Timeout).Before(c.row.NextAt) {
+		// Paced past the point where the attempt could outlive its
+		// lease: the lease lapses and the delivery is due again.
+		w.release(c.row.EndpointID)
+		return
+	}
 	o := w.attempt(ctx, c)
+	w.release(c.row.EndpointID)
 	if ctx.Err() != nil && !o.ok() {
 		return // cut short by the stop, not the endpoint's fault
 	}
@@ -641,69 +752,36 @@ type finished struct {
 // maxRecordBatch bounds the attempts one transaction records.
 const maxRecordBatch = 256
 
-// runRecorder records the attempts' outcomes as they come, those that
-// came together in one transaction: a commit per batch rather than per
-// attempt. It returns once results is closed and drained.
-func (w *Deliverer) runRecorder(ctx context.Context, results <-chan finished) {
-	batch := make([]finished, 0, maxRecordBatch)
-	for f := range results {
-		batch = append(batch[:0], f)
-	more:
-		for len(batch) < maxRecordBatch {
-			select {
-			case f, ok := <-results:
-				if !ok {
-					break more
-				}
-				batch = append(batch, f)
-			default:
-				break more
-			}
-		}
-		if err := w.record(ctx, batch); err != nil && len(batch) > 1 {
-			// One attempt's fault must not lose the others' records.
-			for _, f := range batch {
-				if err := w.record(ctx, []finished{f}); err != nil {
-					w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
-				}
-			}
-		} else if err != nil {
-			w.log.Warn("webhookout: record attempt", "endpoint", f.c.row.EndpointID, "event", f.c.row.EventID, "err", err)
-		}
-	}
-}
-
-// record records attempts in one transaction, in a fixed number of
-// statements whatever their number: the deliveries' new states, the
-// attempts' log lines, then per endpoint its health and, when it is to be
-// disabled (a 410, or failing for DisableAfter), its disabling with the
+// step records batch and claims by c in one transaction, in a fixed
+// number of statements whatever their number (one round trip on
+// PostgreSQL): the deliveries' new states with the attempts' log lines,
+// then per endpoint its health, then the claim; then, for an endpoint to
+// be disabled (a 410, or failing for DisableAfter), its disabling with the
 // webhook_endpoint.disabled event in its tenant's outbox. A delivery whose
 // lease was lost meanwhile is left alone: the worker that holds it now
 // records its own attempt. Unrecorded (the transaction failed), a
 // delivery stays leased until its lease ends, then is attempted again.
-func (w *Deliverer) record(ctx context.Context, batch []finished) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.DBTimeout)
+//
+// An endpoint's health is its last outcome in the batch, recorded or not:
+// an attempt whose lease passed on still tells how the endpoint answers.
+func (w *Deliverer) step(ctx context.Context, batch []finished, c *driver.WebhookDeliveryClaim, release []driver.WebhookDeliveryKey) ([]claimed, error) {
+	// Outcomes are recorded, and leases given back, even as the
+	// deliverer stops; a claim alone stops with it.
+	base := context.WithoutCancel(ctx)
+	if len(batch) == 0 && len(release) == 0 {
+		base = ctx
+	}
+	dbCtx, cancel := context.WithTimeout(base, w.cfg.DBTimeout)
 	defer cancel()
-	tx, err := w.d.Begin(ctx, driver.BeginOptions{})
+	tx, err := w.d.Begin(dbCtx, driver.BeginOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer tx.Rollback(ctx)
+	defer tx.Rollback(dbCtx)
 	now := w.cfg.Clock().UTC()
-	rows := make([]driver.WebhookDeliveryFinishRow, len(batch))
+	p := &driver.WebhookDeliveryStepParams{Owner: w.cfg.Owner, Now: now, Claim: c, Release: release,
+		Finish: make([]driver.WebhookDeliveryFinishRow, len(batch))}
 	gone := make([]bool, len(batch))
-	for i, f := range batch {
-		rows[i], gone[i] = w.nextState(f, now)
-	}
-	keys, err := w.d.WebhookDeliveryFinish(ctx, tx, &driver.WebhookDeliveryFinishParams{Owner: w.cfg.Owner, Now: now, Rows: rows})
-	if err != nil {
-		return err
-	}
-	recorded := make(map[driver.WebhookDeliveryKey]bool, len(keys))
-	for _, k := range keys {
-		recorded[k] = true
-	}
-	// Each endpoint's health after the batch: its last outcome in it.
 	type health struct {
 		tenant        string
 		failingBefore bool // as read at the claim
@@ -712,15 +790,9 @@ func (w *Deliverer) record(ctx context.Context, batch []finished) error {
 	}
 	eps := map[string]*health{}
 	var order []string
-	atts := make([]driver.WebhookAttemptRow, 0, len(batch))
 	for i, f := range batch {
+		p.Finish[i], gone[i] = w.nextState(f, now)
 		r := f.c.row
-		if !recorded[r.WebhookDeliveryKey] {
-			continue
-		}
-		atts = append(atts, driver.WebhookAttemptRow{Tenant: r.Tenant, EndpointID: r.EndpointID, EventID: r.EventID,
-			Attempt: rows[i].Attempts, At: now, Status: f.o.status, LatencyMS: f.o.latency.Milliseconds(),
-			Response: f.o.response, Error: f.o.err})
 		h := eps[r.EndpointID]
 		if h == nil {
 			h = &health{tenant: r.Tenant, failingBefore: !f.c.endpoint.FailingSince.IsZero()}
@@ -729,43 +801,58 @@ func (w *Deliverer) record(ctx context.Context, batch []finished) error {
 		}
 		h.ok = f.o.ok()
 		h.failed = h.failed || !h.ok
-		if gone[i] {
-			h.disable = "the endpoint answered 410 Gone"
+	}
+	for _, id := range order {
+		// A healthy endpoint that answered well needs no write.
+		if h := eps[id]; !h.ok || h.failingBefore || h.failed {
+			p.Health = append(p.Health, driver.WebhookEndpointHealthRow{ID: id, OK: h.ok})
 		}
 	}
-	if err := w.d.WebhookAttemptInsert(ctx, tx, &driver.WebhookAttemptInsertParams{Rows: atts}); err != nil {
-		return err
+	// Only a failure can disable an endpoint: a batch without one commits
+	// with its statements (one round trip on PostgreSQL).
+	failed := false
+	for _, id := range order {
+		failed = failed || eps[id].failed
+	}
+	var res *driver.WebhookDeliveryStepResult
+	if failed {
+		res, err = w.d.WebhookDeliveryStep(dbCtx, tx, p)
+	} else {
+		res, err = w.d.WebhookDeliveryStepCommit(dbCtx, tx, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	recorded := make(map[driver.WebhookDeliveryKey]bool, len(res.Recorded))
+	for _, k := range res.Recorded {
+		recorded[k] = true
+	}
+	for i, f := range batch {
+		if gone[i] && recorded[f.c.row.WebhookDeliveryKey] {
+			eps[f.c.row.EndpointID].disable = "the endpoint answered 410 Gone"
+		}
 	}
 	var disabled []string
 	for _, id := range order {
 		h := eps[id]
-		if h.ok {
-			if h.failingBefore || h.failed {
-				if _, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: id, OK: true, Now: now}); err != nil {
-					return err
-				}
-			}
-		} else {
-			since, err := w.d.WebhookEndpointHealth(ctx, tx, &driver.WebhookEndpointHealthParams{ID: id, Now: now})
-			if err != nil {
-				return err
-			}
-			if h.disable == "" && now.Sub(since) >= w.cfg.DisableAfter {
-				h.disable = fmt.Sprintf("failing since %s (%s without a success)", since.Format(time.RFC3339), w.cfg.DisableAfter)
-			}
+		since, ok := res.FailingSince[id]
+		if h.disable == "" && !h.ok && ok && now.Sub(since) >= w.cfg.DisableAfter {
+			h.disable = fmt.Sprintf("failing since %s (%s without a success)", since.Format(time.RFC3339), w.cfg.DisableAfter)
 		}
 		if h.disable != "" {
-			ok, err := w.disable(ctx, tx, h.tenant, id, h.disable, now)
+			done, err := w.disable(dbCtx, tx, h.tenant, id, h.disable, now)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if ok {
+			if done {
 				disabled = append(disabled, id)
 			}
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
+	if failed {
+		if err := tx.Commit(dbCtx); err != nil {
+			return nil, err
+		}
 	}
 	for i, f := range batch {
 		if recorded[f.c.row.WebhookDeliveryKey] {
@@ -773,14 +860,22 @@ func (w *Deliverer) record(ctx context.Context, batch []finished) error {
 			if !f.c.endpoint.FailingSince.IsZero() {
 				state = "failing"
 			}
-			w.metrics.observe(state, rows[i].State, f.o)
+			w.metrics.observe(state, p.Finish[i].State, f.o)
 		}
 	}
 	for _, id := range disabled {
 		w.metrics.disabled.Inc()
 		w.log.Warn("webhookout: endpoint disabled", "tenant", eps[id].tenant, "endpoint", id, "reason", eps[id].disable)
 	}
-	return nil
+	out := make([]claimed, len(res.Claimed))
+	w.mu.Lock()
+	for i, r := range res.Claimed {
+		out[i] = claimed{row: r.Delivery, endpoint: r.Endpoint}
+		w.queued[r.Delivery.EndpointID]++
+		w.queue = append(w.queue, out[i])
+	}
+	w.mu.Unlock()
+	return out, nil
 }
 
 // nextState is a delivery's state after an attempt: delivered, due again
@@ -789,8 +884,8 @@ func (w *Deliverer) record(ctx context.Context, batch []finished) error {
 // (gone).
 func (w *Deliverer) nextState(f finished, now time.Time) (row driver.WebhookDeliveryFinishRow, gone bool) {
 	r, o := f.c.row, f.o
-	row = driver.WebhookDeliveryFinishRow{Key: r.WebhookDeliveryKey, Attempts: r.Attempts + 1,
-		LastStatus: o.status, LastError: o.err, NextAt: now}
+	row = driver.WebhookDeliveryFinishRow{Key: r.WebhookDeliveryKey, Tenant: r.Tenant, Attempts: r.Attempts + 1,
+		LastStatus: o.status, LastError: o.err, NextAt: now, LatencyMS: o.latency.Milliseconds(), Response: o.response}
 	if o.ok() {
 		row.State = driver.WebhookDelivered
 		return row, false

@@ -517,21 +517,36 @@ func TestTimeoutCloseAndDisableAfter(t *testing.T) {
 	})
 }
 
-// One endpoint that never answers does not hold back another: every
-// delivery to the fast one is done while the slow one still holds its few
-// slots.
+// One endpoint that never answers does not hold back another, by
+// construction rather than by timing: with the slow endpoint's receiver
+// blocking every request until the test ends, every delivery to the fast
+// endpoint is delivered, at its first attempt, while the slow one holds
+// exactly its PerEndpoint slots and none of its requests has ended. So no
+// fast delivery waited on a slow one (none of those ended), and the slow
+// endpoint's backlog took no slot beyond its own. The latency this buys is
+// BenchmarkEndpointDown's (the healthy endpoints' p99 beside a dead one).
 func TestSlowEndpointDoesNotDelayOthers(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
+		var blockedMu sync.Mutex
+		blocked, ended := 0, 0 // the slow receiver's requests in its handler, and those that left it
 		slow := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			blockedMu.Lock()
+			blocked++
+			blockedMu.Unlock()
 			select {
 			case <-release:
 			case <-r.Context().Done():
 			}
+			blockedMu.Lock()
+			blocked--
+			ended++
+			blockedMu.Unlock()
 		})
 		fast := newReceiver(t, ok)
-		e := newEnv(t, d, webhookout.DelivererConfig{Timeout: 10 * time.Second, Concurrency: 8, PerEndpoint: 2})
+		const perEndpoint = 2
+		e := newEnv(t, d, webhookout.DelivererConfig{Timeout: time.Minute, LeaseTTL: time.Hour, Concurrency: 8, PerEndpoint: perEndpoint})
 		s := e.create(t, "acme", webhookout.NewEndpoint{URL: slow.URL})
 		f := e.create(t, "acme", webhookout.NewEndpoint{URL: fast.URL})
 		e.run(t)
@@ -539,16 +554,87 @@ func TestSlowEndpointDoesNotDelayOthers(t *testing.T) {
 		for range 30 {
 			ids = append(ids, e.emit(t, "acme", "transfer.created").ID)
 		}
-		eventually(t, "fast endpoint done", func() bool { return len(fast.requests()) >= 30 })
+		eventually(t, "fast endpoint done", func() bool {
+			for _, id := range ids {
+				if e.delivery(t, f.ID, id).State != driver.WebhookDelivered {
+					return false
+				}
+			}
+			return true
+		})
+		blockedMu.Lock()
+		b, n := blocked, ended
+		blockedMu.Unlock()
+		if n != 0 {
+			t.Errorf("%d requests to the slow endpoint ended before the fast endpoint was done, want 0", n)
+		}
+		if got := len(slow.requests()); got != perEndpoint || b != perEndpoint {
+			t.Errorf("the slow endpoint got %d requests, %d blocked now; want its %d slots, all blocked", got, b, perEndpoint)
+		}
+		if got := len(fast.requests()); got != len(ids) {
+			t.Errorf("the fast endpoint got %d requests, want one per event (%d)", got, len(ids))
+		}
 		for _, id := range ids {
-			if del := e.delivery(t, f.ID, id); del.State != driver.WebhookDelivered {
-				t.Errorf("fast delivery %s: %s", id, del.State)
+			if del := e.delivery(t, f.ID, id); del.Attempts != 1 {
+				t.Errorf("fast delivery %s took %d attempts, want 1", id, del.Attempts)
+			}
+			if del := e.delivery(t, s.ID, id); del.State != driver.WebhookPending || del.Attempts != 0 {
+				t.Errorf("slow delivery %s: %s after %d attempts, want pending, none recorded", id, del.State, del.Attempts)
 			}
 		}
-		if n := len(slow.requests()); n > 2 {
-			t.Errorf("the slow endpoint has %d requests in flight, PerEndpoint is 2", n)
+	})
+}
+
+// A deliverer claims ahead: besides its attempts in flight it holds as
+// many leased deliveries queued, which start as attempts end. Stopping,
+// it gives the queued ones' leases back, so that they are due at once
+// rather than when their leases end.
+func TestStopGivesBackQueuedLeases(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		release := make(chan struct{})
+		rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		e := newEnv(t, d, webhookout.DelivererConfig{Timeout: 10 * time.Second, Concurrency: 1, PerEndpoint: 1})
+		ep := e.create(t, "acme", webhookout.NewEndpoint{URL: rc.URL})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = e.w.Run(ctx)
+		}()
+		defer close(release)
+		var ids []string
+		for range 3 {
+			ids = append(ids, e.emit(t, "acme", "transfer.created").ID)
 		}
-		_ = s
+		leased := func() (n int) {
+			for _, id := range ids {
+				if e.delivery(t, ep.ID, id).Owner != "" {
+					n++
+				}
+			}
+			return n
+		}
+		eventually(t, "one attempt in flight and one queued", func() bool { return len(rc.requests()) == 1 && leased() == 2 })
+		cancel()
+		<-done
+		sent := rc.requests()[0].header.Get("webhook-id")
+		now := time.Now()
+		for _, id := range ids {
+			if id == sent {
+				continue // cut short by the stop: its lease lapses
+			}
+			if del := e.delivery(t, ep.ID, id); del.Owner != "" || del.NextAt.After(now) || del.State != driver.WebhookPending {
+				t.Errorf("delivery %s after the stop: owner %q, due %s, %s; want unleased, due now, pending", id, del.Owner, del.NextAt, del.State)
+			}
+		}
+		if n := len(rc.requests()); n != 1 {
+			t.Errorf("%d requests, want the one attempt", n)
+		}
 	})
 }
 
