@@ -241,3 +241,111 @@ func delivering(b *testing.B, d driver.Driver, cfg webhookout.DelivererConfig, u
 	b.Cleanup(func() { stop(); <-done })
 	return fan
 }
+
+// BenchmarkPlainClientDurable is the least program doing the fan-out's
+// work on PostgreSQL: the plain client's posts, with each delivery a row
+// written durably first and its outcome recorded durably after, in
+// batches as the deliverer makes them. Events come in batches of 500,
+// their 3 × 500 delivery rows inserted in one transaction; 64 posts are in
+// flight; a worker claims up to 64 pending rows (FOR UPDATE SKIP LOCKED)
+// in one transaction, posts them, and marks them done in one more. No
+// signatures, schedules, health, logs or leases: what remains of the
+// deliverer's cost beside it is idem's own (docs/benchmarks.md,
+// "Webhooks to tenants' endpoints").
+func BenchmarkPlainClientDurable(b *testing.B) {
+	d := drivertest.Open(b, "postgres")
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		b.Helper()
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	exec(`CREATE TABLE bench_deliveries (id bigserial PRIMARY KEY, url text NOT NULL, body bytea NOT NULL,
+		state text NOT NULL DEFAULT 'pending', attempts int NOT NULL DEFAULT 0, updated_at timestamptz)`)
+	urls, got := countingReceivers(b)
+	body := []byte(`{"type":"transfer.created","timestamp":"2026-12-06T07:00:00Z","data":{"id":"tr_1","amount":500,"currency":"EUR","debit_account_id":"a","credit_account_id":"b"}}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	want := int64(b.N * benchEndpoints)
+	var done atomic.Int64
+	worker := func() {
+		for done.Load() < want {
+			tx, err := d.Begin(ctx, driver.BeginOptions{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			rows, err := tx.Query(ctx, `UPDATE bench_deliveries SET state = 'sending', attempts = attempts + 1
+				WHERE id IN (SELECT id FROM bench_deliveries WHERE state = 'pending' ORDER BY id LIMIT 64 FOR UPDATE SKIP LOCKED)
+				RETURNING id, url, body`)
+			var ids []int64
+			var targets []string
+			var bodies [][]byte
+			for err == nil && rows.Next() {
+				var id int64
+				var u string
+				var bd []byte
+				if err = rows.Scan(&id, &u, &bd); err == nil {
+					ids, targets, bodies = append(ids, id), append(targets, u), append(bodies, bd)
+				}
+			}
+			if rows != nil {
+				rows.Close()
+			}
+			if err == nil {
+				err = tx.Commit(ctx)
+			}
+			_ = tx.Rollback(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if len(ids) == 0 {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			var wg sync.WaitGroup
+			for i := range ids {
+				wg.Go(func() {
+					resp, err := client.Post(targets[i], "application/json", bytes.NewReader(bodies[i]))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				})
+			}
+			wg.Wait()
+			exec(`UPDATE bench_deliveries SET state = 'done', updated_at = now() WHERE id = ANY($1)`, ids)
+			done.Add(int64(len(ids)))
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 2 { // the deliverer's turns: two at once
+		wg.Go(worker)
+	}
+	for i := 0; i < b.N; i += 500 {
+		n := min(i+500, b.N) - i
+		us, bs := make([]string, 0, n*benchEndpoints), make([][]byte, 0, n*benchEndpoints)
+		for range n {
+			for _, u := range urls {
+				us, bs = append(us, u), append(bs, body)
+			}
+		}
+		exec(`INSERT INTO bench_deliveries (url, body) SELECT * FROM unnest($1::text[], $2::bytea[])`, us, bs)
+	}
+	wg.Wait()
+	b.ReportMetric(float64(got.Load())/time.Since(start).Seconds(), "deliveries/s")
+	client.CloseIdleConnections()
+}
