@@ -19,7 +19,7 @@ import (
 // readWorthATrip wait and fewer than readMaxTrips are in flight. Each read
 // is answered once, by the round trip that carried it.
 // docs/architecture.md, "Coalesced reads"; the constants' figures:
-// docs/benchmarks.md, "The hot path's mechanisms".
+// docs/architecture.md, "The hot path's mechanisms".
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32

@@ -210,7 +210,7 @@ func unread(sql string, args ...any) step {
 
 // idem's statements over arrays (one element per request of a batch) run
 // under a generic plan: a plan made for each batch's arrays cost more than
-// running it (docs/benchmarks.md, "Generic plans"). generic wraps them in
+// running it (docs/architecture.md, "Generic plans"). generic wraps them in
 // two statements of the same round trip, one that sets plan_cache_mode and
 // one that restores the transaction's own, so that the statements around
 // them, the user's among them, are planned as the user's session says.

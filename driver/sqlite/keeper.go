@@ -224,7 +224,7 @@ func (d *Driver) KeyGet(ctx context.Context, tx driver.Tx, p *driver.KeyGetParam
 
 // SQLite is no driver.KeyReadBatcher: in process, a statement costs no
 // round trip, and reads coalesced into one goroutine would leave the reader
-// pool's other connections idle (docs/benchmarks.md, "Reads over arrays").
+// pool's other connections idle (docs/architecture.md, "Reads over arrays").
 
 func (d *Driver) KeyDeleteExpired(ctx context.Context, tx driver.Tx, p *driver.KeyDeleteExpiredParams) (int, error) {
 	forget := toMicros(p.ForgetBefore)

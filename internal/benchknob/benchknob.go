@@ -1,5 +1,5 @@
 // Package benchknob turns a hot-path mechanism off for the benchmark that
-// measures what it buys (bench/run mechanisms; docs/benchmarks.md, "The
+// measures what it buys (bench/run mechanisms; docs/architecture.md, "The
 // hot path's mechanisms"). IDEM_BENCH_OFF names the mechanisms to turn
 // off, comma-separated, read once at start: replay-cache, memo,
 // read-first, coalesce. It is a benchmark's knob, not a setting: a
