@@ -522,10 +522,6 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 		Amount: amount, Credit: *isCredit, CreatedAt: at.UTC(), PendingChange: *change, PendingOnly: *only}, nil
 }
 
-func queryLedgerTransfers(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerTransfer, error) {
-	return driver.Collect(ctx, tx, scanTransfer, sql, args...)
-}
-
 func scanTransfer(r driver.Row) (t driver.LedgerTransfer, err error) {
 	err = scanLedgerTransfer(r, &t)
 	return t, err
@@ -547,10 +543,6 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 		t.ExpiresAt = expires.UTC()
 	}
 	return nil
-}
-
-func queryLedgerAccounts(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.LedgerAccount, error) {
-	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), sql, args...)
 }
 
 // keyArrays splits keys into the tenants and ids arrays ledgerByKeys takes.

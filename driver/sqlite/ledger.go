@@ -271,10 +271,6 @@ func (d *Driver) LedgerTransfersList(ctx context.Context, tx driver.Tx, p *drive
 	return driver.Collect(ctx, tx, scanFoundTransfer, sqlLedgerTransfersList, p.Tenant, p.After, p.AccountID, p.Status, p.Limit)
 }
 
-func queryFoundTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerFoundTransfer, error) {
-	return driver.Collect(ctx, tx, scanFoundTransfer, query, args...)
-}
-
 // scanFoundTransfer decodes ledgerTransferCols and what a find adds.
 func scanFoundTransfer(r driver.Row) (t driver.LedgerFoundTransfer, err error) {
 	err = scanLedgerTransfer(r, &t.LedgerTransfer, &t.Reversed, &t.SettledBy, &t.Settled)
@@ -436,10 +432,6 @@ func scanLedgerTransferRow(r driver.Rows) (*driver.LedgerTransfer, *driver.Ledge
 		Amount: amount, Credit: *isCredit, CreatedAt: fromMicros(at), PendingChange: *change, PendingOnly: *only}, nil
 }
 
-func queryLedgerTransfers(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerTransfer, error) {
-	return driver.Collect(ctx, tx, scanTransfer, query, args...)
-}
-
 func scanTransfer(r driver.Row) (t driver.LedgerTransfer, err error) {
 	err = scanLedgerTransfer(r, &t)
 	return t, err
@@ -462,10 +454,6 @@ func scanLedgerTransfer(r driver.Row, t *driver.LedgerTransfer, extra ...any) er
 		t.ExpiresAt = fromMicros(*expires)
 	}
 	return nil
-}
-
-func queryLedgerAccounts(ctx context.Context, tx driver.Tx, query string, args ...any) ([]driver.LedgerAccount, error) {
-	return driver.Collect(ctx, tx, driver.Value(scanLedgerAccount), query, args...)
 }
 
 func scanLedgerAccount(r driver.Row) (*driver.LedgerAccount, error) {
