@@ -85,3 +85,9 @@ type DataKeyForgetParams struct {
 	Tenant string
 	Now    time.Time
 }
+
+// ScanMasterKeyCount decodes a row of DataKeyMasterKeys: the master key's
+// id and its data keys.
+func ScanMasterKeyCount(row Row) (c MasterKeyCount, err error) {
+	return c, row.Scan(&c.MasterKeyID, &c.DataKeys)
+}

@@ -49,20 +49,7 @@ func (d *Driver) DataKeyRewrap(ctx context.Context, tx driver.Tx, p *driver.Data
 }
 
 func (d *Driver) DataKeyMasterKeys(ctx context.Context, tx driver.Tx) ([]driver.MasterKeyCount, error) {
-	rows, err := tx.Query(ctx, sqlDataKeyMasterKeys)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.MasterKeyCount
-	for rows.Next() {
-		var c driver.MasterKeyCount
-		if err := rows.Scan(&c.MasterKeyID, &c.DataKeys); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return driver.Collect(ctx, tx, driver.ScanMasterKeyCount, sqlDataKeyMasterKeys)
 }
 
 func (d *Driver) DataKeyForget(ctx context.Context, tx driver.Tx, p *driver.DataKeyForgetParams) (int, error) {
@@ -71,23 +58,15 @@ func (d *Driver) DataKeyForget(ctx context.Context, tx driver.Tx, p *driver.Data
 }
 
 func queryDataKeys(ctx context.Context, tx driver.Tx, sql string, args ...any) ([]driver.DataKeyRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []driver.DataKeyRow
-	for rows.Next() {
-		var r driver.DataKeyRow
+	return driver.Collect(ctx, tx, func(row driver.Row) (r driver.DataKeyRow, err error) {
 		var forgotten, created int64
-		if err := rows.Scan(&r.Tenant, &r.Version, &r.MasterKeyID, &r.Wrapped, &forgotten, &created); err != nil {
-			return nil, err
+		if err := row.Scan(&r.Tenant, &r.Version, &r.MasterKeyID, &r.Wrapped, &forgotten, &created); err != nil {
+			return r, err
 		}
 		if forgotten != 0 {
 			r.ForgottenAt = fromMicros(forgotten)
 		}
 		r.CreatedAt = fromMicros(created)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, nil
+	}, sql, args...)
 }
