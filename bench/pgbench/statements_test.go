@@ -27,16 +27,11 @@ type use struct {
 // and the outbox's are the scripts' own renderings of statements the
 // driver builds from several pieces; they are not checked here.
 var uses = []use{
-	{"keeper_first.sql", "sqlKeyClaim", []string{"'tenant-a'", "'POST /v1/things'", "'pgb-' || :k",
-		"decode(repeat('ab', 32), 'hex')", "now()", "now() + interval '24 hours'"}},
-	{"keeper_first.sql", "sqlKeyRecord", []string{"'tenant-a'", "'POST /v1/things'", "'pgb-' || :k", "201", "NULL",
-		`convert_to('{"id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"posted","amount":1250,"currency":"EUR"}', 'UTF8')`}},
+	{"keeper_first.sql", "sqlKeyClaim", []string{"'tenant-a'", "'POST /v1/things'", "('pgb-' || :k)", "decode(repeat('ab', 32), 'hex')", "now()", "(now() + interval '24 hours')", "(now() - interval '30 days')"}},
+	{"keeper_first.sql", "sqlKeyRecord", []string{"'tenant-a'", "'POST /v1/things'", "('pgb-' || :k)", "201", "NULL", `convert_to('{"id":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"posted","amount":1250,"currency":"EUR"}', 'UTF8')`, "false"}},
 	{"keeper_replay.sql", "sqlKeyGet", []string{"'tenant-a'", "'POST /v1/things'", "'replay-' || :k"}},
-	{"transfer_first.sql", "sqlKeyClaim", []string{"'bench'", "'POST /v1/transfers'", "'pgb-' || :k",
-		"decode(repeat('ab', 32), 'hex')", "now()", "now() + interval '24 hours'"}},
-	{"transfer_first.sql", "sqlKeyRecord", []string{"'bench'", "'POST /v1/transfers'", "'pgb-' || :k", "201",
-		`convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8')`,
-		"convert_to(repeat('x', 280), 'UTF8')"}},
+	{"transfer_first.sql", "sqlKeyClaim", []string{"'bench'", "'POST /v1/transfers'", "('pgb-' || :k)", "decode(repeat('ab', 32), 'hex')", "now()", "(now() + interval '24 hours')", "(now() - interval '30 days')"}},
+	{"transfer_first.sql", "sqlKeyRecord", []string{"'bench'", "'POST /v1/transfers'", "('pgb-' || :k)", "201", `convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8')`, "convert_to(repeat('x', 280), 'UTF8')", "false"}},
 }
 
 func TestScriptsRunTheDriversStatements(t *testing.T) {

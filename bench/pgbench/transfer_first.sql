@@ -9,12 +9,14 @@
 \set b random(501, 1000)
 BEGIN;
 INSERT INTO idem_keys (scope, operation, key, fingerprint, created_at, expires_at)
-VALUES ('bench', 'POST /v1/transfers', 'pgb-' || :k, decode(repeat('ab', 32), 'hex'), now(), now() + interval '24 hours')
+SELECT 'bench'::text, 'POST /v1/transfers'::text, ('pgb-' || :k)::text, decode(repeat('ab', 32), 'hex')::bytea, now()::timestamptz, (now() + interval '24 hours')::timestamptz
+ WHERE NOT EXISTS (SELECT 1 FROM idem_tombstones
+                    WHERE scope = 'bench' AND id = idem_tombstone_id('bench', 'POST /v1/transfers', ('pgb-' || :k)) AND created_at > (now() - interval '30 days'))
 ON CONFLICT (scope, operation, key) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL,
+   SET fingerprint = EXCLUDED.fingerprint, status = 0, header = NULL, body = NULL, sealed = false,
        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
- WHERE idem_keys.expires_at <= EXCLUDED.created_at
-RETURNING true;
+ WHERE idem_keys.created_at <= (now() - interval '30 days')
+RETURNING idem_claimable(scope, operation, key, (now() - interval '30 days'));
 SELECT count(pg_advisory_xact_lock(hashtextextended('idem.ledger.transfer/bench/pgb-' || :k, 0)));
 SELECT max(debits_posted) FILTER (WHERE id = 'acc-' || :a) AS dd,
        max(sequence)      FILTER (WHERE id = 'acc-' || :a) AS ds,
@@ -61,9 +63,8 @@ INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, create
 SELECT * FROM unnest(ARRAY[gen_random_uuid()], ARRAY['bench'], ARRAY['transfer.created'], ARRAY['transfer/pgb-' || :k],
                      ARRAY[(:k::bigint % 64)::integer], ARRAY[convert_to(repeat('x', 180), 'UTF8')], ARRAY[NULL::bytea], ARRAY[now()]);
 WITH r AS (
-  UPDATE idem_keys SET status = 201, header = convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8'),
-         body = convert_to(repeat('x', 280), 'UTF8')
-   WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = 'pgb-' || :k
+  UPDATE idem_keys SET status = 201, header = convert_to('{"Content-Type":["application/json"],"Location":["/v1/transfers/x"]}', 'UTF8'), body = convert_to(repeat('x', 280), 'UTF8'), sealed = false
+   WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = ('pgb-' || :k)
   RETURNING 1)
 SELECT idem_expect((SELECT count(*) FROM r), 1, 'record outcome');
 COMMIT;
