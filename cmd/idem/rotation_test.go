@@ -20,10 +20,10 @@ import (
 )
 
 // TestRotationUnderLoad walks the master key rotation of docs/operations.md
-// ("Encryption at rest", "Rotation, without downtime") on two idem serve
-// processes sharing one PostgreSQL, each restarted in turn with the next
-// key file while the other serves, under a steady load of first arrivals
-// and replays from several clients over several tenants:
+// ("Encryption at rest", "Rotation, without downtime") under a steady load
+// of first arrivals and replays from several clients over several tenants.
+// On PostgreSQL two idem serve processes share the database, each
+// restarted in turn with the next key file while the other serves:
 //
 //  1. the new key added second everywhere (both processes hold both keys
 //     before either wraps with the new one);
@@ -34,6 +34,9 @@ import (
 //     load, and --check then exits 0;
 //  4. the old key dropped from both files.
 //
+// On SQLite one process serves; requests wait while it restarts, and idem
+// keys rotate writes beside it.
+//
 // No request gets a 5xx or a wrong answer (a client whose connection breaks
 // retries against the other process, as a load balancer does). Afterwards
 // every stored answer replays as it was first answered, every sealed
@@ -41,8 +44,17 @@ import (
 // row, which they open to do so; no data key needs the old master key.
 func TestRotationUnderLoad(t *testing.T) {
 	t.Parallel()
+	// One dialect at a time: each runs its own processes and load on the
+	// machine's cores.
+	t.Run("postgres", func(t *testing.T) { rotationUnderLoad(t, "postgres", 2) })
+	t.Run("sqlite", func(t *testing.T) { rotationUnderLoad(t, "sqlite", 1) })
+}
+
+// rotationUnderLoad is TestRotationUnderLoad on the dialect with procs
+// serve processes sharing the database.
+func rotationUnderLoad(t *testing.T, dialect string, procs int) {
 	ctx := context.Background()
-	db := dbURL(t, "postgres")
+	db := dbURL(t, dialect)
 	oldKey, newKey := masterKey(t, "k-old"), masterKey(t, "k-new")
 	var (
 		oldOnly    = writeKeyFile(t, oldKey)
@@ -66,54 +78,61 @@ func TestRotationUnderLoad(t *testing.T) {
 			"--relay-lease", "3s")
 	}
 	f := &fleet{t: t}
-	f.add(serveWith(oldOnly)) // migrates the database first
-	f.add(serveWith(oldOnly))
+	for range procs {
+		f.add(serveWith(oldOnly)) // the first migrates the database
+	}
+	d, err := storage.OpenExisting(ctx, db, true) // read-only: it reads rows the processes wrote
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
 
 	l := &rotationLoad{f: f, tenants: tenants, answers: map[string]answer{}}
 	l.active.Store(2)
 	stop := l.start(4)
 	defer stop() // also when the test fails early
 	l.progress(t, 40)
+	// roll restarts the processes from slot from on, in turn, with the key
+	// file.
+	roll := func(from int, keyFile string) {
+		t.Helper()
+		for i := from; i < procs; i++ {
+			f.roll(i, func() *proc { return serveWith(keyFile) })
+			l.progress(t, 30)
+		}
+	}
 
 	// Step 1: the new key second, process by process.
 	l.active.Store(4)
-	f.roll(0, serveWith(newSecond))
-	l.progress(t, 30)
-	f.roll(1, serveWith(newSecond))
-	l.progress(t, 30)
+	roll(0, newSecond)
 
-	// Step 2: the new key first, process by process. Between the two
-	// restarts, a tenant's first data key made by the process that wraps
-	// with the new key is opened by the one that does not yet: that is
-	// why step 1 comes first.
-	f.roll(0, serveWith(newFirst))
-	d, err := storage.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	a, b := f.at(0), f.at(1)
-	fresh := tenants[4]
-	first := l.send(t, a.URL, fresh, "rot-fresh", `{"id":"fresh","currency":"EUR"}`)
-	again := l.send(t, b.URL, fresh, "rot-fresh", `{"id":"fresh","currency":"EUR"}`)
+	// Step 2: the new key first, process by process. Between the first
+	// two restarts, a tenant's first data key made by the process that
+	// wraps with the new key is opened by the one that does not yet: that
+	// is why step 1 comes first.
+	f.roll(0, func() *proc { return serveWith(newFirst) })
+	l.progress(t, 30)
+	a, b := f.at(0), f.at(procs-1) // on SQLite, a and b are the one process
+	fresh, body := tenants[4], `{"id":"fresh","currency":"EUR"}`
+	first := l.send(t, a.URL, fresh, "rot-fresh", body)
+	again := l.send(t, b.URL, fresh, "rot-fresh", body)
 	if first.Status != http.StatusCreated || again.Status != http.StatusCreated || !bytes.Equal(first.Body, again.Body) ||
 		again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("a new tenant's answer stored by the process wrapping with the new key, replayed by the other: %d %s, then %d %v %s",
 			first.Status, first.Body, again.Status, again.Header, again.Body)
 	}
-	l.remember("rot-fresh", fresh, `{"id":"fresh","currency":"EUR"}`, first)
-	if r := l.send(t, b.URL, fresh, "rot-fresh-2", `{"id":"fresh-2","currency":"EUR"}`); r.Status != http.StatusCreated {
-		t.Fatalf("the process wrapping with the old key seals under a data key wrapped with the new one: %d %s", r.Status, r.Body)
+	l.remember("rot-fresh", fresh, body, first)
+	body = `{"id":"fresh-2","currency":"EUR"}`
+	if r := l.send(t, b.URL, fresh, "rot-fresh-2", body); r.Status != http.StatusCreated {
+		t.Fatalf("the process wrapping with the old key sealing under a data key wrapped with the new one: %d %s", r.Status, r.Body)
 	} else {
-		l.remember("rot-fresh-2", fresh, `{"id":"fresh-2","currency":"EUR"}`, r)
+		l.remember("rot-fresh-2", fresh, body, r)
 	}
 	if got := masterKeyOf(t, d, tenantName(4)); got != "k-new" {
 		t.Fatalf("tenant %s's data key is wrapped under %q, want k-new (made by the process with the new key first)", tenantName(4), got)
 	}
 	l.active.Store(6)
-	l.progress(t, 30)
-	f.roll(1, serveWith(newFirst))
-	l.progress(t, 30)
+	roll(1, newFirst)
 
 	// Step 3: rotate during the load. No process wraps with the old key
 	// any more, so what needs re-wrapping is fixed now.
@@ -144,15 +163,12 @@ func TestRotationUnderLoad(t *testing.T) {
 	}
 
 	// Step 4: the old key removed, process by process.
-	f.roll(0, serveWith(newOnly))
-	l.progress(t, 30)
-	f.roll(1, serveWith(newOnly))
-	l.progress(t, 30)
+	roll(0, newOnly)
 	stop()
 
 	s := l.summary()
-	t.Logf("%d requests (%d first arrivals, %d replays), %d retried against the other process after a broken connection, %d 5xx, %d wrong",
-		s.requests, s.firsts, s.replays, s.retried, s.serverErrors, len(s.wrong))
+	t.Logf("%s: %d requests (%d first arrivals, %d replays), %d retried against the other process after a broken connection, %d 5xx, %d wrong",
+		dialect, s.requests, s.firsts, s.replays, s.retried, s.serverErrors, len(s.wrong))
 	if s.serverErrors > 0 || len(s.wrong) > 0 {
 		t.Fatalf("%d 5xx, %d wrong answers during the rotation; first: %s", s.serverErrors, len(s.wrong), s.wrong[0])
 	}
@@ -161,7 +177,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	// answered; they are the only answers stored, all sealed.
 	for i, key := range l.keys() {
 		want := l.answers[key]
-		r := l.send(t, f.at(i%2).URL, want.tenant, key, want.body)
+		r := l.send(t, f.at(i%procs).URL, want.tenant, key, want.body)
 		if r.Status != http.StatusCreated || !bytes.Equal(r.Body, want.resp.Body) || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("%s after the rotation: %d %v %s; first answered %s", key, r.Status, r.Header, r.Body, want.resp.Body)
 		}
@@ -273,10 +289,10 @@ func (f *fleet) done(p *proc) {
 	f.cond.Broadcast()
 }
 
-// roll restarts slot i's process as next: out of rotation, drained,
-// stopped (SIGTERM, a graceful stop), replaced and back in rotation. The
-// other processes serve meanwhile.
-func (f *fleet) roll(i int, next *proc) {
+// roll restarts slot i's process: out of rotation, drained, stopped
+// (SIGTERM, a graceful stop), replaced by what next starts and back in
+// rotation. The other processes serve meanwhile.
+func (f *fleet) roll(i int, next func() *proc) {
 	f.t.Helper()
 	f.mu.Lock()
 	f.out[i] = true
@@ -289,8 +305,9 @@ func (f *fleet) roll(i int, next *proc) {
 	if err := old.wait(time.Minute); err != nil {
 		f.t.Fatalf("serve in slot %d stopped with %v:\n%s", i, err, old.Stderr())
 	}
+	p := next()
 	f.mu.Lock()
-	f.slots[i] = next
+	f.slots[i] = p
 	delete(f.out, i)
 	f.cond.Broadcast()
 	f.mu.Unlock()
