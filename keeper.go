@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem/internal/benchknob"
 	"github.com/idemhq/idem/internal/failpoint"
 	"github.com/idemhq/idem/internal/tracing"
+	"github.com/idemhq/idem/seal"
 )
 
 // Keeper claims keys, runs work once, and stores and replays outcomes.
@@ -134,6 +135,15 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			return k.replay(ctx, req.Key, rec, fp, k.cfg.Clock())
 		case err != nil && !errors.Is(err, driver.ErrNotFound) && !errors.Is(err, errReadSkipped):
 			return Result{}, err
+		}
+	}
+
+	// A Sealer that writes the first time it seals for a tenant (a new
+	// data key) does so now, before the attempt's transaction holds
+	// SQLite's one writer, or a PostgreSQL connection (seal.Preparer).
+	if p, ok := k.cfg.Sealer.(seal.Preparer); ok {
+		if err := p.Prepare(ctx, req.Key.Scope); err != nil {
+			return Result{}, fmt.Errorf("idem: prepare to seal tenant %q's outcomes: %w", req.Key.Scope, err)
 		}
 	}
 

@@ -1,12 +1,15 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
@@ -209,6 +212,49 @@ func TestSealedForgottenTenant(t *testing.T) {
 		}
 		if runs.Load() != 2 || countRows(t, d, "biz") != 2 {
 			t.Fatalf("runs %d, biz rows %d; want 2, 2", runs.Load(), countRows(t, d, "biz"))
+		}
+	})
+}
+
+// A keeper sealing with a real Envelope (idem serve's Sealer) stores a
+// tenant's first outcome although the Envelope must first store the
+// tenant's data key: it does so before the keeper's transaction begins
+// (seal.Preparer), not inside it, where on SQLite it would wait for the
+// writer that transaction holds until the deadline. Every tenant's
+// outcomes replay.
+func TestSealedWithEnvelopeFirstOutcome(t *testing.T) {
+	sealtest.Each(t, func(t *testing.T, d driver.Driver, _ string) {
+		setup(t, d)
+		src, err := seal.ParseKeyFile("keys", []byte("k1:"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, seal.DataKeyBytes))+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := seal.New(d, src, seal.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := newKeeper(t, d, idem.Config{Sealer: env})
+		var runs atomic.Int64
+		for _, tenant := range []string{"tenant-a", "tenant-b"} {
+			r := req(tenant+"-first", `{}`)
+			r.Key.Scope = tenant
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			first, err := k.Do(ctx, r, markerWork(&runs, tenant))
+			if err != nil {
+				cancel()
+				t.Fatalf("%s's first outcome: %v", tenant, err)
+			}
+			again, err := k.Do(ctx, r, markerWork(&runs, tenant))
+			cancel()
+			if err != nil || !again.Replayed || !bytes.Equal(again.Body, first.Body) {
+				t.Fatalf("%s's replay: %v %v %q, want %q", tenant, err, again.Replayed, again.Body, first.Body)
+			}
+		}
+		if runs.Load() != 2 {
+			t.Fatalf("work ran %d times for two keys", runs.Load())
+		}
+		if rows := countRows(t, d, "idem_data_keys"); rows != 2 {
+			t.Fatalf("%d data keys for two tenants", rows)
 		}
 	})
 }

@@ -159,6 +159,18 @@ func (e *Envelope) Seal(ctx context.Context, table, tenant, key string, plaintex
 	return dk.aead.Seal(out, out[5:headerBytes], plaintext, ad), nil
 }
 
+// Prepare makes sure the tenant has a live data key, creating one as Seal
+// would, so that Seals in a write transaction begun afterwards need no
+// write of their own (Preparer). With the tenant's keys cached it does no
+// database round trip; once they are older than Config.Recheck, a Seal
+// reads them again with a read-only transaction, which SQLite's writer
+// does not block. Only a forget between Prepare and Seal makes that Seal
+// create a key, and so write, again.
+func (e *Envelope) Prepare(ctx context.Context, tenant string) error {
+	_, err := e.keys(ctx, tenant, 0, true)
+	return err
+}
+
 // Open decrypts what Seal returned for the same table, tenant and key.
 func (e *Envelope) Open(ctx context.Context, table, tenant, key string, sealed []byte) ([]byte, error) {
 	if len(sealed) < headerBytes+maxTagLength {

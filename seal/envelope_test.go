@@ -421,3 +421,52 @@ func TestEnvelopeHotPathSkipsDatabase(t *testing.T) {
 		}
 	})
 }
+
+// A tenant prepared before a write transaction begins is sealed inside it
+// without a write of its own: on SQLite the transaction holds the one
+// writer, and a Seal that had to store the tenant's data key then would
+// wait for it until the deadline. Prepare creates the key once, and a
+// Seal after the cached keys' Recheck reads them without the writer.
+func TestEnvelopePrepareBeforeWriteTransaction(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		c := newClock()
+		e := newEnvelope(t, d, source(t, "k1"), c)
+		var _ seal.Preparer = e
+		for _, tenant := range []string{"acme", "globex"} {
+			if err := e.Prepare(ctx, tenant); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Prepare(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if rows := dataKeys(t, d, "acme"); len(rows) != 1 || rows[0].Version != 1 {
+			t.Fatalf("acme's data keys after two Prepares: %+v", rows)
+		}
+		tx, err := d.Begin(ctx, driver.BeginOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		a, err := e.Seal(sctx, "idem_keys", "acme", "k", []byte("in the transaction"))
+		if err != nil {
+			t.Fatalf("Seal inside a write transaction, tenant prepared: %v", err)
+		}
+		c.Add(seal.DefaultRecheck) // the cached keys are read again
+		g, err := e.Seal(sctx, "idem_keys", "globex", "k", []byte("after the recheck"))
+		if err != nil {
+			t.Fatalf("Seal inside a write transaction after the recheck: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for tenant, s := range map[string][]byte{"acme": a, "globex": g} {
+			if _, err := e.Open(ctx, "idem_keys", tenant, "k", s); err != nil {
+				t.Fatalf("%s: %v", tenant, err)
+			}
+		}
+	})
+}

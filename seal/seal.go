@@ -25,6 +25,22 @@ type Sealer interface {
 	Open(ctx context.Context, table, tenant, key string, sealed []byte) ([]byte, error)
 }
 
+// A Preparer is a Sealer whose first Seal for a tenant may need a write
+// transaction of its own: Envelope stores the tenant's new data key.
+// Prepare does that write now, before the caller begins the write
+// transaction its Seals run in, so that they need no second one. On
+// SQLite, whose one writer the caller's transaction holds, a second write
+// transaction would wait for the first to end, until the caller's
+// deadline; on PostgreSQL it takes a second connection from the pool.
+//
+// A caller that seals inside a transaction it begins (the keeper's Do and
+// Batcher) calls Prepare for the tenant first when its Sealer is a
+// Preparer.
+type Preparer interface {
+	// Prepare makes sure that a Seal for the tenant needs no write.
+	Prepare(ctx context.Context, tenant string) error
+}
+
 var (
 	// ErrForgotten: the tenant's data key was destroyed (idem tenants
 	// forget); what was sealed under it can never be read again.
