@@ -60,6 +60,7 @@ var imports = map[string]string{
 	"inbox":       "github.com/idemhq/idem/inbox",
 	"ledger":      "github.com/idemhq/idem/ledger",
 	"outbox":      "github.com/idemhq/idem/outbox",
+	"seal":        "github.com/idemhq/idem/seal",
 	"webhookout":  "github.com/idemhq/idem/outbox/webhookout",
 	"webhook":     "github.com/idemhq/idem/webhook",
 	"drivertest":  "github.com/idemhq/idem/internal/drivertest",
