@@ -294,11 +294,7 @@ func (g *tenantGate) serve() {
 
 // gatedDriver is a driver whose transactions on a tenant's behalf take a
 // slot of a tenantGate first: those begun under a request's context (its
-// tenant). A group-commit batch's transaction (one whose context carries
-// its scope, idem.ScopeFrom) passes ungated: the Batcher's admission
-// already chose its scope's turn and bounds its transactions
-// (BatchConfig.Concurrency and Share), and one authority decides each
-// request's turn. Where reads and writes
+// tenant) or a group-commit batch's (its scope). Where reads and writes
 // share one pool (PostgreSQL) one gate of the pool's size serves both;
 // where the writers are a pool of their own (SQLite's one writer beside
 // its readers) each pool has its gate. Those of no tenant (the relay, the
@@ -345,10 +341,10 @@ func waitCounter(kind, what string) *prometheus.CounterVec {
 func (d *gatedDriver) Unwrap() driver.Driver { return d.Driver }
 
 func (d *gatedDriver) Begin(ctx context.Context, opts driver.BeginOptions) (driver.TxCloser, error) {
-	if _, batch := idem.ScopeFrom(ctx); batch {
-		return d.Driver.Begin(ctx, opts)
+	tenant, ok := idem.ScopeFrom(ctx)
+	if !ok {
+		tenant = tenantFrom(ctx)
 	}
-	tenant := tenantFrom(ctx)
 	if tenant == "" {
 		return d.Driver.Begin(ctx, opts)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
 	"github.com/idemhq/idem/ledger"
@@ -447,32 +446,6 @@ func TestTenantWriteGateDriver(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = tx.Rollback(c.ctx)
-		}
-
-		// A group-commit batch's transaction passes ungated: the
-		// Batcher's admission chose its turn.
-		k, err := idem.New(gd, idem.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		held := -1
-		b, err := idem.NewBatcher(k, func(ctx context.Context, tx driver.Tx, items []string) ([]idem.ItemResult, error) {
-			held = inUse()
-			if _, err := l.CreateAccount(ctx, tx, "t1", ledger.NewAccount{ID: items[0], Currency: "EUR"}); err != nil {
-				return nil, err
-			}
-			return []idem.ItemResult{{Outcome: idem.Outcome{Status: 201}}}, nil
-		}, idem.BatchConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close(context.Background())
-		key := idem.Key{Scope: "t1", Operation: "POST /v1/accounts", Key: "gate-batch"}
-		if _, err := b.Do(ctx, idem.Request{Key: key, Body: []byte(`{}`)}, "gate-3"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.GetAccount(ctx, d.Reader(), ledger.AccountQuery{Tenant: "t1", ID: "gate-3"}); err != nil || held != 0 {
-			t.Fatalf("a batch's transaction held %d gate slots (want 0); its account: %v", held, err)
 		}
 	})
 }

@@ -186,9 +186,9 @@ func New(ctx context.Context, cfg config.Config, d driver.Driver, log *slog.Logg
 
 // writeCapacity is how many write transactions the tenants share (the
 // write gate's slots): SQLite's one writer, or the whole PostgreSQL pool,
-// whose slots the reads share. Group commit's batches pass the gate (the
-// Batcher's admission shares them) and take their connections from the
-// same pool.
+// whose slots the reads share.
+// Not the pool less group commit's connections: the batches are gated
+// too, under their tenant, so a tenant's batches count in its share.
 func writeCapacity(d driver.Driver) int {
 	if w, ok := driver.Optional[driver.WriterBound](d); ok && w.Writers() > 0 {
 		return w.Writers()
