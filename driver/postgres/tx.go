@@ -214,19 +214,41 @@ func unread(sql string, args ...any) step {
 // two statements of the same round trip, one that sets plan_cache_mode and
 // one that restores the transaction's own, so that the statements around
 // them, the user's among them, are planned as the user's session says.
-func generic(steps ...step) []step {
-	on, off := unread(sqlGenericOn), unread(sqlGenericOff)
-	on.plan, off.plan = true, true
+func generic(steps ...step) []step { return planned(sqlGenericOn, sqlGenericOff, steps) }
+
+// custom wraps steps as generic does, under plans made for their
+// arguments each time that read tables through their indexes only: for
+// statements that each want a few rows, by key or in the order of an index
+// up to a LIMIT (the deliverer's step), whatever the planner's statistics
+// say. A plan made from a small table's statistics, or none, read a whole
+// backlog by a sequential or bitmap scan, and sorted it, in every step.
+// Planning costs little beside such a statement's run.
+func custom(steps ...step) []step { return planned(sqlCustomOn, sqlCustomOff, steps) }
+
+// planned wraps steps between on, which sets the planner's settings, and
+// off, which restores the transaction's own.
+func planned(on, off string, steps []step) []step {
+	set, reset := unread(on), unread(off)
+	set.plan, reset.plan = true, true
 	out := make([]step, 0, len(steps)+2)
-	out = append(out, on)
+	out = append(out, set)
 	out = append(out, steps...)
-	return append(out, off)
+	return append(out, reset)
 }
 
 const (
 	sqlGenericOn = `SELECT set_config('idem.plan_cache_mode', current_setting('plan_cache_mode'), true),
        set_config('plan_cache_mode', 'force_generic_plan', true)`
 	sqlGenericOff = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true)`
+	sqlCustomOn   = `SELECT set_config('idem.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('idem.enable_seqscan', current_setting('enable_seqscan'), true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('idem.enable_bitmapscan', current_setting('enable_bitmapscan'), true),
+       set_config('enable_bitmapscan', 'off', true)`
+	sqlCustomOff = `SELECT set_config('plan_cache_mode', current_setting('idem.plan_cache_mode'), true),
+       set_config('enable_seqscan', current_setting('idem.enable_seqscan'), true),
+       set_config('enable_bitmapscan', current_setting('idem.enable_bitmapscan'), true)`
 )
 
 // pipeline runs steps in order in tx and gives each its rows: in one round

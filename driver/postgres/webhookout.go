@@ -56,7 +56,10 @@ ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 // deliverer's round trips, not the rows, bounded the deliveries a second.
 
 // sqlWebhookDeliveryFinish records outcomes on the deliveries the owner
-// still leases and logs an attempt for each it recorded.
+// still leases and logs an attempt for each it recorded. A leased row is
+// pending (only the claim sets owner, and every change of state clears
+// it), so owner alone finds it, through the primary key: a condition on
+// state would let a plan read every pending row through the due index.
 const sqlWebhookDeliveryFinish = `
 WITH fin AS (
   UPDATE idem_webhook_deliveries d
@@ -65,7 +68,7 @@ WITH fin AS (
     FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[], $6::integer[], $7::text[],
                 $8::bigint[], $9::text[])
       AS u(endpoint_id, event_id, state, attempts, next_at, status, err, latency_ms, response)
-   WHERE d.endpoint_id = u.endpoint_id AND d.event_id = u.event_id AND d.owner = $11 AND d.state = 'pending'
+   WHERE d.endpoint_id = u.endpoint_id AND d.event_id = u.event_id AND d.owner = $11
   RETURNING d.tenant, d.endpoint_id, d.event_id, u.attempts, u.status, u.latency_ms, u.response, u.err),
 logged AS (
   INSERT INTO idem_webhook_attempts (tenant, endpoint_id, event_id, attempt, at, status, latency_ms, response, error)
@@ -82,19 +85,22 @@ RETURNING e.id, e.failing_since`
 const sqlWebhookDeliveryRelease = `
 UPDATE idem_webhook_deliveries d SET next_at = $3, owner = ''
   FROM unnest($1::text[], $2::text[]) AS k(endpoint_id, event_id)
- WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.owner = $4 AND d.state = 'pending'`
+ WHERE d.endpoint_id = k.endpoint_id AND d.event_id = k.event_id AND d.owner = $4`
 
 // sqlWebhookDeliveryClaim reads at most $5 due rows, skipping those
 // other workers lock, keeps of each endpoint as many as it has free slots
 // ($6, the bound, less its attempts in flight: $3 and $4), at most $7 in
 // all, the earliest first, and leases them, returning each with its
-// endpoint. An endpoint at its bound ($2) is left out of the read.
+// endpoint. An endpoint at its bound ($2) is left out of the read. The
+// due rows are read in the due index's order up to the LIMIT, whatever
+// the backlog: the endpoint's state is a filter on each (a subquery), not
+// a join, which a plan could run as a hash of every due row, sorted.
 const sqlWebhookDeliveryClaim = `
 WITH due AS (
   SELECT d.endpoint_id, d.event_id, d.next_at
     FROM idem_webhook_deliveries d
-    JOIN idem_webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
    WHERE d.state = 'pending' AND d.next_at <= $1 AND NOT (d.endpoint_id = ANY($2::text[]))
+     AND (SELECT e.enabled FROM idem_webhook_endpoints e WHERE e.id = d.endpoint_id)
    ORDER BY d.next_at
    LIMIT $5
      FOR UPDATE OF d SKIP LOCKED),
@@ -282,7 +288,7 @@ func (d *Driver) WebhookDeliveryStep(ctx context.Context, tx driver.Tx, p *drive
 	if len(steps) == 0 {
 		return res, nil
 	}
-	return res, pipeline(ctx, tx, generic(steps...)...)
+	return res, pipeline(ctx, tx, custom(steps...)...)
 }
 
 func (d *Driver) WebhookDeliveryStepCommit(ctx context.Context, tx driver.TxCloser, p *driver.WebhookDeliveryStepParams) (*driver.WebhookDeliveryStepResult, error) {
@@ -296,7 +302,7 @@ func (d *Driver) WebhookDeliveryStepCommit(ctx context.Context, tx driver.TxClos
 	}
 	res, steps := webhookStepSteps(p)
 	if len(steps) > 0 {
-		steps = generic(steps...)
+		steps = custom(steps...)
 	}
 	if err := t.commitAfter(ctx, steps...); err != nil {
 		return nil, err
