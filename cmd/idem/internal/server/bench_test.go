@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemhq/idem/internal/config"
@@ -23,12 +24,18 @@ import (
 // newBenchServer is the service on a fresh database of the dialect, behind
 // a real loopback HTTP server.
 func newBenchServer(b *testing.B, dialect string) *httptest.Server {
+	// As serve without a trace exporter (cmd/idem/tracing.go).
+	return newBenchServerWith(b, dialect, tracenoop.NewTracerProvider())
+}
+
+// newBenchServerWith is newBenchServer with tp as the process's tracer
+// provider while b runs.
+func newBenchServerWith(b *testing.B, dialect string, tp trace.TracerProvider) *httptest.Server {
 	b.Helper()
 	cfg := config.Default()
 	cfg.Relay = false // measured apart (outbox benchmarks)
-	// As serve without a trace exporter (cmd/idem/tracing.go).
 	saved := otel.GetTracerProvider()
-	otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	otel.SetTracerProvider(tp)
 	b.Cleanup(func() { otel.SetTracerProvider(saved) })
 	s, err := New(context.Background(), cfg, drivertest.Open(b, dialect), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {

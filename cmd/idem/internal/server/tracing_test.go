@@ -34,7 +34,7 @@ var (
 	spans     *tracetest.InMemoryExporter
 )
 
-func traceSpans(t *testing.T) *tracetest.InMemoryExporter {
+func traceSpans(t testing.TB) *tracetest.InMemoryExporter {
 	t.Helper()
 	spansOnce.Do(func() {
 		spans = tracetest.NewInMemoryExporter()
