@@ -55,7 +55,12 @@ type Config struct {
 	// stays readable. Records stored before it was set still replay. A
 	// sealed record read without one is ErrNoSealer, and one whose tenant
 	// was forgotten is seal.ErrForgotten (ErrForgotten); neither runs the
-	// work again. Default nil: outcomes are stored as they are.
+	// work again. Do and the Batcher call a seal.Preparer's Prepare for
+	// the tenant before their transaction begins; DoTx seals in the
+	// caller's transaction, so the caller calls Prepare before beginning
+	// it (on SQLite a tenant's first data key, written inside it, would
+	// wait for the writer that transaction holds). Default nil: outcomes
+	// are stored as they are.
 	Sealer seal.Sealer
 	// TracerProvider receives the keeper's spans: idem.Do around each
 	// call, idem.claim around the key's claim, idem.wait while a copy

@@ -176,8 +176,11 @@ type Config struct {
 	// RelayConfig.Sealer before publishing, so brokers and endpoints get
 	// the plaintext. Rows written before it was set stay readable. A
 	// sealed row read without one fails with idem.ErrNoSealer, and one of
-	// a forgotten tenant with seal.ErrForgotten. Default nil: stored as
-	// they are.
+	// a forgotten tenant with seal.ErrForgotten. Enqueue seals in the
+	// caller's transaction: with a seal.Preparer, call its Prepare for the
+	// tenant before beginning it (on SQLite a tenant's first data key,
+	// written inside it, would wait for the writer it holds). Default nil:
+	// stored as they are.
 	Sealer seal.Sealer
 	// TracerProvider receives the outbox.Enqueue span, whose context each
 	// enqueued row stores. Default otel.GetTracerProvider(), the API's
