@@ -88,13 +88,20 @@ func TestLedgerLookupsUseTheWholeKey(t *testing.T) {
 // EXPLAIN ANALYZE.
 func planOf(t *testing.T, conn *pgx.Conn, mode, sql, args string) string {
 	t.Helper()
+	return planUnder(t, conn, `SET LOCAL plan_cache_mode = `+mode, sql, args)
+}
+
+// planUnder is planOf with settings, a statement, run first in the
+// transaction.
+func planUnder(t *testing.T, conn *pgx.Conn, settings, sql, args string) string {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // the EXPLAIN ANALYZE's writes go
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+	if _, err := tx.Exec(ctx, settings); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `PREPARE q AS `+sql); err != nil {

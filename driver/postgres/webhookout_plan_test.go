@@ -42,29 +42,6 @@ func TestWebhookStepPlansReadOnlyWhatTheyWant(t *testing.T) {
 	exec(`UPDATE idem_webhook_deliveries SET owner = 'me', next_at = now() + interval '1 minute'
 	       WHERE event_id BETWEEN 'ev00003000' AND 'ev00003027'`)
 
-	plan := func(sql, args string) string {
-		t.Helper()
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck // the EXPLAIN ANALYZE's writes go
-		if _, err := tx.Exec(ctx, sqlCustomOn); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `PREPARE q AS `+sql); err != nil {
-			t.Fatalf("prepare: %v\n%s", err, sql)
-		}
-		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE q(`+args+`)`)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, sql)
-		}
-		text := readPlan(t, rows)
-		if _, err := tx.Exec(ctx, `DEALLOCATE q`); err != nil {
-			t.Fatal(err)
-		}
-		return text
-	}
 	// EXECUTE takes no subqueries: the keys are read first.
 	var endpoints, events string
 	if err := conn.QueryRow(ctx, `SELECT array_agg(endpoint_id ORDER BY event_id)::text, array_agg(event_id ORDER BY event_id)::text
@@ -82,7 +59,7 @@ func TestWebhookStepPlansReadOnlyWhatTheyWant(t *testing.T) {
 			 now(), 'me'`},
 		{"release", sqlWebhookDeliveryRelease, `'` + endpoints + `', '` + events + `', now(), 'me'`},
 	} {
-		text := plan(s.sql, s.args)
+		text := planUnder(t, conn.Conn(), sqlCustomOn, s.sql, s.args)
 		if strings.Contains(text, "Bitmap") || strings.Contains(text, "Seq Scan on idem_webhook_deliveries") ||
 			strings.Contains(text, "Sort Key: d_1.next_at") || strings.Contains(text, "Rows Removed by Join Filter") {
 			t.Errorf("%s: the plan reads more of the backlog than it wants:\n%s", s.name, text)
