@@ -157,6 +157,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		db        = l.str("db", "", "database of the chaos servers (postgres://…)")
 		servers   = l.int("servers", 2, "chaos servers running at once")
 		killEvery = l.dur("kill-every", 3*time.Second, "mean interval between SIGKILLs (jittered ±50%)")
+		killCount = l.int("chaos-kills", 0, "stop after this many server kills, and end the main phase once the last killed server serves again (--duration still bounds it; 0: no limit)")
 		serveCfg  = l.str("serve-config", "", "configuration file the chaos servers read (serve --config): the webhook endpoints")
 		dbRestart = l.str("chaos-db-restart", "", "shell command (sh -c) that restarts the database, run at random intervals, e.g. 'scripts/pg restart DIR'")
 		dbEvery   = l.dur("chaos-db-every", 20*time.Second, "mean interval between database restarts (jittered ±50%)")
@@ -226,6 +227,9 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *serveCfg != "" && !*chaosRun {
 			return errors.New("load: --serve-config configures the servers --chaos runs; a --target service reads its own --config")
 		}
+		if *killCount != 0 && !*chaosRun {
+			return errors.New("load: --chaos-kills counts the server kills of --chaos: add --chaos")
+		}
 		if *dbRestart != "" && !*chaosRun {
 			return errors.New("load: --chaos-db-restart restarts the database under the servers --chaos runs: add --chaos")
 		}
@@ -257,7 +261,7 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				args = append(args, "--config", p)
 			}
 			sup, err = chaos.Start(ctx, chaos.Config{Bin: *serveBin, DB: *db, Servers: *servers,
-				KillEvery: *killEvery, Log: cfg.Progress, Seed: int64(*seed), Args: args,
+				KillEvery: *killEvery, Kills: *killCount, Log: cfg.Progress, Seed: int64(*seed), Args: args,
 				DBRestart: *dbRestart, DBEvery: *dbEvery, DBTimeout: *dbTimeout,
 				Failover: *failover, FailoverEvery: *failEvery, Failovers: *failCount,
 				NATS: *chaosNATS, NATSEvery: *natsEvery, NATSDown: *natsDown})
@@ -267,9 +271,12 @@ func loadCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			defer sup.Close()
 			cfg.Pool = sup.Pool()
 			cfg.Faults = sup.Faults
-			if *failCount > 0 {
-				n := *failCount
-				cfg.Enough = func() bool { return sup.Failovers() >= n }
+			if *failCount > 0 || *killCount > 0 {
+				// The main phase ends once every fault counted has had
+				// its count, each finished: a failover completed, a
+				// killed server serving again.
+				kills, failovers := *killCount, *failCount
+				cfg.Enough = func() bool { return sup.Restarted() >= kills && sup.Failovers() >= failovers }
 			}
 			cfg.Targets = nil
 			if *chaosNATS {

@@ -40,6 +40,10 @@ type Config struct {
 	// KillEvery is the mean interval between SIGKILLs, jittered ±50%.
 	// Default 3s; bound 100ms..1h.
 	KillEvery time.Duration
+	// Kills, when above 0, is how many SIGKILLs the run makes: the
+	// schedule stops after that many, each server killed started again.
+	// Default 0: no limit; bound 0..1000.
+	Kills int
 	// Env is added to the servers' environment.
 	Env []string
 	// Args are added to every server's command line after `serve --addr
@@ -145,6 +149,8 @@ func (c Config) validate() error {
 		return errors.New("load: chaos with several servers needs a postgres:// database; use --servers 1 for SQLite")
 	case c.KillEvery < 100*time.Millisecond || c.KillEvery > time.Hour:
 		return fmt.Errorf("load: kill interval %s is outside 100ms..1h", c.KillEvery)
+	case c.Kills < 0 || c.Kills > 1000:
+		return fmt.Errorf("load: chaos kills %d is outside 0..1000", c.Kills)
 	case c.StartTimeout < time.Second || c.StartTimeout > 10*time.Minute:
 		return fmt.Errorf("load: start timeout %s is outside 1s..10m", c.StartTimeout)
 	case len(c.Args) > 64:
@@ -190,6 +196,7 @@ type Supervisor struct {
 	mu         sync.Mutex
 	servers    []*server
 	kills      int
+	restarted  int // the killed servers started again and back in the pool
 	dbRestarts int
 	failovers  int
 	natsKills  int
@@ -258,6 +265,14 @@ func (s *Supervisor) Kills() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.kills
+}
+
+// Restarted is how many SIGKILLed servers were started again and are
+// back in the pool: the kills that completed.
+func (s *Supervisor) Restarted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarted
 }
 
 // Failovers is how many failover commands completed.
@@ -420,7 +435,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 				case <-time.After(d):
 				}
 				if err := step(); err != nil {
-					if err != errFailoversDone {
+					if err != errScheduleDone {
 						s.logf("%v", err)
 					}
 					return
@@ -428,7 +443,15 @@ func (s *Supervisor) Run(ctx context.Context) {
 			}
 		})
 	}
-	every(s.cfg.KillEvery, s.rnd, func() error { return s.killOne(ctx) })
+	every(s.cfg.KillEvery, s.rnd, func() error {
+		if err := s.killOne(ctx); err != nil {
+			return err
+		}
+		if s.cfg.Kills > 0 && s.Kills() >= s.cfg.Kills {
+			return errScheduleDone
+		}
+		return nil
+	})
 	if s.cfg.DBRestart != "" {
 		every(s.cfg.DBEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 17)), func() error {
 			s.runDBCommand(ctx, "db_restart", s.cfg.DBRestart, &s.dbRestarts)
@@ -439,7 +462,7 @@ func (s *Supervisor) Run(ctx context.Context) {
 		every(s.cfg.FailoverEvery, rand.New(rand.NewPCG(uint64(s.cfg.Seed), 23)), func() error {
 			s.runDBCommand(ctx, "failover", s.cfg.Failover, &s.failovers)
 			if s.cfg.Failovers > 0 && s.Failovers() >= s.cfg.Failovers {
-				return errFailoversDone
+				return errScheduleDone
 			}
 			return nil
 		})
@@ -454,8 +477,9 @@ func (s *Supervisor) Run(ctx context.Context) {
 	}()
 }
 
-// errFailoversDone ends the failover schedule after Config.Failovers.
-var errFailoversDone = errors.New("load: chaos: failovers done")
+// errScheduleDone ends a fault's schedule once it has made the count it
+// was asked for (Config.Kills, Config.Failovers).
+var errScheduleDone = errors.New("load: chaos: schedule done")
 
 // killOne SIGKILLs a random server and starts a new one in its place. The
 // server leaves the pool first, so new requests go to the others, while
@@ -477,10 +501,11 @@ func (s *Supervisor) killOne(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.pool.Add(next.url)
 	s.mu.Lock()
 	s.servers[i] = next
+	s.restarted++
 	s.mu.Unlock()
-	s.pool.Add(next.url)
 	return nil
 }
 
