@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+
+	"github.com/idemhq/idem/internal/jsonfp"
 )
 
 // Fingerprint is SHA-256 over the operation and the canonical form of a JSON
@@ -15,18 +17,25 @@ import (
 // written, and the top-level fields named in ignore removed. Two requests
 // with the same fingerprint are the same request; an empty body has a
 // fingerprint of its own. A body that is not JSON is ErrInvalidBody.
+//
+// A body already in canonical form (jsonfp.AsIs), as most clients send
+// one, is hashed as it is: no canonical copy is built.
 func Fingerprint(operation string, body []byte, ignore ...string) ([]byte, error) {
+	if jsonfp.AsIs(body, ignore) {
+		sum := jsonfp.Sum(body, operation)
+		return sum[:], nil
+	}
+	return fingerprintCanonical(operation, body, ignore)
+}
+
+// fingerprintCanonical is Fingerprint over the canonical form built.
+func fingerprintCanonical(operation string, body []byte, ignore []string) ([]byte, error) {
 	canon, err := canonicalJSON(body, ignore)
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
-	h.Write(n[:])
-	h.Write([]byte(operation))
-	h.Write(canon)
-	return h.Sum(nil), nil
+	sum := jsonfp.Sum(canon, operation)
+	return sum[:], nil
 }
 
 func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
@@ -78,19 +87,17 @@ type memoEntry struct {
 }
 
 func (m *fingerprintMemo) get(operation string, body []byte, ignore []string) ([]byte, error) {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
-	h.Write(n[:])
-	h.Write([]byte(operation))
-	h.Write(body)
-	var raw [sha256.Size]byte
-	h.Sum(raw[:0])
+	// The hash of the exact bytes is the fingerprint itself when the body
+	// is canonical as it is: one hash, nothing remembered.
+	raw := jsonfp.Sum(body, operation)
+	if jsonfp.AsIs(body, ignore) {
+		return raw[:], nil
+	}
 	slot := &m.slots[binary.BigEndian.Uint32(raw[:4])%fingerprintMemoSlots]
 	if e := slot.Load(); e != nil && e.raw == raw {
 		return e.fp, nil
 	}
-	fp, err := Fingerprint(operation, body, ignore...)
+	fp, err := fingerprintCanonical(operation, body, ignore)
 	if err != nil {
 		return nil, err
 	}

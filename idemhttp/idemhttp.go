@@ -46,6 +46,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/benchknob"
+	"github.com/idemhq/idem/internal/jsonfp"
 	"github.com/idemhq/idem/internal/opcount"
 )
 
@@ -409,9 +410,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 
 	// A replay whose bytes equal those of a request already matched to the
 	// stored outcome needs no canonical JSON: equal bytes canonicalize
-	// equally. This skips most of a cached replay's cost.
-	raw := rawHash(r.Method, r.URL.Path, body)
-	cached := m.cache.get(key, kcfg.Clock())
+	// equally. This skips most of a cached replay's cost. raw names the
+	// method, the path and the body only while the method has no space
+	// (every valid method): otherwise the cache is not used.
+	raw := jsonfp.Sum(body, r.Method, " ", r.URL.Path)
+	var cached *entry
+	cacheable := strings.IndexByte(r.Method, ' ') < 0
+	if cacheable {
+		cached = m.cache.get(key, kcfg.Clock())
+	}
 	if cached != nil && cached.raw == raw {
 		m.report(r, KindReplayed)
 		m.writeReplay(w, cached.status, cached.header, cached.body)
@@ -420,7 +427,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 
 	// The fingerprint holds the concrete path, the operation the pattern: a
 	// key reused on another resource of the same route is caught as reuse.
-	fp, err := m.fingerprint(r, body)
+	fp, err := m.fingerprint(r, body, &raw)
 	if err != nil {
 		m.answer(w, r, idem.ErrInvalidBody)
 		return
@@ -445,11 +452,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 	case err == nil && !res.Replayed:
 		m.report(r, KindFirst)
 		m.writeFirst(w, sent.status, sent.header, sent.body)
-		m.cacheResult(key, fp, raw, res)
+		if cacheable {
+			m.cacheResult(key, fp, raw, res)
+		}
 	case err == nil:
 		m.report(r, KindReplayed)
 		m.writeReplay(w, res.Status, res.Header, res.Body) // it sends only the allow-listed headers
-		m.cacheResult(key, fp, raw, res)
+		if cacheable {
+			m.cacheResult(key, fp, raw, res)
+		}
 	case errors.Is(err, errInvalid):
 		m.report(r, KindInvalid)
 		m.writeFirst(w, sent.status, sent.header, sent.body)
@@ -613,7 +624,8 @@ func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte,
 }
 
 // rawHash is SHA-256 over a request's method, path and body bytes as sent,
-// with their lengths framed so no two requests share an encoding.
+// with their lengths framed so no two requests share an encoding
+// (BytesFingerprint, FormFingerprint).
 func rawHash(method, path string, body []byte) [sha256.Size]byte {
 	h := sha256.New()
 	var n [8]byte
