@@ -229,7 +229,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	starts, waits, busy := b.adm.arrive(scope, p, now)
 	if waits {
-		_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
+		_, p.queued = b.k.span(ctx, "idem.queue")
 	}
 	b.dispatch(starts)
 	b.mu.Unlock()
@@ -358,7 +358,7 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 
 // run runs g's batch and answers each of its requests once.
 func (b *Batcher[T]) run(g *gathering[T]) {
-	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
+	ctx, span := b.k.span(g.ctx, "idem.batch")
 	defer func() {
 		batch := b.seal(g)
 		g.end()
