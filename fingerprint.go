@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/idemhq/idem/internal/jsonfp"
@@ -28,9 +29,17 @@ func Fingerprint(operation string, body []byte, ignore ...string) ([]byte, error
 	return fingerprintCanonical(operation, body, ignore)
 }
 
-// fingerprintCanonical is Fingerprint over the canonical form built.
+// fingerprintCanonical is Fingerprint over the canonical form built, in
+// memory reused from one request to the next: the form is hashed, never
+// kept.
 func fingerprintCanonical(operation string, body []byte, ignore []string) ([]byte, error) {
-	canon, err := canonicalJSON(body, ignore)
+	buf := canonBufs.Get().(*canonBuf)
+	defer func() {
+		if cap(buf.out)+cap(buf.tmp) <= canonBufMaxBytes {
+			canonBufs.Put(buf)
+		}
+	}()
+	canon, err := canonicalJSONTo(buf, body, ignore)
 	if err != nil {
 		return nil, err
 	}
@@ -38,11 +47,23 @@ func fingerprintCanonical(operation string, body []byte, ignore []string) ([]byt
 	return sum[:], nil
 }
 
+var canonBufs = sync.Pool{New: func() any { return new(canonBuf) }}
+
+// canonBufMaxBytes bounds the memory a pooled canonBuf keeps: a larger
+// body's is left to the collector.
+const canonBufMaxBytes = 64 << 10
+
 func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
+	return canonicalJSONTo(&canonBuf{out: make([]byte, 0, len(body))}, body, ignore)
+}
+
+// canonicalJSONTo is canonicalJSON writing into buf's memory when the
+// body is read by hand (canonicalPlainTo).
+func canonicalJSONTo(buf *canonBuf, body []byte, ignore []string) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil
 	}
-	if canon, ok := canonicalPlain(body, ignore); ok {
+	if canon, ok := canonicalPlainTo(buf, body, ignore); ok {
 		return canon, nil
 	}
 	return canonicalDecoded(body, ignore)
