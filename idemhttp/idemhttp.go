@@ -541,11 +541,22 @@ func notStored(status int, invalid bool) error {
 // body, already read, can be read again.
 func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *guard, body []byte) *http.Request {
 	r2 := r.WithContext(context.WithValue(ctx, guardKey, g))
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r2.Body = newBodyReader(body)
+	r2.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 	r2.ContentLength = int64(len(body))
 	return r2
 }
+
+// bodyReader is io.NopCloser(bytes.NewReader(b)) in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
 
 // readBody reads the whole body, bounded by MaxBodyBytes; on failure it has
 // answered and returns false.

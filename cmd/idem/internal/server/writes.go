@@ -44,9 +44,9 @@ func writeOf(r *http.Request, op ledger.Op) ledgerWrite {
 
 // decodeAccount reads POST /v1/accounts. A refusal is answered as invalid
 // (400, not stored) and reported false.
-func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in ledger.NewAccount
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
@@ -84,9 +84,9 @@ func (in *transferRequest) newTransfer() (ledger.NewTransfer, error) {
 		Amount: amount, Currency: in.Currency, Metadata: in.Metadata, Pending: in.Pending, Timeout: timeout}, nil
 }
 
-func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in transferRequest
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
@@ -112,9 +112,9 @@ type reversalRequest struct {
 	Metadata json.RawMessage `json:"metadata"`
 }
 
-func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in reversalRequest
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
