@@ -322,7 +322,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
-		next.ServeHTTP(w, r.WithContext(withTenant(idemhttp.WithScope(r.Context(), tenant), tenant)))
+		next.ServeHTTP(w, r.WithContext(withTenant(r.Context(), tenant)))
 	})
 }
 
@@ -346,16 +346,14 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-type tenantKey struct{}
-
+// withTenant puts the request's tenant in ctx. The tenant is also the
+// scope idemhttp keys the request under (its default Config.Scope reads
+// ScopeFrom): one context value holds both.
 func withTenant(ctx context.Context, t string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, t)
+	return idemhttp.WithScope(ctx, t)
 }
 
-func tenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
-}
+func tenantFrom(ctx context.Context) string { return idemhttp.ScopeFrom(ctx) }
 
 // Relay is the relay serve runs (nil with --relay=false), for the
 // /readyz of --metrics-addr.
