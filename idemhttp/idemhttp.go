@@ -592,9 +592,19 @@ func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.H
 	for k, vs := range header {
 		dst[k] = vs
 	}
-	dst.Set("Content-Length", strconv.Itoa(len(body)))
+	// A handler that set the right length already (writeJSON does) keeps
+	// its value, which is the one Set would make.
+	if vs := dst["Content-Length"]; len(vs) != 1 || !isLength(vs[0], len(body)) {
+		dst.Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// isLength reports whether v is n in decimal as strconv.Itoa writes it.
+func isLength(v string, n int) bool {
+	m, err := strconv.Atoi(v)
+	return err == nil && m == n && (v == "0" || '1' <= v[0] && v[0] <= '9')
 }
 
 // writeReplay sends a stored outcome, with only its allow-listed headers
