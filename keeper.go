@@ -224,9 +224,9 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, c claiman
 		close(f.done)
 	}()
 	f.res, f.err = try(ctx, c, lockWait)
-	var reused *ReusedError
-	if f.err == nil || errors.As(f.err, &reused) {
-		k.reads.note(f.res.Replayed || reused != nil)
+	_, reused := errors.AsType[*ReusedError](f.err)
+	if f.err == nil || reused {
+		k.reads.note(f.res.Replayed || reused)
 	}
 	return f.res, f.err
 }

@@ -82,7 +82,7 @@ func (m *Middleware) fingerprint(r *http.Request, body []byte, raw *[sha256.Size
 		return m.cfg.Fingerprint(r, body)
 	}
 	if jsonfp.AsIs(body, m.cfg.IgnoreFields) {
-		return raw[:], nil
+		return append([]byte(nil), raw[:]...), nil // raw itself stays on the stack
 	}
 	return idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
 }

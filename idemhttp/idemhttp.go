@@ -369,7 +369,7 @@ func (m *Middleware) report(r *http.Request, kind Kind) {
 // Batched's the decoded item through a Batcher. sent is the answer made in
 // this exchange: the key's first outcome (err nil, not replayed), or an
 // answer not stored (errInvalid, errHandlerFailed), sent as it is.
-type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent *answer, err error)
+type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent answer, err error)
 
 // answer is a response made in this exchange, with every header it set.
 type answer struct {
@@ -483,8 +483,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 // the key's transaction, and its buffered answer is stored unless
 // notStored says otherwise.
 func (m *Middleware) runHandler(next http.Handler) attempt {
-	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
-		var sent *answer
+	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, answer, error) {
+		var sent answer
 		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody},
 			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
@@ -494,7 +494,7 @@ func (m *Middleware) runHandler(next http.Handler) attempt {
 					return idem.Outcome{}, errResponseTooLarge
 				}
 				status, header := rec.result()
-				sent = &answer{status: status, header: header, body: rec.body}
+				sent = answer{status: status, header: header, body: rec.body}
 				if err := notStored(status, g.invalid.Load()); err != nil {
 					return idem.Outcome{}, err
 				}
