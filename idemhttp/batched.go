@@ -43,7 +43,8 @@ func Batched[T any](m *Middleware, b *idem.Batcher[T], decode func(w http.Respon
 			var refused answer
 			res, err := b.DoFunc(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody}, func(ctx context.Context) (T, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
-				item, ok := decode(rec, m.handlerRequest(ctx, r, &guard{key: key}, body), body)
+				hr, _ := m.handlerRequest(ctx, r, nil, key, body)
+				item, ok := decode(rec, hr, body)
 				if ok {
 					return item, nil
 				}

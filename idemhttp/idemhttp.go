@@ -488,8 +488,8 @@ func (m *Middleware) runHandler(next http.Handler) attempt {
 		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody},
 			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
-				g := &guard{tx: tx, key: key}
-				next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
+				hr, g := m.handlerRequest(ctx, r, tx, key, body)
+				next.ServeHTTP(rec, hr)
 				if rec.tooLong {
 					return idem.Outcome{}, errResponseTooLarge
 				}
@@ -536,15 +536,17 @@ func notStored(status int, invalid bool) error {
 	return nil
 }
 
-// handlerRequest is r as the guarded handler sees it: the context carries
-// the guard (the transaction, the key, the handler's MarkInvalid), and the
-// body, already read, can be read again.
-func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *guard, body []byte) *http.Request {
-	r2 := r.WithContext(context.WithValue(ctx, guardKey, g))
+// handlerRequest is r as the guarded handler sees it, and its guard: the
+// context carries the guard (the transaction, the key, the handler's
+// MarkInvalid), and the body, already read, can be read again.
+func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, tx driver.Tx, key idem.Key, body []byte) (*http.Request, *guard) {
+	gc := &guardCtx{Context: ctx}
+	gc.g.tx, gc.g.key = tx, key
+	r2 := r.WithContext(gc)
 	r2.Body = newBodyReader(body)
 	r2.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 	r2.ContentLength = int64(len(body))
-	return r2
+	return r2, &gc.g
 }
 
 // bodyReader is io.NopCloser(bytes.NewReader(b)) in one allocation.
