@@ -338,7 +338,11 @@ func defaultOperation(r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	}
 	if i := strings.IndexAny(p, " \t"); i >= 0 && !strings.Contains(p[:i], "/") {
-		p = strings.TrimLeft(p[i:], " \t")
+		rest := strings.TrimLeft(p[i:], " \t")
+		if p[:i] == r.Method && p[i] == ' ' && len(rest) == len(p)-i-1 {
+			return p // already the method, one space and the rest
+		}
+		p = rest
 	}
 	return r.Method + " " + p
 }
