@@ -185,13 +185,25 @@ func plainJSON(s string) bool {
 // is the one filter of what an outcome carries to storage and to replays
 // (Request.StoreHeaders; idemhttp's Config.ReplayHeaders).
 func KeepHeaders(h http.Header, names []string) http.Header {
-	var out http.Header
+	n := 0
+	for _, name := range names {
+		n += len(h[name])
+	}
+	if n == 0 {
+		return nil
+	}
+	// The copies share one array, each with its capacity cut at its
+	// length: an append to one never writes into another.
+	values := make([]string, n)
+	out := make(http.Header, len(names))
 	for _, name := range names {
 		if vs := h[name]; len(vs) > 0 {
-			if out == nil {
-				out = make(http.Header, len(names))
+			if _, kept := out[name]; kept {
+				continue // names repeats it
 			}
-			out[name] = slices.Clone(vs)
+			k := copy(values, vs)
+			out[name] = values[:k:k]
+			values = values[k:]
 		}
 	}
 	return out

@@ -144,3 +144,30 @@ func TestEncodeHeader(t *testing.T) {
 		check(h, names[:rng.IntN(len(names))])
 	}
 }
+
+// KeepHeaders keeps the named headers, each a copy of its own: writing
+// to the original or appending to one copy changes no other.
+func TestKeepHeaders(t *testing.T) {
+	t.Parallel()
+	h := http.Header{"Content-Type": {"application/json"}, "Location": {"/a", "/b"}, "Etag": {}, "Date": {"now"}}
+	for _, tc := range []struct {
+		names []string
+		want  http.Header
+	}{
+		{nil, nil},
+		{[]string{"Date"}, http.Header{"Date": {"now"}}},
+		{[]string{"Etag", "X-None"}, nil},
+		{[]string{"Location", "Content-Type", "Location", "Etag"}, http.Header{"Content-Type": {"application/json"}, "Location": {"/a", "/b"}}},
+	} {
+		got := KeepHeaders(h, tc.names)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("KeepHeaders(%v) = %v, want %v", tc.names, got, tc.want)
+		}
+	}
+	got := KeepHeaders(h, []string{"Content-Type", "Location"})
+	got["Content-Type"] = append(got["Content-Type"], "x")
+	h["Location"][0] = "/changed"
+	if want := (http.Header{"Content-Type": {"application/json", "x"}, "Location": {"/a", "/b"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("copies not independent: %v, want %v", got, want)
+	}
+}
