@@ -266,10 +266,11 @@ func created(location string, v any) (idem.Outcome, []byte) {
 	}
 	payload = payload[:len(payload):len(payload)] // the body's newline goes to a copy
 	body := append(payload, '\n')
+	vals := [...]string{location, strconv.Itoa(len(body))}
 	return idem.Outcome{Status: http.StatusCreated, Body: body, Header: http.Header{
-		"Location":       {location},
+		"Location":       vals[0:1:1],
 		"Content-Type":   contentJSON,
-		"Content-Length": {strconv.Itoa(len(body))},
+		"Content-Length": vals[1:2:2],
 	}}, payload
 }
 
