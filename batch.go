@@ -229,7 +229,7 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 	}
 	starts, waits, busy := b.adm.arrive(scope, p, now)
 	if waits {
-		_, p.queued = b.k.tracer.Start(ctx, "idem.queue")
+		_, p.queued = b.k.span(ctx, "idem.queue")
 	}
 	b.dispatch(starts)
 	b.mu.Unlock()
@@ -251,8 +251,15 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 
 	// Its timer is the admission's clock while it waits (rules start and
 	// expire).
-	timer := time.NewTimer(b.adm.tickEvery)
-	defer timer.Stop()
+	timer := waitTimers.Get().(*time.Timer)
+	timer.Reset(b.adm.tickEvery)
+	defer func() {
+		// Stopped, a timer's channel holds no stale tick (Go 1.23's
+		// timers): the next waiter's Reset starts it clean. A stale tick
+		// would only make the admission look at its clock early.
+		timer.Stop()
+		waitTimers.Put(timer)
+	}()
 	gone := ctx.Done()
 	for {
 		select {
@@ -291,6 +298,14 @@ func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait ti
 		}
 	}
 }
+
+// waitTimers are the timers of requests waiting for a batch, reused: most
+// first arrivals under load wait, each with its timer.
+var waitTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // dispatch hands each batch the admission started to its first request's
 // goroutine, which runs it, open to arrivals of its scope until it begins.
@@ -358,7 +373,7 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 
 // run runs g's batch and answers each of its requests once.
 func (b *Batcher[T]) run(g *gathering[T]) {
-	ctx, span := b.k.tracer.Start(g.ctx, "idem.batch")
+	ctx, span := b.k.span(g.ctx, "idem.batch")
 	defer func() {
 		batch := b.seal(g)
 		g.end()

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 )
 
@@ -13,6 +14,7 @@ type callers struct {
 	cancel context.CancelFunc
 	left   atomic.Int64 // callers still there; at 0 ctx ends and nobody joins
 	stops  []func() bool
+	leave  func() // a caller has gone (made by the first join)
 }
 
 func newCallers(parent context.Context) *callers {
@@ -34,12 +36,17 @@ func (c *callers) join(ctxs ...context.Context) bool {
 			break
 		}
 	}
-	for _, ctx := range ctxs {
-		c.stops = append(c.stops, context.AfterFunc(ctx, func() {
+	if c.leave == nil {
+		// One func for every caller that leaves, made once.
+		c.leave = func() {
 			if c.left.Add(-1) == 0 {
 				c.cancel()
 			}
-		}))
+		}
+	}
+	c.stops = slices.Grow(c.stops, len(ctxs))
+	for _, ctx := range ctxs {
+		c.stops = append(c.stops, context.AfterFunc(ctx, c.leave))
 	}
 	return true
 }

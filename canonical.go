@@ -16,24 +16,38 @@ import (
 // which canonicalDecoded then reads: the answer is the same either way
 // (FuzzCanonicalPlain).
 func canonicalPlain(body []byte, ignore []string) ([]byte, bool) {
-	p := plainCanon{b: body, out: make([]byte, 0, len(body))}
+	return canonicalPlainTo(&canonBuf{out: make([]byte, 0, len(body))}, body, ignore)
+}
+
+// canonicalPlainTo is canonicalPlain writing into buf's memory, which it
+// keeps grown; the answer is valid until buf's next use.
+func canonicalPlainTo(buf *canonBuf, body []byte, ignore []string) ([]byte, bool) {
+	p := plainCanon{b: body, out: buf.out[:0], tmp: buf.tmp[:0]}
 	p.space()
-	if !p.value(0, ignore) {
+	ok := p.value(0, ignore)
+	p.space()
+	buf.out, buf.tmp = p.out, p.tmp
+	if !ok || p.i != len(p.b) {
 		return nil, false
 	}
-	p.space()
-	return p.out, p.i == len(p.b)
+	return p.out, true
 }
+
+// canonBuf is the memory canonicalPlainTo writes in: the canonical form
+// and the scratch an object's members are sorted through.
+type canonBuf struct{ out, tmp []byte }
 
 // plainMaxDepth bounds the nesting canonicalPlain reads; deeper bodies
 // go to canonicalDecoded.
 const plainMaxDepth = 32
 
-// plainCanon reads b from i and writes the canonical form to out.
+// plainCanon reads b from i and writes the canonical form to out; tmp
+// holds an object's members while they are written again sorted.
 type plainCanon struct {
 	b   []byte
 	i   int
 	out []byte
+	tmp []byte
 }
 
 // space skips JSON's white space.
@@ -134,7 +148,10 @@ func (p *plainCanon) object(depth int, ignore []string) bool {
 			return false // a repeated name: the last one wins, decoded
 		}
 	}
-	values := slices.Clone(p.out[start:])
+	// Only one object at a time is written again, its members done: one
+	// scratch serves every object.
+	p.tmp = append(p.tmp[:0], p.out[start:]...)
+	values := p.tmp
 	p.out = append(p.out[:start], '{')
 	n := 0
 	for _, m := range ms {

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
+
+	"github.com/idemhq/idem/internal/jsonfp"
 )
 
 // Fingerprint is SHA-256 over the operation and the canonical form of a JSON
@@ -15,25 +18,52 @@ import (
 // written, and the top-level fields named in ignore removed. Two requests
 // with the same fingerprint are the same request; an empty body has a
 // fingerprint of its own. A body that is not JSON is ErrInvalidBody.
+//
+// A body already in canonical form (jsonfp.AsIs), as most clients send
+// one, is hashed as it is: no canonical copy is built.
 func Fingerprint(operation string, body []byte, ignore ...string) ([]byte, error) {
-	canon, err := canonicalJSON(body, ignore)
+	if jsonfp.AsIs(body, ignore) {
+		sum := jsonfp.Sum(body, operation)
+		return sum[:], nil
+	}
+	return fingerprintCanonical(operation, body, ignore)
+}
+
+// fingerprintCanonical is Fingerprint over the canonical form built, in
+// memory reused from one request to the next: the form is hashed, never
+// kept.
+func fingerprintCanonical(operation string, body []byte, ignore []string) ([]byte, error) {
+	buf := canonBufs.Get().(*canonBuf)
+	defer func() {
+		if cap(buf.out)+cap(buf.tmp) <= canonBufMaxBytes {
+			canonBufs.Put(buf)
+		}
+	}()
+	canon, err := canonicalJSONTo(buf, body, ignore)
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
-	h.Write(n[:])
-	h.Write([]byte(operation))
-	h.Write(canon)
-	return h.Sum(nil), nil
+	sum := jsonfp.Sum(canon, operation)
+	return sum[:], nil
 }
 
+var canonBufs = sync.Pool{New: func() any { return new(canonBuf) }}
+
+// canonBufMaxBytes bounds the memory a pooled canonBuf keeps: a larger
+// body's is left to the collector.
+const canonBufMaxBytes = 64 << 10
+
 func canonicalJSON(body []byte, ignore []string) ([]byte, error) {
+	return canonicalJSONTo(&canonBuf{out: make([]byte, 0, len(body))}, body, ignore)
+}
+
+// canonicalJSONTo is canonicalJSON writing into buf's memory when the
+// body is read by hand (canonicalPlainTo).
+func canonicalJSONTo(buf *canonBuf, body []byte, ignore []string) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil
 	}
-	if canon, ok := canonicalPlain(body, ignore); ok {
+	if canon, ok := canonicalPlainTo(buf, body, ignore); ok {
 		return canon, nil
 	}
 	return canonicalDecoded(body, ignore)
@@ -78,19 +108,17 @@ type memoEntry struct {
 }
 
 func (m *fingerprintMemo) get(operation string, body []byte, ignore []string) ([]byte, error) {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(operation)))
-	h.Write(n[:])
-	h.Write([]byte(operation))
-	h.Write(body)
-	var raw [sha256.Size]byte
-	h.Sum(raw[:0])
+	// The hash of the exact bytes is the fingerprint itself when the body
+	// is canonical as it is: one hash, nothing remembered.
+	raw := jsonfp.Sum(body, operation)
+	if jsonfp.AsIs(body, ignore) {
+		return raw[:], nil
+	}
 	slot := &m.slots[binary.BigEndian.Uint32(raw[:4])%fingerprintMemoSlots]
 	if e := slot.Load(); e != nil && e.raw == raw {
 		return e.fp, nil
 	}
-	fp, err := Fingerprint(operation, body, ignore...)
+	fp, err := fingerprintCanonical(operation, body, ignore)
 	if err != nil {
 		return nil, err
 	}

@@ -97,18 +97,113 @@ func plainString(b []byte, i int) (s string, j int, ok bool) {
 	return "", 0, false
 }
 
+// encodeHeader is the stored form of h's headers named in keep (all of h
+// when keep is nil): json.Marshal of the http.Header that holds only them
+// (with keep, only those with values), or nil when it is empty. Every
+// first arrival stores one, and json.Marshal of a map spends a handful of
+// allocations on reflection there, so a header whose names and values are
+// plain — printable ASCII that json.Marshal writes as it is, no nil value —
+// is written by hand, in the same bytes; anything else goes to
+// json.Marshal (TestEncodeHeader).
+func encodeHeader(h http.Header, keep []string) ([]byte, error) {
+	var stack [16]string
+	names := stack[:0]
+	if keep != nil {
+		for _, name := range keep {
+			if len(h[name]) > 0 {
+				names = append(names, name)
+			}
+		}
+	} else {
+		for name := range h {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	names = slices.Compact(names) // keep may name a header twice
+	n := 1
+	for _, name := range names {
+		vs := h[name]
+		if vs == nil || !plainJSON(name) {
+			return marshalHeader(h, names)
+		}
+		n += len(name) + 5 // "name":[ and ] or }
+		for _, v := range vs {
+			if !plainJSON(v) {
+				return marshalHeader(h, names)
+			}
+			n += len(v) + 3
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':', '[')
+		for j, v := range h[name] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, v...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
+}
+
+// marshalHeader is json.Marshal of the http.Header of h's names.
+func marshalHeader(h http.Header, names []string) ([]byte, error) {
+	kept := make(http.Header, len(names)) // only marshalled: no copy of the values
+	for _, name := range names {
+		kept[name] = h[name]
+	}
+	return json.Marshal(kept)
+}
+
+// plainJSON reports whether json.Marshal writes s between quotes as it
+// is: printable ASCII but for '"', '\\' and the HTML-escaped '<', '>', '&'.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
 // KeepHeaders returns the headers of h named in names (canonical names,
 // as http.CanonicalHeaderKey gives them), or nil when there are none. It
 // is the one filter of what an outcome carries to storage and to replays
 // (Request.StoreHeaders; idemhttp's Config.ReplayHeaders).
 func KeepHeaders(h http.Header, names []string) http.Header {
-	var out http.Header
+	n := 0
+	for _, name := range names {
+		n += len(h[name])
+	}
+	if n == 0 {
+		return nil
+	}
+	// The copies share one array, each with its capacity cut at its
+	// length: an append to one never writes into another.
+	values := make([]string, n)
+	out := make(http.Header, len(names))
 	for _, name := range names {
 		if vs := h[name]; len(vs) > 0 {
-			if out == nil {
-				out = make(http.Header, len(names))
+			if _, kept := out[name]; kept {
+				continue // names repeats it
 			}
-			out[name] = slices.Clone(vs)
+			k := copy(values, vs)
+			out[name] = values[:k:k]
+			values = values[k:]
 		}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/benchknob"
@@ -30,6 +31,7 @@ type Keeper struct {
 
 	fingerprints fingerprintMemo
 	tracer       trace.Tracer
+	spansOff     bool // the TracerProvider is the no-op one (span)
 	reads        reads
 
 	testHooks testHooks
@@ -70,8 +72,10 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	if benchknob.Off("coalesce") {
 		rb = nil
 	}
+	_, spansOff := cfg.TracerProvider.(tracenoop.TracerProvider)
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
-		tracer: cfg.TracerProvider.Tracer(tracing.Module), reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
+		tracer: cfg.TracerProvider.Tracer(tracing.Module), spansOff: spansOff,
+		reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
 }
 
 // Driver returns the driver the keeper writes through.
@@ -177,7 +181,7 @@ func (k *Keeper) do(ctx context.Context, req Request, try attempt) (Result, erro
 			defer t.Stop()
 			deadline = t.C
 		}
-		_, wait := k.tracer.Start(ctx, "idem.wait")
+		_, wait := k.span(ctx, "idem.wait")
 		select {
 		case <-f.done:
 			wait.End()
@@ -220,9 +224,9 @@ func (k *Keeper) lead(ctx context.Context, id driver.KeyID, f *flight, c claiman
 		close(f.done)
 	}()
 	f.res, f.err = try(ctx, c, lockWait)
-	var reused *ReusedError
-	if f.err == nil || errors.As(f.err, &reused) {
-		k.reads.note(f.res.Replayed || reused != nil)
+	_, reused := errors.AsType[*ReusedError](f.err)
+	if f.err == nil || reused {
+		k.reads.note(f.res.Replayed || reused)
 	}
 	return f.res, f.err
 }
@@ -353,7 +357,7 @@ func (k *Keeper) transact(ctx context.Context, tx driver.Tx, cs []claimant, guar
 	}
 	// The claim may wait on a twin's row lock in the database: its own
 	// span shows that wait apart from the work's.
-	_, span := k.tracer.Start(ctx, "idem.claim")
+	_, span := k.span(ctx, "idem.claim")
 	claimed, err := driver.ClaimBatch(ctx, k.d, tx, &driver.KeyClaimBatchParams{Claims: claims, Now: now, ExpiresAt: expires, ForgetBefore: forget, Guard: guard})
 	if err == nil && len(claimed) != len(cs) {
 		err = fmt.Errorf("idem: the driver answered %d claims of %d", len(claimed), len(cs))
@@ -444,11 +448,24 @@ func (k *Keeper) catch(ctx context.Context, err *error, key ...Key) {
 // start begins the span of one keeper call. Attributes are set only on a
 // recording span: with tracing off the call costs the API's no-op.
 func (k *Keeper) start(ctx context.Context, name string, key Key) (context.Context, trace.Span) {
-	ctx, span := k.tracer.Start(ctx, name)
+	ctx, span := k.span(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("idem.operation", key.Operation))
 	}
 	return ctx, span
+}
+
+// span starts a span of the keeper's. With a no-op TracerProvider and no
+// recording span in ctx, the no-op tracer would return ctx's own span in
+// a context of its own: span returns ctx and its span, the same answer
+// without a context made per call.
+func (k *Keeper) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if k.spansOff {
+		if s := trace.SpanFromContext(ctx); !s.IsRecording() {
+			return ctx, s
+		}
+	}
+	return k.tracer.Start(ctx, name)
 }
 
 // endSpan records how a keeper call ended: idem.replayed for an answer

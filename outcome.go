@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -61,21 +60,9 @@ type Work func(ctx context.Context, tx driver.Tx) (Outcome, error)
 // record is out as the driver stores it on c's claim, with the headers
 // c keeps, sealed when the keeper has a Sealer.
 func (k *Keeper) record(ctx context.Context, c claimant, out Outcome) (driver.KeyRecordParams, error) {
-	h := out.Header
-	if c.keep != nil {
-		h = make(http.Header, len(c.keep)) // only marshalled: no copy of the values
-		for _, name := range c.keep {
-			if vs := out.Header[name]; len(vs) > 0 {
-				h[name] = vs
-			}
-		}
-	}
-	var header []byte
-	if len(h) > 0 {
-		var err error
-		if header, err = json.Marshal(h); err != nil {
-			return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
-		}
+	header, err := encodeHeader(out.Header, c.keep)
+	if err != nil {
+		return driver.KeyRecordParams{}, fmt.Errorf("idem: encode outcome header of key %q: %w", c.key.Key, err)
 	}
 	body := out.Body
 	if c.storeBody != nil {

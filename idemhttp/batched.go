@@ -39,11 +39,12 @@ import (
 // under the method it serves ("POST /v1/transfers").
 func Batched[T any](m *Middleware, b *idem.Batcher[T], decode func(w http.ResponseWriter, r *http.Request, body []byte) (T, bool)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(w, r, func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
-			var refused *answer
+		m.serve(w, r, func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, answer, error) {
+			var refused answer
 			res, err := b.DoFunc(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody}, func(ctx context.Context) (T, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
-				item, ok := decode(rec, m.handlerRequest(ctx, r, &guard{key: key}, body), body)
+				hr, _ := m.handlerRequest(ctx, r, nil, key, body)
+				item, ok := decode(rec, hr, body)
 				if ok {
 					return item, nil
 				}
@@ -51,7 +52,7 @@ func Batched[T any](m *Middleware, b *idem.Batcher[T], decode func(w http.Respon
 					return item, errResponseTooLarge
 				}
 				status, header := rec.result()
-				refused = &answer{status: status, header: header, body: rec.body}
+				refused = answer{status: status, header: header, body: rec.body}
 				return item, notStoredAnswer(status)
 			})
 			if re, ok := errors.AsType[*ResponseError](err); ok {
@@ -59,10 +60,10 @@ func Batched[T any](m *Middleware, b *idem.Batcher[T], decode func(w http.Respon
 				if header == nil {
 					header = make(http.Header)
 				}
-				return res, &answer{status: re.Status, header: header, body: re.Body}, notStoredAnswer(re.Status)
+				return res, answer{status: re.Status, header: header, body: re.Body}, notStoredAnswer(re.Status)
 			}
 			if err == nil && !res.Replayed {
-				return res, &answer{status: res.Status, header: res.Header, body: res.Body}, nil
+				return res, answer{status: res.Status, header: res.Header, body: res.Body}, nil
 			}
 			return res, refused, err
 		})

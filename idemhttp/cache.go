@@ -17,7 +17,7 @@ import (
 type entry struct {
 	key     idem.Key
 	fp      []byte
-	raw     [sha256.Size]byte // rawHash of a request known to have fingerprint fp
+	raw     [sha256.Size]byte // jsonfp.Sum of the method, path and body of a request known to have fingerprint fp
 	status  int
 	header  http.Header // already filtered to the replay allow-list
 	body    []byte

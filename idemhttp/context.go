@@ -26,6 +26,20 @@ type guard struct {
 	invalid atomic.Bool // MarkInvalid was called
 }
 
+// guardCtx is a context that carries its guard as guardctx.With would,
+// made with it in one allocation.
+type guardCtx struct {
+	context.Context
+	g guard
+}
+
+func (c *guardCtx) Value(key any) any {
+	if key == guardKey {
+		return &c.g
+	}
+	return c.Context.Value(key)
+}
+
 func (g *guard) Tx() driver.Tx { return g.tx }
 func (g *guard) Key() idem.Key { return g.key }
 func (g *guard) MarkInvalid()  { g.invalid.Store(true) }

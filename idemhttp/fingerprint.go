@@ -1,12 +1,14 @@
 package idemhttp
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/jsonfp"
 )
 
 // FingerprintFunc computes a guarded request's fingerprint from the request
@@ -71,10 +73,16 @@ func framedHash(method, path string, body []byte) []byte {
 	return sum[:]
 }
 
-// fingerprint is Config.Fingerprint's, or the default JSON one.
-func (m *Middleware) fingerprint(r *http.Request, body []byte) ([]byte, error) {
+// fingerprint is Config.Fingerprint's, or the default JSON one. raw is
+// jsonfp.Sum of the body with the method and the path, which is the
+// default fingerprint itself when the body is canonical as sent: a first
+// arrival then hashes its body once.
+func (m *Middleware) fingerprint(r *http.Request, body []byte, raw *[sha256.Size]byte) ([]byte, error) {
 	if m.cfg.Fingerprint != nil {
 		return m.cfg.Fingerprint(r, body)
+	}
+	if jsonfp.AsIs(body, m.cfg.IgnoreFields) {
+		return append([]byte(nil), raw[:]...), nil // raw itself stays on the stack
 	}
 	return idem.Fingerprint(r.Method+" "+r.URL.Path, body, m.cfg.IgnoreFields...)
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/benchknob"
+	"github.com/idemhq/idem/internal/jsonfp"
 	"github.com/idemhq/idem/internal/opcount"
 )
 
@@ -337,7 +338,11 @@ func defaultOperation(r *http.Request) string {
 		return r.Method + " " + r.URL.Path
 	}
 	if i := strings.IndexAny(p, " \t"); i >= 0 && !strings.Contains(p[:i], "/") {
-		p = strings.TrimLeft(p[i:], " \t")
+		rest := strings.TrimLeft(p[i:], " \t")
+		if p[:i] == r.Method && p[i] == ' ' && len(rest) == len(p)-i-1 {
+			return p // already the method, one space and the rest
+		}
+		p = rest
 	}
 	return r.Method + " " + p
 }
@@ -368,7 +373,7 @@ func (m *Middleware) report(r *http.Request, kind Kind) {
 // Batched's the decoded item through a Batcher. sent is the answer made in
 // this exchange: the key's first outcome (err nil, not replayed), or an
 // answer not stored (errInvalid, errHandlerFailed), sent as it is.
-type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent *answer, err error)
+type attempt func(r *http.Request, key idem.Key, fp, body []byte) (res idem.Result, sent answer, err error)
 
 // answer is a response made in this exchange, with every header it set.
 type answer struct {
@@ -409,9 +414,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 
 	// A replay whose bytes equal those of a request already matched to the
 	// stored outcome needs no canonical JSON: equal bytes canonicalize
-	// equally. This skips most of a cached replay's cost.
-	raw := rawHash(r.Method, r.URL.Path, body)
-	cached := m.cache.get(key, kcfg.Clock())
+	// equally. This skips most of a cached replay's cost. raw names the
+	// method, the path and the body only while the method has no space
+	// (every valid method): otherwise the cache is not used.
+	raw := jsonfp.Sum(body, r.Method, " ", r.URL.Path)
+	var cached *entry
+	cacheable := strings.IndexByte(r.Method, ' ') < 0
+	if cacheable {
+		cached = m.cache.get(key, kcfg.Clock())
+	}
 	if cached != nil && cached.raw == raw {
 		m.report(r, KindReplayed)
 		m.writeReplay(w, cached.status, cached.header, cached.body)
@@ -420,7 +431,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 
 	// The fingerprint holds the concrete path, the operation the pattern: a
 	// key reused on another resource of the same route is caught as reuse.
-	fp, err := m.fingerprint(r, body)
+	fp, err := m.fingerprint(r, body, &raw)
 	if err != nil {
 		m.answer(w, r, idem.ErrInvalidBody)
 		return
@@ -445,11 +456,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 	case err == nil && !res.Replayed:
 		m.report(r, KindFirst)
 		m.writeFirst(w, sent.status, sent.header, sent.body)
-		m.cacheResult(key, fp, raw, res)
+		if cacheable {
+			m.cacheResult(key, fp, raw, res)
+		}
 	case err == nil:
 		m.report(r, KindReplayed)
 		m.writeReplay(w, res.Status, res.Header, res.Body) // it sends only the allow-listed headers
-		m.cacheResult(key, fp, raw, res)
+		if cacheable {
+			m.cacheResult(key, fp, raw, res)
+		}
 	case errors.Is(err, errInvalid):
 		m.report(r, KindInvalid)
 		m.writeFirst(w, sent.status, sent.header, sent.body)
@@ -472,18 +487,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, try attempt) 
 // the key's transaction, and its buffered answer is stored unless
 // notStored says otherwise.
 func (m *Middleware) runHandler(next http.Handler) attempt {
-	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, *answer, error) {
-		var sent *answer
+	return func(r *http.Request, key idem.Key, fp, body []byte) (idem.Result, answer, error) {
+		var sent answer
 		res, err := m.keeper.Do(r.Context(), idem.Request{Key: key, Fingerprint: fp, StoreHeaders: m.replay, StoreBody: m.storeBody},
 			func(ctx context.Context, tx driver.Tx) (idem.Outcome, error) {
 				rec := newRecorder(m.cfg.MaxResponseBytes)
-				g := &guard{tx: tx, key: key}
-				next.ServeHTTP(rec, m.handlerRequest(ctx, r, g, body))
+				hr, g := m.handlerRequest(ctx, r, tx, key, body)
+				next.ServeHTTP(rec, hr)
 				if rec.tooLong {
 					return idem.Outcome{}, errResponseTooLarge
 				}
 				status, header := rec.result()
-				sent = &answer{status: status, header: header, body: rec.body}
+				sent = answer{status: status, header: header, body: rec.body}
 				if err := notStored(status, g.invalid.Load()); err != nil {
 					return idem.Outcome{}, err
 				}
@@ -525,16 +540,29 @@ func notStored(status int, invalid bool) error {
 	return nil
 }
 
-// handlerRequest is r as the guarded handler sees it: the context carries
-// the guard (the transaction, the key, the handler's MarkInvalid), and the
-// body, already read, can be read again.
-func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, g *guard, body []byte) *http.Request {
-	r2 := r.WithContext(context.WithValue(ctx, guardKey, g))
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+// handlerRequest is r as the guarded handler sees it, and its guard: the
+// context carries the guard (the transaction, the key, the handler's
+// MarkInvalid), and the body, already read, can be read again.
+func (m *Middleware) handlerRequest(ctx context.Context, r *http.Request, tx driver.Tx, key idem.Key, body []byte) (*http.Request, *guard) {
+	gc := &guardCtx{Context: ctx}
+	gc.g.tx, gc.g.key = tx, key
+	r2 := r.WithContext(gc)
+	r2.Body = newBodyReader(body)
+	r2.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 	r2.ContentLength = int64(len(body))
-	return r2
+	return r2, &gc.g
 }
+
+// bodyReader is io.NopCloser(bytes.NewReader(b)) in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
 
 // readBody reads the whole body, bounded by MaxBodyBytes; on failure it has
 // answered and returns false.
@@ -570,9 +598,19 @@ func (m *Middleware) writeFirst(w http.ResponseWriter, status int, header http.H
 	for k, vs := range header {
 		dst[k] = vs
 	}
-	dst.Set("Content-Length", strconv.Itoa(len(body)))
+	// A handler that set the right length already (writeJSON does) keeps
+	// its value, which is the one Set would make.
+	if vs := dst["Content-Length"]; len(vs) != 1 || !isLength(vs[0], len(body)) {
+		dst.Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// isLength reports whether v is n in decimal as strconv.Itoa writes it.
+func isLength(v string, n int) bool {
+	m, err := strconv.Atoi(v)
+	return err == nil && m == n && (v == "0" || '1' <= v[0] && v[0] <= '9')
 }
 
 // writeReplay sends a stored outcome, with only its allow-listed headers
@@ -613,7 +651,8 @@ func (m *Middleware) cacheResult(key idem.Key, fp []byte, raw [sha256.Size]byte,
 }
 
 // rawHash is SHA-256 over a request's method, path and body bytes as sent,
-// with their lengths framed so no two requests share an encoding.
+// with their lengths framed so no two requests share an encoding
+// (BytesFingerprint, FormFingerprint).
 func rawHash(method, path string, body []byte) [sha256.Size]byte {
 	h := sha256.New()
 	var n [8]byte

@@ -24,10 +24,17 @@ type recorder struct {
 }
 
 func newRecorder(max int64) *recorder {
-	return &recorder{header: make(http.Header), max: max}
+	return &recorder{max: max}
 }
 
-func (rec *recorder) Header() http.Header { return rec.header }
+// Header is made on first use: a batched route's decode that accepts the
+// request never touches it.
+func (rec *recorder) Header() http.Header {
+	if rec.header == nil {
+		rec.header = make(http.Header)
+	}
+	return rec.header
+}
 
 func (rec *recorder) WriteHeader(code int) {
 	// The same check net/http makes: a code outside 100..999 is a bug.
@@ -40,7 +47,7 @@ func (rec *recorder) WriteHeader(code int) {
 		return
 	}
 	rec.status = code
-	rec.sent = rec.header.Clone()
+	rec.sent = rec.Header().Clone()
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {
@@ -59,7 +66,7 @@ func (rec *recorder) Write(p []byte) (int, error) {
 // nothing gets from net/http: 200 with an empty body.
 func (rec *recorder) result() (int, http.Header) {
 	if rec.status == 0 {
-		return http.StatusOK, rec.header
+		return http.StatusOK, rec.Header()
 	}
 	return rec.status, rec.sent
 }

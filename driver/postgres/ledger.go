@@ -368,47 +368,49 @@ func (d *Driver) LedgerReversals(ctx context.Context, tx driver.Tx, p *driver.Le
 }
 
 func (d *Driver) LedgerWrite(ctx context.Context, tx driver.Tx, p *driver.LedgerWriteParams) error {
-	nt := len(p.Transfers)
-	tTenants, tIDs, debits, credits := make([]string, nt), make([]string, nt), make([]string, nt), make([]string, nt)
-	amounts := make([]int64, nt)
-	currencies, metas, reverses, reasons := make([]string, nt), make([]string, nt), make([]string, nt), make([]string, nt)
-	pendings, timeouts, pendingIDs, settles := make([]bool, nt), make([]int64, nt), make([]string, nt), make([]string, nt)
+	nt, ne, na, nr, nh := len(p.Transfers), len(p.Entries), len(p.Accounts), len(p.Reversed), len(p.Holds)
+	// The columns are carved from one array per element type: a batch's
+	// write makes four arrays, not fifty.
+	strs := make([]string, 10*nt+3*ne+3*na+2*nr+4*nh)
+	ints := make([]int64, 2*nt+7*ne+5*na+2*nr+2*nh)
+	bools := make([]bool, nt+2*ne+2*na)
+	times := make([]time.Time, na)
+	tTenants, tIDs, debits, credits := carve(&strs, nt), carve(&strs, nt), carve(&strs, nt), carve(&strs, nt)
+	amounts := carve(&ints, nt)
+	currencies, metas, reverses, reasons := carve(&strs, nt), carve(&strs, nt), carve(&strs, nt), carve(&strs, nt)
+	pendings, timeouts, pendingIDs, settles := carve(&bools, nt), carve(&ints, nt), carve(&strs, nt), carve(&strs, nt)
 	for i, t := range p.Transfers {
 		tTenants[i], tIDs[i], debits[i], credits[i] = t.Tenant, t.ID, t.DebitAccountID, t.CreditAccountID
 		amounts[i], currencies[i], metas[i] = t.Amount, t.Currency, string(t.Metadata)
 		reverses[i], reasons[i] = t.ReversesID, t.Reason
 		pendings[i], timeouts[i], pendingIDs[i], settles[i] = t.Pending, t.TimeoutSeconds, t.PendingID, t.Settles
 	}
-	ne := len(p.Entries)
-	eTenants, eAccounts, eTransfers := make([]string, ne), make([]string, ne), make([]string, ne)
-	eSeqs, eAmounts, eDebits, eCredits := make([]int64, ne), make([]int64, ne), make([]int64, ne), make([]int64, ne)
-	eCredit, eOnly := make([]bool, ne), make([]bool, ne)
-	eChanges, eDebitsPending, eCreditsPending := make([]int64, ne), make([]int64, ne), make([]int64, ne)
+	eTenants, eAccounts, eTransfers := carve(&strs, ne), carve(&strs, ne), carve(&strs, ne)
+	eSeqs, eAmounts, eDebits, eCredits := carve(&ints, ne), carve(&ints, ne), carve(&ints, ne), carve(&ints, ne)
+	eCredit, eOnly := carve(&bools, ne), carve(&bools, ne)
+	eChanges, eDebitsPending, eCreditsPending := carve(&ints, ne), carve(&ints, ne), carve(&ints, ne)
 	for i, e := range p.Entries {
 		eTenants[i], eAccounts[i], eTransfers[i] = e.Tenant, e.AccountID, e.TransferID
 		eSeqs[i], eAmounts[i], eDebits[i], eCredits[i], eCredit[i] = e.Sequence, e.Amount, e.DebitsPosted, e.CreditsPosted, e.Credit
 		eChanges[i], eOnly[i], eDebitsPending[i], eCreditsPending[i] = e.PendingChange, e.PendingOnly, e.DebitsPending, e.CreditsPending
 	}
-	na := len(p.Accounts)
-	aTenants, aIDs, aCurrencies := make([]string, na), make([]string, na), make([]string, na)
-	aDnec, aCned := make([]bool, na), make([]bool, na)
-	aCreated := make([]time.Time, na)
-	aDebits, aCredits, aSeqs := make([]int64, na), make([]int64, na), make([]int64, na)
-	aDebitsPending, aCreditsPending := make([]int64, na), make([]int64, na)
+	aTenants, aIDs, aCurrencies := carve(&strs, na), carve(&strs, na), carve(&strs, na)
+	aDnec, aCned := carve(&bools, na), carve(&bools, na)
+	aCreated := carve(&times, na)
+	aDebits, aCredits, aSeqs := carve(&ints, na), carve(&ints, na), carve(&ints, na)
+	aDebitsPending, aCreditsPending := carve(&ints, na), carve(&ints, na)
 	for i, a := range p.Accounts {
 		aTenants[i], aIDs[i], aCurrencies[i] = a.Tenant, a.ID, a.Currency
 		aDnec[i], aCned[i], aCreated[i] = a.DebitsMustNotExceedCredits, a.CreditsMustNotExceedDebits, a.CreatedAt
 		aDebits[i], aCredits[i], aSeqs[i] = a.DebitsPosted, a.CreditsPosted, a.Sequence
 		aDebitsPending[i], aCreditsPending[i] = a.DebitsPending, a.CreditsPending
 	}
-	nr := len(p.Reversed)
-	rTenants, rIDs, rAmounts, rAdds := make([]string, nr), make([]string, nr), make([]int64, nr), make([]int64, nr)
+	rTenants, rIDs, rAmounts, rAdds := carve(&strs, nr), carve(&strs, nr), carve(&ints, nr), carve(&ints, nr)
 	for i, r := range p.Reversed {
 		rTenants[i], rIDs[i], rAmounts[i], rAdds[i] = r.Tenant, r.TransferID, r.Amount, r.Add
 	}
-	nh := len(p.Holds)
-	hTenants, hIDs, hDebits, hCredits := make([]string, nh), make([]string, nh), make([]string, nh), make([]string, nh)
-	hAmounts, hTimeouts := make([]int64, nh), make([]int64, nh)
+	hTenants, hIDs, hDebits, hCredits := carve(&strs, nh), carve(&strs, nh), carve(&strs, nh), carve(&strs, nh)
+	hAmounts, hTimeouts := carve(&ints, nh), carve(&ints, nh)
 	for i, h := range p.Holds {
 		hTenants[i], hIDs[i], hDebits[i], hCredits[i] = h.Tenant, h.TransferID, h.DebitAccountID, h.CreditAccountID
 		hAmounts[i], hTimeouts[i] = h.Amount, h.TimeoutSeconds
@@ -587,4 +589,13 @@ func textBytes(s *string) []byte {
 		return nil
 	}
 	return []byte(*s)
+}
+
+// carve takes the next n elements of *backing as a column of their own
+// (its capacity cut at n) and advances *backing past them. A column of
+// no elements is empty, not nil: pgx sends it as an empty array, not NULL.
+func carve[T any](backing *[]T, n int) []T {
+	col := (*backing)[:n:n]
+	*backing = (*backing)[n:]
+	return col
 }

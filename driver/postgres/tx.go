@@ -34,7 +34,8 @@ type ownedTx struct {
 	opening   []queuedStmt // BEGIN and its settings until the first statement sends them
 	later     []laterWrite // writes waiting for the next round trip, in order
 	done      bool
-	committed bool // by commitAfter: Commit then answers nil
+	committed bool     // by commitAfter: Commit then answers nil
+	mode      execMode // the connection's, once asked (describes)
 }
 
 // laterWrite is a write made through driver.Later, waiting to be sent.
@@ -81,11 +82,11 @@ func (t *ownedTx) queued(n int) (*pgx.Batch, []queuedStmt, []laterWrite) {
 	}
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(opening)+n)}
 	for _, q := range opening {
-		queue(b, t.conn.Conn(), q.sql, q.args)
+		queue(b, t, q.sql, q.args)
 	}
 	for _, w := range later {
 		for _, s := range w.steps {
-			queue(b, t.conn.Conn(), s.sql, s.args)
+			queue(b, t, s.sql, s.args)
 		}
 	}
 	return b, opening, later
@@ -261,7 +262,7 @@ func pipeline(ctx context.Context, tx driver.Tx, steps ...step) error {
 	switch t := driver.Underlying(tx).(type) {
 	case *ownedTx:
 		for _, s := range steps {
-			queue(b, t.conn.Conn(), s.sql, s.args)
+			queue(b, t, s.sql, s.args)
 		}
 		var err error
 		if br, err = t.send(ctx, b); err != nil {
@@ -367,7 +368,7 @@ func (t *ownedTx) commitAfter(ctx context.Context, steps ...step) (err error) {
 	}
 	b, opening, later := t.queued(len(steps) + 1)
 	for _, s := range steps {
-		queue(b, t.conn.Conn(), s.sql, s.args)
+		queue(b, t, s.sql, s.args)
 	}
 	b.Queue("COMMIT")
 	mapped := func(err error) error { return commitErr(err, mapErr) }

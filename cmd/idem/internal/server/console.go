@@ -31,5 +31,5 @@ func (s *Server) mountConsole(mux *http.ServeMux) {
 		return
 	}
 	s.console = c
-	mux.Handle(console.Prefix, s.observe(c.Handler()))
+	mux.Handle(console.Prefix, s.observe(console.Prefix, c.Handler()))
 }

@@ -42,9 +42,9 @@ type settlementRequest struct {
 // (settles post) or /void: a settlement of the path's hold, under the
 // request's Idempotency-Key, its id derived from the key unless given.
 func (s *Server) decodeSettlement(settles ledger.Settles) func(http.ResponseWriter, *http.Request, []byte) (ledgerWrite, bool) {
-	return func(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+	return func(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 		var in settlementRequest
-		if err := decode(r, &in); err != nil {
+		if err := decodeRead(r, body, &in); err != nil {
 			invalid(w, r, err.Error())
 			return ledgerWrite{}, false
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha1"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,7 +22,27 @@ func derivedID(r *http.Request, kind string) string {
 	if !ok {
 		return uuid.Must(uuid.NewV7()).String()
 	}
-	return uuid.NewSHA1(idNamespace, []byte(kind+"\x00"+key.Scope+"\x00"+key.Key)).String()
+	return derivedUUID(kind, key.Scope, key.Key).String()
+}
+
+// derivedUUID is uuid.NewSHA1(idNamespace, kind NUL scope NUL key),
+// hashed from a stack buffer when the name fits one: every first arrival
+// without an id derives one, and NewSHA1 spends four allocations on the
+// name and the hash state.
+func derivedUUID(kind, scope, key string) uuid.UUID {
+	var buf [512]byte
+	n := len(idNamespace) + len(kind) + len(scope) + len(key) + 2
+	if n > len(buf) {
+		return uuid.NewSHA1(idNamespace, []byte(kind+"\x00"+scope+"\x00"+key))
+	}
+	b := append(buf[:0], idNamespace[:]...)
+	b = append(append(append(append(append(b, kind...), 0), scope...), 0), key...)
+	sum := sha1.Sum(b)
+	var id uuid.UUID
+	copy(id[:], sum[:])
+	id[6] = id[6]&0x0f | 5<<4 // version 5: SHA-1
+	id[8] = id[8]&0x3f | 0x80 // the RFC 4122 variant
+	return id
 }
 
 // idNamespace is the UUIDv5 namespace of derived resource ids.

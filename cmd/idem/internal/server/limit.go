@@ -41,6 +41,11 @@ type tenantLimits struct {
 type tenantState struct {
 	limiter  *rate.Limiter // nil: no rate bound
 	inFlight int
+	// gauge is the tenant's idem_tenant_requests_in_flight and release
+	// ends one of its requests: both made with the state, so that a
+	// request makes neither.
+	gauge   prometheus.Gauge
+	release func()
 }
 
 // concurrencyRetryAfter is the Retry-After of a request refused because
@@ -85,6 +90,13 @@ func (l *tenantLimits) admit(w http.ResponseWriter, tenant string) (release func
 		if l.rate > 0 {
 			st.limiter = rate.NewLimiter(l.rate, l.burst)
 		}
+		st.gauge = l.inFlight.WithLabelValues(tenant)
+		st.release = func() {
+			l.mu.Lock()
+			st.inFlight--
+			l.mu.Unlock()
+			st.gauge.Dec()
+		}
 		l.tenants[tenant] = st
 	}
 	if l.concurrency > 0 && st.inFlight >= l.concurrency {
@@ -104,15 +116,10 @@ func (l *tenantLimits) admit(w http.ResponseWriter, tenant string) (release func
 		}
 	}
 	st.inFlight++
+	release = st.release
 	l.mu.Unlock()
-	gauge := l.inFlight.WithLabelValues(tenant)
-	gauge.Inc()
-	return func() {
-		l.mu.Lock()
-		st.inFlight--
-		l.mu.Unlock()
-		gauge.Dec()
-	}, true
+	st.gauge.Inc()
+	return release, true
 }
 
 func (l *tenantLimits) refuse(w http.ResponseWriter, tenant, limit string, after time.Duration, detail string) {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,33 +78,62 @@ type routeCode struct {
 }
 
 // bound holds a metric vector's children by their labels: a request pays
-// a read of a map, not the vector's hashing of its label values. The
-// label sets are bounded (route patterns, status codes, outcome kinds),
-// and so is the map.
+// a read of a map, not the vector's hashing of its label values, and takes
+// no lock: the map is replaced, never written, when a label set is new.
+// The label sets are bounded (route patterns, status codes, outcome
+// kinds), and so is the map.
 type bound[K comparable, V any] struct {
 	make func(K) V
-	mu   sync.RWMutex
-	m    map[K]V
+	m    atomic.Pointer[map[K]V]
+	mu   sync.Mutex // serializes the map's replacements
 }
 
 func (b *bound[K, V]) get(k K) V {
-	b.mu.RLock()
-	v, ok := b.m[k]
-	b.mu.RUnlock()
-	if ok {
-		return v
+	if m := b.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if v, ok := b.m[k]; ok {
-		return v
+	old := b.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
 	}
-	if b.m == nil {
-		b.m = make(map[K]V)
+	m := make(map[K]V, 1)
+	if old != nil {
+		maps.Copy(m, *old)
 	}
-	v = b.make(k)
-	b.m[k] = v
+	v := b.make(k)
+	m[k] = v
+	b.m.Store(&m)
 	return v
+}
+
+// routeLatency is one route's latency children, bound per status code on
+// the code's first request: a request of the route reads its child from
+// an array, with no label string made and no map read.
+type routeLatency struct {
+	route string
+	vec   *prometheus.HistogramVec
+	codes [500]atomic.Pointer[prometheus.Observer] // status 100..599
+}
+
+func (l *routeLatency) get(code int) prometheus.Observer {
+	if code < 100 || code > 599 {
+		return l.vec.WithLabelValues(l.route, strconv.Itoa(code))
+	}
+	slot := &l.codes[code-100]
+	if o := slot.Load(); o != nil {
+		return *o
+	}
+	// Two first requests bind the same child: the vector keeps one per
+	// label set.
+	o := l.vec.WithLabelValues(l.route, strconv.Itoa(code))
+	slot.Store(&o)
+	return o
 }
 
 // errUnavailable is what a 503 says: the database, or the service's own
@@ -132,7 +163,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // observe records the request's latency by route and logs it. The log line
 // carries no secrets: not the Authorization header, not the idempotency key.
-func (s *Server) observe(next http.Handler) http.Handler {
+// pattern is the one next is routed under: its latency children are bound
+// to it, and a request seen under another pattern (none) is counted by
+// that one's.
+func (s *Server) observe(pattern string, next http.Handler) http.Handler {
+	own := &routeLatency{route: routeLabel(pattern), vec: s.metrics.requests}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -144,10 +179,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		r, span := startSpan(r.WithContext(ctx))
 		next.ServeHTTP(sw, r)
 		endSpan(span, cmp.Or(sw.status, http.StatusOK))
-		route := r.Pattern
-		if route == "" || route == "/" {
-			route = "unmatched"
-		}
+		route := routeLabel(r.Pattern)
 		switch {
 		case sw.status == http.StatusServiceUnavailable:
 			s.unavailable.Fail(r.Method+" "+route, errUnavailable)
@@ -155,10 +187,22 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			s.unavailable.OK()
 		}
 		elapsed := time.Since(start)
-		s.metrics.byRoute.get(routeCode{route, sw.status}).Observe(elapsed.Seconds())
+		if route == own.route {
+			own.get(sw.status).Observe(elapsed.Seconds())
+		} else {
+			s.metrics.byRoute.get(routeCode{route, sw.status}).Observe(elapsed.Seconds())
+		}
 		if s.log.Enabled(ctx, slog.LevelDebug) {
 			s.log.Debug("http", "method", r.Method, "route", route, "status", sw.status,
 				"duration_ms", elapsed.Milliseconds(), "replayed", sw.Header().Get("Idempotent-Replayed") == "true")
 		}
 	})
+}
+
+// routeLabel is a request's route label: its pattern, or "unmatched".
+func routeLabel(pattern string) string {
+	if pattern == "" || pattern == "/" {
+		return "unmatched"
+	}
+	return pattern
 }

@@ -51,10 +51,16 @@ const maxBodyDepth = 32
 // maxBodyDepth, an unknown member (a typo in a payments request must not be
 // silently dropped) and anything after the object. Its error says what and
 // where, for the 400's detail.
-func decode(r *http.Request, v any) error {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return fmt.Errorf("read body: %w", err)
+func decode(r *http.Request, v any) error { return decodeRead(r, nil, v) }
+
+// decodeRead is decode of body, the whole of r's body already read
+// (idemhttp.Batched hands it to a route's decode); nil reads r.Body.
+func decodeRead(r *http.Request, body []byte, v any) error {
+	if body == nil {
+		var err error
+		if body, err = io.ReadAll(r.Body); err != nil {
+			return fmt.Errorf("read body: %w", err)
+		}
 	}
 	if err := strictjson.Check(body, maxBodyDepth); err != nil {
 		return fmt.Errorf("body: %w", err)

@@ -214,10 +214,10 @@ func (s *Server) routes() http.Handler {
 	// Under --idempotency-key=optional a write without a key runs in a
 	// transaction of its own (ownTx; rollout.go).
 	write := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(s.guard.Wrap(s.ownTx(h)))))))
+		mux.Handle(pattern, s.observe(pattern, s.authenticate(jsonBody(s.keylessWrite(s.guard.Wrap(s.ownTx(h)))))))
 	}
 	read := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.observe(s.authenticate(h)))
+		mux.Handle(pattern, s.observe(pattern, s.authenticate(h)))
 	}
 	// The ledger's writes share transactions (group commit) unless it is
 	// off: then each runs in its own, as any guarded handler.
@@ -230,7 +230,7 @@ func (s *Server) routes() http.Handler {
 		if s.keyOptional() {
 			h = keyless(h, s.guard.Wrap(s.ownTx(s.writeOne(decode))))
 		}
-		mux.Handle(pattern, s.observe(s.authenticate(jsonBody(s.keylessWrite(h)))))
+		mux.Handle(pattern, s.observe(pattern, s.authenticate(jsonBody(s.keylessWrite(h)))))
 	}
 	ledgerRoute("POST /v1/accounts", s.decodeAccount)
 	read("GET /v1/accounts/{id}", s.getAccount)
@@ -248,7 +248,7 @@ func (s *Server) routes() http.Handler {
 	// Webhook deliveries carry neither an API key nor an Idempotency-Key:
 	// the provider's signature authenticates them, the endpoint's
 	// configuration names their tenant, and their stable event id is the key.
-	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe(s.webhooks.intake))
+	mux.Handle("POST /v1/webhooks/{endpoint}", s.observe("POST /v1/webhooks/{endpoint}", s.webhooks.intake))
 
 	s.mountConsole(mux)
 	mux.HandleFunc("GET /healthz", healthz)
@@ -265,7 +265,7 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.Handle("GET /metrics", metrics)
 	}
-	mux.Handle("/", s.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", s.observe("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, codeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})))
 	return s.protect(mux)
@@ -322,7 +322,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
-		next.ServeHTTP(w, r.WithContext(withTenant(idemhttp.WithScope(r.Context(), tenant), tenant)))
+		next.ServeHTTP(w, r.WithContext(withTenant(r.Context(), tenant)))
 	})
 }
 
@@ -346,16 +346,14 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-type tenantKey struct{}
-
+// withTenant puts the request's tenant in ctx. The tenant is also the
+// scope idemhttp keys the request under (its default Config.Scope reads
+// ScopeFrom): one context value holds both.
 func withTenant(ctx context.Context, t string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, t)
+	return idemhttp.WithScope(ctx, t)
 }
 
-func tenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
-}
+func tenantFrom(ctx context.Context) string { return idemhttp.ScopeFrom(ctx) }
 
 // Relay is the relay serve runs (nil with --relay=false), for the
 // /readyz of --metrics-addr.

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemhq/idem/internal/tracing"
 )
@@ -24,6 +25,18 @@ func startSpan(r *http.Request) (*http.Request, trace.Span) {
 	ctx := r.Context()
 	if r.Header.Get(tracing.HeaderParent) != "" {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	// With the no-op provider (serve without an exporter) and no
+	// recording span in ctx, the no-op tracer would return ctx's own span
+	// in a context of its own: the same answer without a context and a
+	// request made per request.
+	if _, off := otel.GetTracerProvider().(tracenoop.TracerProvider); off {
+		if span := trace.SpanFromContext(ctx); !span.IsRecording() {
+			if ctx != r.Context() {
+				r = r.WithContext(ctx)
+			}
+			return r, span
+		}
 	}
 	name := r.Pattern
 	if name == "" || name == "/" {

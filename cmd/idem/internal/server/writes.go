@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -43,9 +44,9 @@ func writeOf(r *http.Request, op ledger.Op) ledgerWrite {
 
 // decodeAccount reads POST /v1/accounts. A refusal is answered as invalid
 // (400, not stored) and reported false.
-func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeAccount(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in ledger.NewAccount
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
@@ -83,9 +84,9 @@ func (in *transferRequest) newTransfer() (ledger.NewTransfer, error) {
 		Amount: amount, Currency: in.Currency, Metadata: in.Metadata, Pending: in.Pending, Timeout: timeout}, nil
 }
 
-func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeTransfer(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in transferRequest
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
@@ -111,9 +112,9 @@ type reversalRequest struct {
 	Metadata json.RawMessage `json:"metadata"`
 }
 
-func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, _ []byte) (ledgerWrite, bool) {
+func (s *Server) decodeReversal(w http.ResponseWriter, r *http.Request, body []byte) (ledgerWrite, bool) {
 	var in reversalRequest
-	if err := decode(r, &in); err != nil {
+	if err := decodeRead(r, body, &in); err != nil {
 		invalid(w, r, err.Error())
 		return ledgerWrite{}, false
 	}
@@ -170,8 +171,14 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 	var events []outbox.Message
 	var trc trace.SpanContext
 	batchTrace := trace.SpanContextFromContext(ctx).TraceID()
-	event := func(tenant, typ, key string, resource any) error {
-		m, err := newEvent(tenant, typ, key, resource)
+	// The event carries the resource's JSON that the answer carries
+	// (created): one encoding of it for both.
+	event := func(tenant, typ, key string, resource any, payload []byte) error {
+		m := outbox.Message{Tenant: tenant, Type: typ, Key: key, Payload: payload}
+		var err error
+		if payload == nil {
+			m, err = newEvent(tenant, typ, key, resource)
+		}
 		m.Trace = trc
 		events = append(events, m)
 		return err
@@ -190,16 +197,18 @@ func (s *Server) applyWrites(ctx context.Context, tx driver.Tx, ws []ledgerWrite
 			out[i] = refusal(r.Err, op.Reversal != nil || op.Settlement != nil)
 		case r.Account != nil:
 			a := r.Account
-			out[i].Outcome = created("/v1/accounts/"+a.ID, a)
+			var payload []byte
+			out[i].Outcome, payload = created("/v1/accounts/"+a.ID, a)
 			if !a.Existing {
-				err = event(op.Tenant, "account.created", "account/"+a.ID, a)
+				err = event(op.Tenant, "account.created", "account/"+a.ID, a, payload)
 			}
 		default:
 			t := r.Transfer
-			out[i].Outcome = created("/v1/transfers/"+t.ID, t)
+			var payload []byte
+			out[i].Outcome, payload = created("/v1/transfers/"+t.ID, t)
 			if !t.Existing {
 				typ, key := transferEvent(t)
-				err = event(op.Tenant, typ, key, t)
+				err = event(op.Tenant, typ, key, t, payload)
 			}
 		}
 		if err != nil {
@@ -243,13 +252,31 @@ func refusal(le *ledger.Error, pathTransfer bool) idem.ItemResult {
 	return idem.ItemResult{Outcome: rec.outcome()}
 }
 
-// created is a 201 answer with the resource at location.
-func created(location string, v any) idem.Outcome {
-	var rec outcomeRecorder
-	rec.Header().Set("Location", location)
-	writeJSON(&rec, http.StatusCreated, v)
-	return rec.outcome()
+// created is a 201 answer with the resource at location, as writeJSON
+// writes it, and the resource's JSON (json.Marshal, the answer's body
+// without its newline), which its event carries too; nil when v cannot
+// be encoded, and then the answer is writeJSON's.
+func created(location string, v any) (idem.Outcome, []byte) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		var rec outcomeRecorder
+		rec.Header().Set("Location", location)
+		writeJSON(&rec, http.StatusCreated, v)
+		return rec.outcome(), nil
+	}
+	payload = payload[:len(payload):len(payload)] // the body's newline goes to a copy
+	body := append(payload, '\n')
+	vals := [...]string{location, strconv.Itoa(len(body))}
+	return idem.Outcome{Status: http.StatusCreated, Body: body, Header: http.Header{
+		"Location":       vals[0:1:1],
+		"Content-Type":   contentJSON,
+		"Content-Length": vals[1:2:2],
+	}}, payload
 }
+
+// contentJSON is the Content-Type of created's answers, shared: a header's
+// values are replaced, never written in place.
+var contentJSON = []string{"application/json"}
 
 // outcomeRecorder records an answer written with the server's writers
 // (writeJSON, problem.Details.Write), so that a batch's answers are the
