@@ -2,13 +2,10 @@ package idem
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 
 	"github.com/idemhq/idem/internal/jsonfp"
 )
@@ -88,40 +85,4 @@ func canonicalDecoded(body []byte, ignore []string) ([]byte, error) {
 	}
 	// encoding/json writes map keys sorted and json.Number as written.
 	return json.Marshal(v)
-}
-
-// fingerprintMemo remembers recent fingerprints by a hash of the exact bytes
-// they were computed from. A fingerprint is a pure function of the operation
-// and the body bytes (and a keeper's fixed IgnoreFields), so a duplicate
-// that repeats its first copy byte for byte skips the canonical JSON, most
-// of a replay's own CPU. It is direct-mapped and lock-free: a slot holds the
-// newest of the bodies that hash to it.
-type fingerprintMemo struct {
-	slots [fingerprintMemoSlots]atomic.Pointer[memoEntry]
-}
-
-const fingerprintMemoSlots = 4096
-
-type memoEntry struct {
-	raw [sha256.Size]byte
-	fp  []byte
-}
-
-func (m *fingerprintMemo) get(operation string, body []byte, ignore []string) ([]byte, error) {
-	// The hash of the exact bytes is the fingerprint itself when the body
-	// is canonical as it is: one hash, nothing remembered.
-	raw := jsonfp.Sum(body, operation)
-	if jsonfp.AsIs(body, ignore) {
-		return raw[:], nil
-	}
-	slot := &m.slots[binary.BigEndian.Uint32(raw[:4])%fingerprintMemoSlots]
-	if e := slot.Load(); e != nil && e.raw == raw {
-		return e.fp, nil
-	}
-	fp, err := fingerprintCanonical(operation, body, ignore)
-	if err != nil {
-		return nil, err
-	}
-	slot.Store(&memoEntry{raw: raw, fp: fp})
-	return fp, nil
 }

@@ -29,10 +29,9 @@ type Keeper struct {
 	mu      sync.Mutex
 	flights map[driver.KeyID]*flight
 
-	fingerprints fingerprintMemo
-	tracer       trace.Tracer
-	spansOff     bool // the TracerProvider is the no-op one (span)
-	reads        reads
+	tracer   trace.Tracer
+	spansOff bool // the TracerProvider is the no-op one (span)
+	reads    reads
 
 	testHooks testHooks
 }
@@ -283,10 +282,7 @@ func (k *Keeper) prepare(req *Request) ([]byte, error) {
 	if req.Fingerprint != nil {
 		return req.Fingerprint, nil
 	}
-	if memoOff {
-		return Fingerprint(req.Key.Operation, req.Body, k.cfg.IgnoreFields...)
-	}
-	return k.fingerprints.get(req.Key.Operation, req.Body, k.cfg.IgnoreFields)
+	return Fingerprint(req.Key.Operation, req.Body, k.cfg.IgnoreFields...)
 }
 
 // run is one attempt in a transaction of the keeper's own.

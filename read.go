@@ -68,10 +68,9 @@ type reads struct {
 // claim, as the policy says.
 func (s *reads) first() bool { return readFirstOff || !s.skip.Load() }
 
-// Benchmarks' knobs (internal/benchknob): with the read-first policy off
-// every request reads first; with the memo off every fingerprint is
-// computed.
-var readFirstOff, memoOff = benchknob.Off("read-first"), benchknob.Off("memo")
+// A benchmark's knob (internal/benchknob): with the read-first policy off
+// every request reads first.
+var readFirstOff = benchknob.Off("read-first")
 
 // note tells the policy whether a request's key held a committed record,
 // and at the end of each window decides for the next.

@@ -1,8 +1,8 @@
 // Package benchknob turns a hot-path mechanism off for the benchmark that
 // measures what it buys (bench/run mechanisms; docs/architecture.md, "The
 // hot path's mechanisms"). IDEM_BENCH_OFF names the mechanisms to turn
-// off, comma-separated, read once at start: replay-cache, memo,
-// read-first, coalesce. It is a benchmark's knob, not a setting: a
+// off, comma-separated, read once at start: replay-cache, read-first,
+// coalesce. It is a benchmark's knob, not a setting: a
 // mechanism turned off costs speed, never a guarantee, and production
 // leaves the variable unset.
 package benchknob
@@ -14,7 +14,7 @@ import (
 )
 
 // Names are the mechanisms IDEM_BENCH_OFF may name.
-var Names = []string{"replay-cache", "memo", "read-first", "coalesce"}
+var Names = []string{"replay-cache", "read-first", "coalesce"}
 
 var off = parse(os.Getenv("IDEM_BENCH_OFF"))
 

@@ -6,8 +6,8 @@ import (
 )
 
 func TestParseAndUnknown(t *testing.T) {
-	got := parse(" memo, coalesce ,,replay-cache")
-	if len(got) != 3 || !got["memo"] || !got["coalesce"] || !got["replay-cache"] {
+	got := parse(" read-first, coalesce ,,replay-cache")
+	if len(got) != 3 || !got["read-first"] || !got["coalesce"] || !got["replay-cache"] {
 		t.Fatalf("parse: %v", got)
 	}
 	if len(parse("")) != 0 {
@@ -16,7 +16,7 @@ func TestParseAndUnknown(t *testing.T) {
 	saved := off
 	defer func() { off = saved }()
 	off = parse("read-first,groupcommit,memo,cache")
-	if bad := Unknown(); !slices.Equal(bad, []string{"cache", "groupcommit"}) {
+	if bad := Unknown(); !slices.Equal(bad, []string{"cache", "groupcommit", "memo"}) {
 		t.Fatalf("unknown: %v", bad)
 	}
 	if !Off("read-first") || Off("coalesce") {
