@@ -10,6 +10,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
+
+	"github.com/idemhq/idem/internal/strictjson"
 )
 
 // Sum is SHA-256 over the length of the operation (8 bytes, big-endian),
@@ -124,16 +126,8 @@ func (s *scan) object(depth int, ignore []string) bool {
 		if !s.value(depth+1, nil) {
 			return false
 		}
-		if s.i >= len(s.b) {
-			return false
-		}
-		s.i++
-		switch s.b[s.i-1] {
-		case '}':
-			return true
-		case ',':
-		default:
-			return false
+		if done, ok := s.next('}'); done || !ok {
+			return ok
 		}
 	}
 }
@@ -148,18 +142,27 @@ func (s *scan) array(depth int) bool {
 		if !s.value(depth+1, nil) {
 			return false
 		}
-		if s.i >= len(s.b) {
-			return false
-		}
-		s.i++
-		switch s.b[s.i-1] {
-		case ']':
-			return true
-		case ',':
-		default:
-			return false
+		if done, ok := s.next(']'); done || !ok {
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member or an element: end, which closes the
+// object or array (done), or a comma before the next; ok is false for
+// anything else.
+func (s *scan) next(end byte) (done, ok bool) {
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	s.i++
+	switch s.b[s.i-1] {
+	case end:
+		return true, true
+	case ',':
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string whose bytes json.Marshal writes as they are and
@@ -183,45 +186,11 @@ func (s *scan) str() ([]byte, bool) {
 
 // number reads a number as JSON's grammar writes one.
 func (s *scan) number() bool {
-	j := s.i
-	if j < len(s.b) && s.b[j] == '-' {
-		j++
+	end, ok := strictjson.NumberEnd(s.b, s.i)
+	if ok {
+		s.i = end
 	}
-	switch {
-	case j < len(s.b) && s.b[j] == '0':
-		j++
-	case j < len(s.b) && '1' <= s.b[j] && s.b[j] <= '9':
-		j = digits(s.b, j)
-	default:
-		return false
-	}
-	if j < len(s.b) && s.b[j] == '.' {
-		k := digits(s.b, j+1)
-		if k == j+1 {
-			return false
-		}
-		j = k
-	}
-	if j < len(s.b) && (s.b[j] == 'e' || s.b[j] == 'E') {
-		j++
-		if j < len(s.b) && (s.b[j] == '+' || s.b[j] == '-') {
-			j++
-		}
-		k := digits(s.b, j)
-		if k == j {
-			return false
-		}
-		j = k
-	}
-	s.i = j
-	return true
-}
-
-func digits(b []byte, j int) int {
-	for j < len(b) && '0' <= b[j] && b[j] <= '9' {
-		j++
-	}
-	return j
+	return ok
 }
 
 func (s *scan) literal(word string) bool {

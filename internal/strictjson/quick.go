@@ -246,7 +246,16 @@ func hexAt(d []byte, i int) (rune, bool) {
 }
 
 func (s *scan) number() bool {
-	d, i := s.data, s.i
+	end, ok := NumberEnd(s.data, s.i)
+	if ok {
+		s.i = end
+	}
+	return ok
+}
+
+// NumberEnd reads the JSON number (RFC 8259) that starts at d[i] and
+// returns the index after it, or false when none starts there.
+func NumberEnd(d []byte, i int) (int, bool) {
 	if i < len(d) && d[i] == '-' {
 		i++
 	}
@@ -256,12 +265,12 @@ func (s *scan) number() bool {
 	case i < len(d) && d[i] >= '1' && d[i] <= '9':
 		i = digits(d, i)
 	default:
-		return false
+		return i, false
 	}
 	if i < len(d) && d[i] == '.' {
 		j := digits(d, i+1)
 		if j == i+1 {
-			return false
+			return i, false
 		}
 		i = j
 	}
@@ -272,12 +281,11 @@ func (s *scan) number() bool {
 		}
 		j := digits(d, i)
 		if j == i {
-			return false
+			return i, false
 		}
 		i = j
 	}
-	s.i = i
-	return true
+	return i, true
 }
 
 func digits(d []byte, i int) int {
