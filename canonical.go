@@ -3,6 +3,9 @@ package idem
 import (
 	"bytes"
 	"slices"
+
+	"github.com/idemhq/idem/internal/jsonfp"
+	"github.com/idemhq/idem/internal/strictjson"
 )
 
 // canonicalPlain is canonicalJSON by hand for the bodies most requests
@@ -201,68 +204,25 @@ func (p *plainCanon) array(depth int) bool {
 	}
 }
 
-// str reads a string whose bytes json.Marshal writes as they are:
-// printable ASCII but for '"', '\\' and the HTML-escaped '<', '>', '&'.
-// It returns the bytes between the quotes.
+// str reads a string whose bytes json.Marshal writes as they are
+// (jsonfp.PlainString) and returns the bytes between the quotes.
 func (p *plainCanon) str() ([]byte, bool) {
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
-		return nil, false
+	v, end, ok := jsonfp.PlainString(p.b, p.i)
+	if ok {
+		p.i = end
 	}
-	for j := p.i + 1; j < len(p.b); j++ {
-		switch c := p.b[j]; {
-		case c == '"':
-			s := p.b[p.i+1 : j]
-			p.i = j + 1
-			return s, true
-		case c < 0x20 || c >= 0x7f || c == '\\' || c == '<' || c == '>' || c == '&':
-			return nil, false
-		}
-	}
-	return nil, false
+	return v, ok
 }
 
 // number reads a number as JSON writes one and copies it as written.
 func (p *plainCanon) number() bool {
-	j := p.i
-	if j < len(p.b) && p.b[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(p.b) && p.b[j] == '0':
-		j++
-	case j < len(p.b) && '1' <= p.b[j] && p.b[j] <= '9':
-		j = digits(p.b, j)
-	default:
+	end, ok := strictjson.NumberEnd(p.b, p.i)
+	if !ok {
 		return false
 	}
-	if j < len(p.b) && p.b[j] == '.' {
-		k := digits(p.b, j+1)
-		if k == j+1 {
-			return false
-		}
-		j = k
-	}
-	if j < len(p.b) && (p.b[j] == 'e' || p.b[j] == 'E') {
-		j++
-		if j < len(p.b) && (p.b[j] == '+' || p.b[j] == '-') {
-			j++
-		}
-		k := digits(p.b, j)
-		if k == j {
-			return false
-		}
-		j = k
-	}
-	p.out = append(p.out, p.b[p.i:j]...)
-	p.i = j
+	p.out = append(p.out, p.b[p.i:end]...)
+	p.i = end
 	return true
-}
-
-func digits(b []byte, j int) int {
-	for j < len(b) && '0' <= b[j] && b[j] <= '9' {
-		j++
-	}
-	return j
 }
 
 // literal reads true, false or null.

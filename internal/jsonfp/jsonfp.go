@@ -168,20 +168,30 @@ func (s *scan) next(end byte) (done, ok bool) {
 // str reads a string whose bytes json.Marshal writes as they are and
 // returns the bytes between the quotes.
 func (s *scan) str() ([]byte, bool) {
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return nil, false
+	v, end, ok := PlainString(s.b, s.i)
+	if ok {
+		s.i = end
 	}
-	for j := s.i + 1; j < len(s.b); j++ {
-		switch c := s.b[j]; {
+	return v, ok
+}
+
+// PlainString reads the JSON string that starts at b[i] when json.Marshal
+// writes its bytes as they are (printable ASCII but for '"', '\\' and the
+// HTML-escaped '<', '>', '&'), and returns the bytes between the quotes
+// and the index after it; ok is false for any other string.
+func PlainString(b []byte, i int) (s []byte, end int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
 		case c == '"':
-			v := s.b[s.i+1 : j]
-			s.i = j + 1
-			return v, true
+			return b[i+1 : j], j + 1, true
 		case c < 0x20 || c >= 0x7f || c == '\\' || c == '<' || c == '>' || c == '&':
-			return nil, false
+			return nil, i, false
 		}
 	}
-	return nil, false
+	return nil, i, false
 }
 
 // number reads a number as JSON's grammar writes one.
