@@ -24,8 +24,14 @@ func TestUnreplicatedCommitNotAcknowledged(t *testing.T) {
 	p := start(t, nil, "serve", "--addr", "127.0.0.1:0", "--db", pg.URL,
 		"--db-timeout", "1s", "--relay-lease", "3s", "--in-flight-wait", "200ms")
 	u := p.URL
-	account(t, u, "a", "EUR")
-	account(t, u, "b", "EUR")
+	// The standby is not required yet: an account's creation that outruns
+	// the 1 s deadline while a loaded machine makes the first connections
+	// is retried under its key.
+	for _, id := range []string{"a", "b"} {
+		waitFor(t, func() bool {
+			return call(t, "POST", u+"/v1/accounts", "acct-"+id, map[string]any{"id": id, "currency": "EUR"}).Status == http.StatusCreated
+		})
+	}
 
 	pg.RequireStandby(t, true)
 	body := map[string]any{"id": "t1", "debit_account_id": "a", "credit_account_id": "b", "amount": 5, "currency": "EUR"}
