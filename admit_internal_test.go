@@ -7,25 +7,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // sim drives an admission as the Batcher does, with requests numbered
-// from 1, a clock of its own, and the batches it was told to start, and
-// checks the admission's invariants after every step.
+// from 1 and its own view of the batches, and checks the admission's
+// invariants after every step.
 type sim struct {
 	t       *testing.T
 	s       admission[int]
 	cfg     BatchConfig
-	now     time.Time
 	next    int
 	scopeOf map[int]string    // every request's scope
-	waits   map[int]bool      // requests waiting to be taken
-	due     map[int]time.Time // when each one's MaxWait passes
+	waits   map[int]bool      // requests waiting to be handed a batch
 	gone    map[int]bool      // requests that left or were refused
-	batches map[int]*simBatch // running batches, by their first request
+	batches map[int]*simBatch // batches taken, by their first request
 	open    map[string]int    // each scope's batch that may be joined, by its first request
-	skipped map[string]int    // starts of other scopes while this one, running nothing, waited
 }
 
 type simBatch struct {
@@ -34,45 +30,53 @@ type simBatch struct {
 }
 
 func newSim(t *testing.T, cfg BatchConfig) *sim {
-	return &sim{t: t, s: newAdmission[int](cfg), cfg: cfg, now: time.Unix(0, 0),
-		scopeOf: map[int]string{}, waits: map[int]bool{}, due: map[int]time.Time{}, gone: map[int]bool{},
-		batches: map[int]*simBatch{}, open: map[string]int{}, skipped: map[string]int{}}
+	return &sim{t: t, s: newAdmission[int](cfg), cfg: cfg, scopeOf: map[int]string{}, waits: map[int]bool{},
+		gone: map[int]bool{}, batches: map[int]*simBatch{}, open: map[string]int{}}
 }
 
 // arrive sends a request of scope as the Batcher's submit does and says
-// what became of it: "joined", "runs" (in a batch started now), "waits"
-// or "busy".
+// what became of it: "joins", "starts", "waits" or "busy".
 func (m *sim) arrive(scope string) (int, string) {
 	m.next++
 	id := m.next
 	m.scopeOf[id] = scope
-	if m.s.joinable(scope) {
+	running, carried, open := m.runningOf(scope), m.carriedBy(scope), m.batches[m.open[scope]]
+	oldest := m.waitingOf(scope)
+	mayStart := running < m.cfg.Concurrency && (len(oldest)+1)*running >= carried
+	got, batch := m.s.arrive(scope, id)
+	switch got {
+	case joins:
+		if open == nil || len(open.ids) >= m.cfg.MaxBatch {
+			m.t.Fatalf("request %d joined no open batch with room (%v)", id, open)
+		}
 		m.s.join(scope)
-		b := m.batches[m.open[scope]]
-		b.ids = append(b.ids, id)
-		m.check(nil, "arrive")
-		return id, "joined"
-	}
-	m.waits[id] = true
-	m.due[id] = m.now.Add(m.cfg.MaxWait)
-	starts, waits, busy := m.s.arrive(scope, id, m.now)
-	if busy {
-		delete(m.waits, id)
+		open.ids = append(open.ids, id)
+	case starts:
+		if open != nil && len(open.ids) < m.cfg.MaxBatch || !mayStart {
+			m.t.Fatalf("request %d started a batch beside %d of its scope's carrying %d, %d waiting, open %v",
+				id, running, carried, len(oldest), open)
+		}
+		if want := append(oldest[:min(len(oldest), m.cfg.MaxBatch-1)], id); !slices.Equal(batch, want) {
+			m.t.Fatalf("request %d started %v, want %v: the oldest waiting and it", id, batch, want)
+		}
+		for _, w := range batch {
+			delete(m.waits, w)
+		}
+		m.batches[batch[0]] = &simBatch{scope, batch}
+		m.open[scope] = batch[0]
+	case waits:
+		if open != nil && len(open.ids) < m.cfg.MaxBatch || mayStart {
+			m.t.Fatalf("request %d waits beside %d of its scope's batches carrying %d, open %v", id, running, carried, open)
+		}
+		m.waits[id] = true
+	case busy:
+		if mayStart || len(m.waits) < m.cfg.MaxQueued {
+			m.t.Fatalf("request %d refused with %d of its scope's batches and %d waiting", id, running, len(m.waits))
+		}
 		m.gone[id] = true
 	}
-	m.check(starts, "arrive")
-	switch {
-	case busy:
-		if waits || m.runningOf(scope) == 0 && len(m.batches) < 2*m.cfg.Concurrency {
-			m.t.Fatalf("request %d refused, waits %v, with a place free for it", id, waits)
-		}
-		return id, "busy"
-	case waits != m.waits[id]:
-		m.t.Fatalf("request %d: waits %v, taken %v", id, waits, !m.waits[id])
-	case waits:
-		return id, "waits"
-	}
-	return id, "runs"
+	m.check("arrive")
+	return id, [...]string{joins: "joins", starts: "starts", waits: "waits", busy: "busy"}[got]
 }
 
 // begin closes the batch led by id to arrivals, as its transaction begins.
@@ -84,48 +88,30 @@ func (m *sim) begin(id int) {
 	}
 }
 
-// end ends the batch led by id.
-func (m *sim) end(id int) {
+// end ends the batch led by id, and returns the batch its scope is handed.
+func (m *sim) end(id int) []int {
 	m.begin(id)
 	b := m.batches[id]
 	delete(m.batches, id)
-	m.check(m.s.end(b.scope, len(b.ids), m.now), "end")
+	next := m.s.end(b.scope, len(b.ids))
+	if len(next) > 0 {
+		oldest := m.waitingOf(b.scope)
+		if want := oldest[:min(len(oldest), m.cfg.MaxBatch)]; !slices.Equal(next, want) {
+			m.t.Fatalf("scope %s handed %v, want its oldest %v", b.scope, next, want)
+		}
+		for _, w := range next {
+			delete(m.waits, w)
+		}
+		m.batches[next[0]] = &simBatch{b.scope, next}
+		m.open[b.scope] = next[0]
+	}
+	m.check("end")
+	return next
 }
 
 // leave withdraws id as its caller gives up; it reports whether it left.
 func (m *sim) leave(id int) bool {
-	starts, left := m.s.leave(m.scopeOf[id], id, m.now)
-	m.left(id, left)
-	m.check(starts, "leave")
-	return left
-}
-
-// tick is id's timer firing, d after the last step; it reports whether
-// id got ErrBusy.
-func (m *sim) tick(id int, d time.Duration) bool {
-	m.now = m.now.Add(d)
-	scope := m.scopeOf[id]
-	runs, waits, due := m.runningOf(scope) > 0, m.waits[id], !m.now.Before(m.due[id])
-	starts, stillWaits, busy := m.s.tick(scope, id, m.now)
-	if busy {
-		m.left(id, waits)
-	}
-	m.check(starts, "tick")
-	switch {
-	case busy && (runs || !due):
-		m.t.Fatalf("request %d got ErrBusy at %v, due %v, its scope %s running %v", id, m.now, m.due[id], scope, runs)
-	case waits && due && !runs && !busy:
-		m.t.Fatalf("request %d kept waiting past MaxWait with nothing of its scope under way", id)
-	case waits && due && runs:
-		m.due[id] = m.now.Add(m.cfg.MaxWait) // it waits for the database: MaxWait starts again
-	}
-	if stillWaits != m.waits[id] {
-		m.t.Fatalf("request %d: waits %v, want %v", id, stillWaits, m.waits[id])
-	}
-	return busy
-}
-
-func (m *sim) left(id int, left bool) bool {
+	left := m.s.leave(m.scopeOf[id], id)
 	if left != m.waits[id] {
 		m.t.Fatalf("request %d: left %v, waiting %v", id, left, m.waits[id])
 	}
@@ -133,7 +119,30 @@ func (m *sim) left(id int, left bool) bool {
 		delete(m.waits, id)
 		m.gone[id] = true
 	}
+	m.check("leave")
 	return left
+}
+
+// waitingOf returns scope's waiting requests, oldest first.
+func (m *sim) waitingOf(scope string) []int {
+	var ids []int
+	for id := range m.waits {
+		if m.scopeOf[id] == scope {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (m *sim) carriedBy(scope string) int {
+	n := 0
+	for _, b := range m.batches {
+		if b.scope == scope {
+			n += len(b.ids)
+		}
+	}
+	return n
 }
 
 func (m *sim) runningOf(scope string) int {
@@ -146,120 +155,65 @@ func (m *sim) runningOf(scope string) int {
 	return n
 }
 
-// check applies the batches started to the sim's own view, one by one,
-// checking each against the rules it must keep at its moment, then checks
-// the admission's state against that view.
-func (m *sim) check(starts [][]int, step string) {
+// check holds the admission's state to the sim's view and the invariants:
+// no batch above MaxBatch nor a gone request in one, at most Concurrency
+// batches of a scope, at most MaxQueued waiting, and a scope's requests
+// wait only beside a batch of theirs, with no open one with room, while
+// it runs Concurrency batches or they are fewer than its batches carry
+// on average.
+func (m *sim) check(step string) {
 	t := m.t
 	t.Helper()
-	share := m.s.share
-	waitingOf := func(scope string) int {
-		n := 0
-		for id := range m.waits {
-			if m.scopeOf[id] == scope {
-				n++
-			}
-		}
-		return n
+	if m.s.running != len(m.batches) || m.s.waiting != len(m.waits) {
+		t.Fatalf("%s: admission counts %d batches and %d waiting, the sim %d and %d",
+			step, m.s.running, m.s.waiting, len(m.batches), len(m.waits))
 	}
-	for _, batch := range starts {
-		st := struct {
-			scope string
-			batch []int
-		}{m.scopeOf[batch[0]], batch}
-		if n := len(st.batch); n == 0 || n > m.cfg.MaxBatch {
-			t.Fatalf("%s: a batch of %d, MaxBatch %d", step, n, m.cfg.MaxBatch)
-		}
-		running := len(m.batches)
-		mine := m.runningOf(st.scope)
-		if limit := m.cfg.Concurrency * map[bool]int{true: 2, false: 1}[mine == 0]; running >= limit {
-			t.Fatalf("%s: scope %s (%d running) started a batch with %d running", step, st.scope, mine, running)
-		}
-		// A scope with nothing running that waits may take any place
-		// under 2×Concurrency, so it was passed over.
-		for scope := range m.skipped {
-			if scope != st.scope {
-				m.skipped[scope]++
-			}
-		}
-		for id := range m.waits {
-			if o := m.scopeOf[id]; o != st.scope && mine >= share && m.runningOf(o) < share {
-				t.Fatalf("%s: scope %s holding %d (share %d) started a batch while %s, running %d, waits",
-					step, st.scope, mine, share, o, m.runningOf(o))
-			}
-		}
-		for i, id := range st.batch {
-			if !m.waits[id] || m.scopeOf[id] != st.scope {
-				t.Fatalf("%s: batch %v of %s takes request %d (gone %v, scope %s)", step, st.batch, st.scope, id, m.gone[id], m.scopeOf[id])
-			}
-			if i > 0 && id < st.batch[i-1] {
-				t.Fatalf("%s: batch %v not oldest first", step, st.batch)
-			}
-			delete(m.waits, id)
-		}
-		m.batches[st.batch[0]] = &simBatch{scope: st.scope, ids: slices.Clone(st.batch)}
-		m.open[st.scope] = st.batch[0]
-		delete(m.skipped, st.scope)
-	}
-	for scope := range m.skipped {
-		if waitingOf(scope) == 0 || m.runningOf(scope) > 0 {
-			delete(m.skipped, scope)
-		}
-	}
-	for id := range m.waits {
-		if scope := m.scopeOf[id]; m.runningOf(scope) == 0 {
-			if _, ok := m.skipped[scope]; !ok {
-				m.skipped[scope] = 0
-			}
-		}
-	}
-	// Each scope passing over a waiting one goes behind it in the turns.
-	names := map[string]bool{}
-	for _, scope := range m.scopeOf {
-		names[scope] = true
-	}
-	for scope, n := range m.skipped {
-		if n >= len(names) {
-			t.Fatalf("%s: scope %s, nothing running, passed over %d times by %d other scopes", step, scope, n, len(names)-1)
-		}
-	}
-
-	s := &m.s
-	if s.waiting != len(m.waits) || s.running != len(m.batches) {
-		t.Fatalf("%s: admission counts %d waiting, %d running; want %d, %d", step, s.waiting, s.running, len(m.waits), len(m.batches))
-	}
-	if s.waiting > m.cfg.MaxQueued || s.running > 2*m.cfg.Concurrency {
-		t.Fatalf("%s: %d waiting (MaxQueued %d), %d running (Concurrency %d)", step, s.waiting, m.cfg.MaxQueued, s.running, m.cfg.Concurrency)
+	if len(m.waits) > m.cfg.MaxQueued {
+		t.Fatalf("%s: %d waiting, MaxQueued %d", step, len(m.waits), m.cfg.MaxQueued)
 	}
 	for _, b := range m.batches {
 		if len(b.ids) > m.cfg.MaxBatch {
 			t.Fatalf("%s: a batch of %d, MaxBatch %d", step, len(b.ids), m.cfg.MaxBatch)
 		}
+		for _, id := range b.ids {
+			if m.gone[id] {
+				t.Fatalf("%s: request %d, gone, is in a batch", step, id)
+			}
+		}
 	}
-	for name, sc := range s.scopes {
-		if sc.running != m.runningOf(name) || len(sc.queue) != waitingOf(name) {
-			t.Fatalf("%s: scope %s counts %d running, %d waiting; want %d, %d", step, name, sc.running, len(sc.queue), m.runningOf(name), waitingOf(name))
+	for name, sc := range m.s.scopes {
+		running := m.runningOf(name)
+		carried := m.carriedBy(name)
+		if sc.running != running || running > m.cfg.Concurrency || running == 0 || sc.carried != carried {
+			t.Fatalf("%s: scope %s has %d batches carrying %d (the sim %d carrying %d), Concurrency %d",
+				step, name, sc.running, sc.carried, running, carried, m.cfg.Concurrency)
 		}
-		if sc.running == 0 && len(sc.queue) == 0 {
-			t.Fatalf("%s: scope %s kept with nothing running or waiting", step, name)
+		open := m.batches[m.open[name]]
+		if got := len(sc.queue); got > 0 && (running < m.cfg.Concurrency && got*running >= carried ||
+			open != nil && len(open.ids) < m.cfg.MaxBatch) {
+			t.Fatalf("%s: %d of scope %s wait beside %d of its batches carrying %d, open %v", step, got, name, running, carried, open)
 		}
-		if s.startable(sc, m.now, s.below()) {
-			t.Fatalf("%s: scope %s can start a batch but was left waiting", step, name)
+		carries := 0
+		if open != nil {
+			carries = len(open.ids)
 		}
-		if (len(sc.queue) > 0) != slices.Contains(s.turns, sc) {
-			t.Fatalf("%s: scope %s, %d waiting, in turns %v", step, name, len(sc.queue), slices.Contains(s.turns, sc))
+		if sc.open != carries {
+			t.Fatalf("%s: scope %s's open batch carries %d, the sim's %v", step, name, sc.open, open)
 		}
+	}
+	scopes := map[string]bool{}
+	for _, b := range m.batches {
+		scopes[b.scope] = true
+	}
+	if len(scopes) != len(m.s.scopes) {
+		t.Fatalf("%s: the admission keeps %d scopes, %d have batches", step, len(m.s.scopes), len(scopes))
 	}
 }
 
-// batchOf returns the ids of the batch led by id.
-func (m *sim) batchOf(id int) []int { return m.batches[id].ids }
-
 func TestAdmissionRules(t *testing.T) {
 	t.Parallel()
-	const maxWait = time.Second
 	cfg := func(concurrency, maxBatch, maxQueued int) BatchConfig {
-		return BatchConfig{Concurrency: concurrency, MaxBatch: maxBatch, MaxQueued: maxQueued, MaxWait: maxWait, Share: 0.5}
+		return BatchConfig{Concurrency: concurrency, MaxBatch: maxBatch, MaxQueued: maxQueued}
 	}
 	for _, tc := range []struct {
 		name string
@@ -269,157 +223,114 @@ func TestAdmissionRules(t *testing.T) {
 	}{{
 		name: "a lone request runs at once",
 		cfg:  cfg(1, 128, 1),
-		run: func(m *sim) string {
-			_, got := m.arrive("a")
-			return got
-		},
-		want: "runs",
+		run:  func(m *sim) string { _, got := m.arrive("a"); return got },
+		want: "starts",
 	}, {
-		name: "beside a lone request a second runs at once",
+		name: "beside a lone request a second starts at once",
 		cfg:  cfg(2, 128, 10),
 		run: func(m *sim) string {
-			_, a := m.arrive("a")
-			_, b := m.arrive("a")
-			return a + " " + b
+			a, x := m.arrive("a")
+			m.begin(a)
+			_, y := m.arrive("a")
+			return x + " " + y
 		},
-		want: "runs runs",
+		want: "starts starts",
 	}, {
-		name: "beside a batch of three the third waiting starts one",
+		name: "arrivals join their scope's batch until it begins",
+		cfg:  cfg(2, 128, 10),
+		run: func(m *sim) string {
+			_, x := m.arrive("a")
+			_, y := m.arrive("a")
+			return x + " " + y
+		},
+		want: "starts joins",
+	}, {
+		name: "beside a batch of three the third waiting starts one with the two before it",
 		cfg:  cfg(2, 128, 10),
 		run: func(m *sim) string {
 			a, _ := m.arrive("a")
+			m.arrive("a")
+			m.arrive("a")
 			m.begin(a)
-			b, _ := m.arrive("a") // beside a lone one: runs
-			m.begin(b)
 			var got []string
 			for range 3 {
-				_, v := m.arrive("a") // no place: waits
+				_, v := m.arrive("a")
 				got = append(got, v)
 			}
-			m.end(a) // its place goes to the three
-			m.begin(3)
-			m.end(b)
+			return strings.Join(got, " ") + fmt.Sprint(" ", m.batches[4].ids)
+		},
+		want: "waits waits starts [4 5 6]",
+	}, {
+		name: "a full batch takes nobody more: the next with company starts one",
+		cfg:  cfg(2, 2, 10),
+		run: func(m *sim) string {
+			var got []string
+			for range 4 {
+				_, v := m.arrive("a")
+				got = append(got, v)
+			}
+			return strings.Join(got, " ")
+		},
+		want: "starts joins waits starts",
+	}, {
+		name: "past Concurrency batches a scope's arrivals wait, and the oldest are handed the next",
+		cfg:  cfg(1, 2, 10),
+		run: func(m *sim) string {
+			a, _ := m.arrive("a")
+			m.begin(a)
+			var got []string
+			for range 3 {
+				_, v := m.arrive("a")
+				got = append(got, v)
+			}
+			return strings.Join(got, " ") + fmt.Sprint(" ", m.end(a))
+		},
+		want: "waits waits waits [2 3]",
+	}, {
+		name: "another scope starts beside a scope at its Concurrency",
+		cfg:  cfg(1, 128, 10),
+		run: func(m *sim) string {
+			a, _ := m.arrive("a")
+			m.begin(a)
+			_, x := m.arrive("a")
+			_, y := m.arrive("b")
+			return x + " " + y
+		},
+		want: "waits starts",
+	}, {
+		name: "MaxQueued waiting: the next is busy",
+		cfg:  cfg(1, 128, 2),
+		run: func(m *sim) string {
+			a, _ := m.arrive("a")
+			m.begin(a)
+			var got []string
 			for range 3 {
 				_, v := m.arrive("a")
 				got = append(got, v)
 			}
 			return strings.Join(got, " ")
 		},
-		want: "waits waits waits waits waits runs",
-	}, {
-		name: "a request joins its scope's batch until it begins, up to MaxBatch",
-		cfg:  cfg(1, 3, 10),
-		run: func(m *sim) string {
-			a, _ := m.arrive("a")
-			_, b := m.arrive("a")
-			_, c := m.arrive("a")
-			_, d := m.arrive("a")
-			m.begin(a)
-			_, e := m.arrive("a")
-			return fmt.Sprint(b, c, d, e, m.batchOf(a))
-		},
-		want: "joinedjoinedwaitswaits[1 2 3]",
-	}, {
-		name: "MaxQueued is a hard bound, and a lone request still runs",
-		cfg:  cfg(1, 128, 2),
-		run: func(m *sim) string {
-			var got []string
-			for _, scope := range []string{"a", "a", "a", "a", "b", "c"} {
-				_, v := m.arrive(scope)
-				if v == "joined" {
-					m.begin(1)
-					continue
-				}
-				got = append(got, v)
-			}
-			return strings.Join(got, " ")
-		},
-		// b runs beside a in a place of its own; c finds 2×Concurrency running.
-		want: "runs waits waits runs busy",
-	}, {
-		name: "a restless request takes a free place at MaxWait/4",
-		cfg:  cfg(2, 128, 10),
-		run: func(m *sim) string {
-			m.arrive("a")
-			m.begin(1)
-			m.arrive("a")
-			m.begin(2)
-			m.arrive("a")
-			m.arrive("a")
-			m.end(2) // its place goes to 3 and 4
-			m.begin(3)
-			m.end(1)
-			_, v := m.arrive("a") // beside two, alone: waits
-			m.tick(5, maxWait/4-time.Millisecond)
-			before := fmt.Sprint(m.waits[5])
-			m.tick(5, time.Millisecond)
-			return fmt.Sprint(v, before, m.batchOf(5))
-		},
-		want: "waitstrue[5]",
-	}, {
-		name: "MaxWait gives ErrBusy only when the scope has nothing under way",
-		cfg:  cfg(1, 1, 10),
-		run: func(m *sim) string {
-			a, _ := m.arrive("a")
-			m.begin(a)
-			m.arrive("b") // beside, in a place of its own
-			a2, _ := m.arrive("a")
-			c, _ := m.arrive("c") // 2×Concurrency run
-			return fmt.Sprint(m.tick(a2, maxWait-time.Millisecond), m.tick(c, 0), m.tick(a2, time.Millisecond), m.tick(c, time.Millisecond))
-		},
-		want: "false false false true",
+		want: "waits waits busy",
 	}, {
 		name: "a caller that gave up is never run",
 		cfg:  cfg(1, 128, 10),
 		run: func(m *sim) string {
 			a, _ := m.arrive("a")
 			m.begin(a)
-			b, _ := m.arrive("a")
-			c, _ := m.arrive("a")
-			left := m.leave(b)
-			m.end(a)
-			return fmt.Sprint(left, m.batchOf(c), m.leave(c))
+			w, _ := m.arrive("a")
+			x, _ := m.arrive("a")
+			return fmt.Sprint(m.leave(w), m.end(a), m.leave(x))
 		},
 		want: "true [3] false",
 	}, {
-		name: "a scope holding its share leaves a free place to one below it",
-		cfg:  cfg(2, 1, 10),
+		name: "a scope's last batch ending forgets it",
+		cfg:  cfg(1, 128, 10),
 		run: func(m *sim) string {
-			a1, _ := m.arrive("a")
-			b1, _ := m.arrive("b")
-			m.arrive("a")
-			b2, _ := m.arrive("b")
-			m.end(b1)
-			got := fmt.Sprint(len(m.batches), m.batches[b2] != nil)
-			m.end(b2)
-			m.end(a1)
-			return got + fmt.Sprint(m.batchOf(3))
+			a, _ := m.arrive("a")
+			m.end(a)
+			return fmt.Sprint(len(m.s.scopes))
 		},
-		want: "2 true[3]",
-	}, {
-		name: "scopes take turns",
-		cfg:  cfg(1, 2, 10),
-		run: func(m *sim) string {
-			a0, _ := m.arrive("a")
-			c0, _ := m.arrive("c") // beside, in a place of its own
-			for _, scope := range []string{"a", "a", "a", "a", "a", "b", "d"} {
-				m.arrive(scope) // the first joins a0's batch
-			}
-			m.end(a0)
-			var got []string
-			for range 4 {
-				var led int
-				for id, b := range m.batches {
-					if id != c0 {
-						led = id
-						got = append(got, fmt.Sprint(b.scope, b.ids))
-					}
-				}
-				m.end(led)
-			}
-			return strings.Join(got, " ")
-		},
-		want: "a[4 5] b[8] d[9] a[6 7]",
+		want: "0",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.run(newSim(t, tc.cfg)); got != tc.want {
@@ -429,30 +340,27 @@ func TestAdmissionRules(t *testing.T) {
 	}
 }
 
-// Random sequences of arrivals, joins, batches beginning and ending,
-// callers giving up, and requests' ticks as time passes, over a few scopes
-// and small bounds: every step keeps the invariants (sim.check), and once
-// arrivals stop, batches ending take every waiting request (none starves).
+// Random sequences of arrivals, joins, batches beginning and ending, and
+// callers giving up, over a few scopes and small bounds: every step keeps
+// the invariants (sim.check), and once arrivals stop, batches ending take
+// every waiting request (none starves).
 func TestAdmissionInvariants(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(300) {
 		r := rand.New(rand.NewPCG(seed, 46))
-		cfg := BatchConfig{Concurrency: 1 + r.IntN(4), MaxBatch: 1 + r.IntN(5), MaxQueued: 1 + r.IntN(20),
-			MaxWait: time.Second, Share: []float64{0.25, 0.5, 1}[r.IntN(3)]}
+		cfg := BatchConfig{Concurrency: 1 + r.IntN(4), MaxBatch: 1 + r.IntN(5), MaxQueued: 1 + r.IntN(20)}
 		m := newSim(t, cfg)
 		scopes := []string{"a", "b", "c", "d", "e"}[:1+r.IntN(5)]
 		for range 400 {
 			switch op := r.IntN(10); {
-			case op < 4:
+			case op < 5:
 				m.arrive(scopes[r.IntN(len(scopes))])
-			case op < 6 && len(m.batches) > 0:
-				m.end(pick(r, slices.Collect(maps.Keys(m.batches))))
 			case op < 7 && len(m.batches) > 0:
+				m.end(pick(r, slices.Collect(maps.Keys(m.batches))))
+			case op < 9 && len(m.batches) > 0:
 				m.begin(pick(r, slices.Collect(maps.Keys(m.batches))))
-			case op < 8 && m.next > 0:
-				m.leave(1 + r.IntN(m.next))
 			case m.next > 0:
-				m.tick(1+r.IntN(m.next), time.Duration(r.IntN(int(cfg.MaxWait/3))))
+				m.leave(1 + r.IntN(m.next))
 			}
 		}
 		for ends := 0; len(m.waits) > 0; ends++ {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/failpoint"
+	"github.com/idemhq/idem/internal/gate"
 )
 
 // Batcher coalesces concurrent first arrivals into one transaction ("group
@@ -22,17 +23,22 @@ import (
 // own. A batch that fails for a reason one of its requests may cause is
 // tried again in halves, down to single requests.
 //
-// It has no goroutine and no timer of its own: a request that finds
-// nothing of its scope (Key.Scope: the tenant) running or waiting runs a
-// batch at once, in its own goroutine; otherwise it waits, and a batch of
-// what waits is run by the oldest waiting request's goroutine. A batch
-// carries one scope's requests. docs/architecture.md, "Group commit", says
-// when batches start, how scopes share the places, and what the knobs
-// trade.
+// It has no goroutine and no timer of its own. A batch carries one
+// scope's (Key.Scope: the tenant's) requests: a request joins its scope's
+// batch that has not begun; failing that, while its scope runs fewer than
+// Concurrency batches, it starts one and runs it in its own goroutine;
+// otherwise it waits, and its scope's next batch is run by the oldest
+// waiting request's goroutine. Before it begins, a batch takes a slot of
+// the gate that shares the database among scopes, the one authority on
+// which scope goes next. docs/architecture.md, "Group commit", says more,
+// and what the knobs trade.
 type Batcher[T any] struct {
 	k    *Keeper
 	work BatchWork[T]
 	cfg  BatchConfig
+
+	gate   *gate.Gate                   // a batch's slot among the scopes' transactions
+	waited func(tenant, outcome string) // counts the gate's waits, or nil
 
 	mu     sync.Mutex
 	idle   sync.Cond                // adm.running fell to 0: for Close
@@ -61,7 +67,6 @@ type batchHooks struct {
 	// commit, when set, is called in place of the batch's commit (its
 	// outcomes' statement and COMMIT), which it is given.
 	commit func(ctx context.Context, commit func(context.Context) error) error
-	ended  func() // a batch freed its place or handed it on
 }
 
 // BatchWork is the work of a batch of first arrivals, run inside the one
@@ -127,6 +132,15 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 		return nil, err
 	}
 	b := &Batcher[T]{k: k, work: work, cfg: cfg, adm: newAdmission[*pending[T]](cfg), open: map[string]*gathering[T]{}}
+	if h, ok := driver.Optional[gate.Holder](k.d); ok {
+		b.gate, b.waited = h.WriteGate()
+	} else {
+		refuse := fmt.Errorf("%w: no place for a batch within %s (MaxWait)", ErrBusy, cfg.MaxWait)
+		var err error
+		if b.gate, err = gate.New(2*cfg.Concurrency, cfg.Share, cfg.MaxWait, refuse); err != nil {
+			return nil, err
+		}
+	}
 	b.idle.L = &b.mu
 	return b, nil
 }
@@ -204,143 +218,93 @@ func (b *Batcher[T]) makeItem(ctx context.Context, key Key, makeItem func(contex
 }
 
 // submit admits a request (admit.go: it joins its scope's open batch,
-// runs, waits or is refused) and returns its answer.
+// starts a batch, waits or is refused) and returns its answer.
 func (b *Batcher[T]) submit(ctx context.Context, c claimant, item T, lockWait time.Duration) (Result, error) {
-	now := time.Now()
-	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: now.Add(lockWait),
-		next: make(chan *gathering[T], 1), done: make(chan struct{})}
+	p := &pending[T]{ctx: ctx, claimant: c, item: item, deadline: time.Now().Add(lockWait), done: make(chan struct{})}
 	scope := c.key.Scope
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: the batcher is closed", ErrBusy)
 	}
-	if b.adm.joinable(scope) {
-		if g := b.open[scope]; g.join(p) {
-			b.adm.join(scope)
-			b.mu.Unlock()
-			if h := b.testHooks.joined; h != nil {
-				h(c.key)
-			}
-			<-p.done
-			return p.res, p.err
-		}
+	admitted, batch := b.adm.arrive(scope, p)
+	for admitted == joins && !b.open[scope].join(p) {
 		b.closeOpen(scope) // every caller in it has gone: it takes nobody
+		admitted, batch = b.adm.arrive(scope, p)
 	}
-	starts, waits, busy := b.adm.arrive(scope, p, now)
-	if waits {
-		_, p.queued = b.k.span(ctx, "idem.queue")
-	}
-	b.dispatch(starts)
-	b.mu.Unlock()
-	if busy {
-		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
-	}
-	if !waits { // it is in a batch started: its first's goroutine runs it
-		select {
-		case g := <-p.next:
-			b.lead(g)
-		default:
+	switch admitted {
+	case joins:
+		b.adm.join(scope)
+		b.mu.Unlock()
+		if h := b.testHooks.joined; h != nil {
+			h(c.key)
 		}
 		<-p.done
 		return p.res, p.err
+	case starts:
+		g := b.gather(scope, batch)
+		b.mu.Unlock()
+		b.lead(g)
+		return p.res, p.err
+	case busy:
+		b.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: %d requests already wait for a batch (MaxQueued)", ErrBusy, b.cfg.MaxQueued)
 	}
+	p.next = make(chan *gathering[T], 1)
+	_, p.queued = b.k.span(ctx, "idem.queue")
+	b.mu.Unlock()
 	if h := b.testHooks.queued; h != nil {
 		h(c.key)
 	}
-
-	// Its timer is the admission's clock while it waits (rules start and
-	// expire).
-	timer := waitTimers.Get().(*time.Timer)
-	timer.Reset(b.adm.tickEvery)
-	defer func() {
-		// Stopped, a timer's channel holds no stale tick (Go 1.23's
-		// timers): the next waiter's Reset starts it clean. A stale tick
-		// would only make the admission look at its clock early.
-		timer.Stop()
-		waitTimers.Put(timer)
-	}()
-	gone := ctx.Done()
-	for {
+	for gone := ctx.Done(); ; {
 		select {
-		case <-p.done:
+		case <-p.done: // handed a batch another leads
 			return p.res, p.err
-		case g := <-p.next:
+		case g := <-p.next: // handed a batch to lead
 			b.lead(g)
-			<-p.done
 			return p.res, p.err
-		case <-timer.C:
-			b.mu.Lock()
-			starts, waits, busy := b.adm.tick(scope, p, time.Now())
-			b.dispatch(starts)
-			if busy {
-				p.queued.End()
-			}
-			b.mu.Unlock()
-			if busy {
-				return Result{}, fmt.Errorf("%w: not taken into a batch within %s (MaxWait)", ErrBusy, b.cfg.MaxWait)
-			}
-			if waits {
-				timer.Reset(b.adm.tickEvery)
-			}
 		case <-gone:
 			b.mu.Lock()
-			starts, left := b.adm.leave(scope, p, time.Now())
-			b.dispatch(starts)
-			if left {
-				p.queued.End()
-			}
+			left := b.adm.leave(scope, p)
 			b.mu.Unlock()
 			if left {
+				p.queued.End()
 				return Result{}, ctx.Err()
 			}
-			gone = nil // taken meanwhile: its batch answers it
+			gone = nil // handed a batch meanwhile: it answers
 		}
 	}
 }
 
-// waitTimers are the timers of requests waiting for a batch, reused: most
-// first arrivals under load wait, each with its timer.
-var waitTimers = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}}
-
-// dispatch hands each batch the admission started to its first request's
-// goroutine, which runs it, open to arrivals of its scope until it begins.
-// b.mu is held.
-func (b *Batcher[T]) dispatch(starts [][]*pending[T]) {
-	for _, batch := range starts {
-		ctxs := make([]context.Context, len(batch))
-		for i, p := range batch {
-			ctxs[i] = p.ctx
-			if p.queued != nil {
-				p.queued.End()
-			}
+// gather makes batch its scope's open batch, which one of its requests'
+// goroutines leads. b.mu is held.
+func (b *Batcher[T]) gather(scope string, batch []*pending[T]) *gathering[T] {
+	ctxs := make([]context.Context, len(batch))
+	for i, p := range batch {
+		ctxs[i] = p.ctx
+		if p.queued != nil {
+			p.queued.End()
 		}
-		// The batch's context carries its scope (ScopeFrom).
-		scope := batch[0].key.Scope
-		g := &gathering[T]{scope: scope, batch: batch, callers: newCallers(withScope(context.Background(), scope))}
-		g.callers.join(ctxs...)
-		b.open[scope] = g
-		batch[0].next <- g
 	}
+	// The batch's context carries its scope (ScopeFrom).
+	g := &gathering[T]{scope: scope, batch: batch, callers: newCallers(withScope(context.Background(), scope))}
+	g.callers.join(ctxs...)
+	b.open[scope] = g
+	return g
 }
 
-// lead runs g's batch in the calling goroutine, then lets the admission
-// give its place to what waits.
+// lead runs g's batch in the calling goroutine, then hands its scope's
+// next batch to the goroutine that leads it.
 func (b *Batcher[T]) lead(g *gathering[T]) {
 	defer func() {
 		b.mu.Lock()
-		b.dispatch(b.adm.end(g.scope, len(g.batch), time.Now()))
+		if next := b.adm.end(g.scope, len(g.batch)); next != nil {
+			next[0].next <- b.gather(g.scope, next)
+		}
 		if b.adm.running == 0 {
 			b.idle.Broadcast()
 		}
 		b.mu.Unlock()
-		if h := b.testHooks.ended; h != nil {
-			h()
-		}
 	}()
 	b.run(g)
 }
@@ -374,6 +338,7 @@ func (b *Batcher[T]) seal(g *gathering[T]) []*pending[T] {
 // run runs g's batch and answers each of its requests once.
 func (b *Batcher[T]) run(g *gathering[T]) {
 	ctx, span := b.k.span(g.ctx, "idem.batch")
+	release, err := b.gate.Acquire(ctx, g.scope, b.waited)
 	defer func() {
 		batch := b.seal(g)
 		g.end()
@@ -397,7 +362,14 @@ func (b *Batcher[T]) run(g *gathering[T]) {
 			panic(v)
 		}
 	}()
-	b.attempt(ctx, nil, g, nil)
+	if err != nil { // no slot within MaxWait, or every caller gone
+		for _, p := range b.seal(g) {
+			p.answer(Result{}, err)
+		}
+		return
+	}
+	defer release()
+	b.attempt(gate.WithHeld(ctx, b.gate), nil, g, nil)
 }
 
 // attempt tries ps in one transaction (g's batch when g is set: the

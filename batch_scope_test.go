@@ -203,45 +203,76 @@ func TestBatcherScopeNotHeldByAnothersLocks(t *testing.T) {
 	})
 }
 
-// A scope holding its share of the places (here one of two) does not take
-// a place that frees while a scope below its share waits, though its
-// request came first: tenant B's batch ends, and B's next request runs
-// before A's. A's runs once nothing below its share waits. (Batches of
-// one: a request would otherwise join its scope's batch held before it
-// begins.)
-func TestBatcherScopeShare(t *testing.T) {
+// atGate sends a request of scope for key and returns once its batch
+// waits for a slot of the batcher's gate.
+func (r *rig) atGate(ctx context.Context, scope, key string) (wait func() (idem.Result, error)) {
+	r.t.Helper()
+	before := idem.GateWaiting(r.b, scope)
+	var (
+		res idem.Result
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, err = r.b.Do(ctx, reqIn(scope, key, `{"k":"`+key+`"}`), thing{key: key, body: `{"` + key + `":1}`})
+	}()
+	for deadline := time.Now().Add(time.Minute); idem.GateWaiting(r.b, scope) == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s/%s: its batch did not wait at the gate within a minute", scope, key)
+		}
+	}
+	return func() (idem.Result, error) { <-done; return res, err }
+}
+
+// The gate decides which scope's batch goes next: a slot that frees goes
+// to another scope's batch waiting for one, before the next batch of the
+// scope that freed it. Tenants A and B hold their shares (two of four
+// slots each); C's batch waits at the gate, and A's third request in
+// A's queue (A runs Concurrency batches). A's first batch ends: C's
+// batch takes its slot, and A's next batch waits at the gate for B's.
+func TestBatcherGateServesOtherScopesFirst(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxBatch: 1, MaxWait: time.Minute})
-		g := r.gate("a1", "b1")
-		a1 := r.runsAtOnce(g, "tenant-a", "a1")
-		b1 := r.runsAtOnce(g, "tenant-b", "b1")
-		a2 := r.queues("tenant-a", "a2") // both places taken
-		b2 := r.queues("tenant-b", "b2")
-		g.open("b1")
-		wantAnswer(t, "b1", b1)
-		if got := g.next(); !slices.Equal(got, []string{"b2"}) {
-			t.Fatalf("the place B's batch freed went to %q, want [b2]: A holds its share", got)
+		g := r.gate("a1", "a2", "b1", "b2", "c1")
+		waits := map[string]func() (idem.Result, error){}
+		for _, key := range []string{"a1", "a2", "b1", "b2"} {
+			waits[key] = r.runsAtOnce(g, "tenant-"+key[:1], key)
 		}
-		wantAnswer(t, "b2", b2)
-		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
-			t.Fatalf("next batch %q, want [a2]", got)
-		}
-		wantAnswer(t, "a2", a2)
+		waits["a3"] = r.queues("tenant-a", "a3")
+		waits["c1"] = r.atGate(context.Background(), "tenant-c", "c1")
 		g.open("a1")
-		wantAnswer(t, "a1", a1)
-		wantAttempts(t, r.attemptsSoFar(), []string{"a1"}, []string{"b1"}, []string{"b2"}, []string{"a2"})
-		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1", "b2"}) {
+		if got := g.next(); !slices.Equal(got, []string{"c1"}) {
+			t.Fatalf("the slot A's batch freed went to %q, want [c1]", got)
+		}
+		for deadline := time.Now().Add(time.Minute); idem.GateWaiting(r.b, "tenant-a") != 1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("A's next batch did not wait at the gate")
+			}
+		}
+		g.open("b1")
+		if got := g.next(); !slices.Equal(got, []string{"a3"}) {
+			t.Fatalf("the slot B's batch freed went to %q, want [a3]", got)
+		}
+		for _, key := range []string{"a2", "b2", "c1"} {
+			g.open(key)
+		}
+		for key, wait := range waits {
+			wantAnswer(t, key, wait)
+		}
+		wantAttempts(t, r.attemptsSoFar(), []string{"a1"}, []string{"a2"}, []string{"b1"}, []string{"b2"}, []string{"c1"}, []string{"a3"})
+		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "a3", "b1", "b2", "c1"}) {
 			t.Fatalf("biz rows %q", got)
 		}
 	})
 }
 
-// The places go to the waiting scopes in turn: once tenant A's batch
-// ends, A's next batch takes MaxBatch of its requests, then B's and D's
-// requests run before A's others, though A's came first. Tenant C, with
-// nothing running, ran at once beside A's batch in a place of its own.
-// A's second request, sent while A's first batch had not begun, rode in
-// it; the others, once it was full, waited.
+// Scopes take turns at the gate, the one that used its slots least first:
+// once tenant A's long batch ends, B's and D's batches, waiting at the
+// gate, run before A's next, though A's requests came first; A's waiting
+// requests then go in batches of MaxBatch, oldest first. Tenant C holds
+// the other slot throughout. A's second request, sent while A's first
+// batch had not begun, rode in it.
 func TestBatcherScopesTakeTurns(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, MaxBatch: 2, MaxWait: time.Minute})
@@ -252,13 +283,16 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 		r.waitJoined(1)
 		var waits []func() (idem.Result, error)
 		keys := []string{"a1", "a2", "a3", "a4", "b1", "d1"}
-		for _, key := range keys {
-			waits = append(waits, r.queues("tenant-"+key[:1], key))
+		for _, key := range keys[:4] {
+			waits = append(waits, r.queues("tenant-a", key))
+		}
+		for _, key := range keys[4:] {
+			waits = append(waits, r.atGate(context.Background(), "tenant-"+key[:1], key))
 		}
 		g.open("a0")
 		wantAnswer(t, "a0", a0)
 		wantAnswer(t, "a0b", a0b)
-		for i, want := range [][]string{{"a1", "a2"}, {"b1"}, {"d1"}, {"a3", "a4"}} {
+		for i, want := range [][]string{{"b1"}, {"d1"}, {"a1", "a2"}, {"a3", "a4"}} {
 			if got := g.next(); !slices.Equal(got, want) {
 				t.Fatalf("batch %d after A's: %q, want %q", i, got, want)
 			}
@@ -274,38 +308,35 @@ func TestBatcherScopesTakeTurns(t *testing.T) {
 	})
 }
 
-// A scope whose only waiting request gave up leaves the turns: it holds no
-// other scope back as one below its share that waits. Tenant B's request
-// is withdrawn (its caller gone); the place B's batch then frees goes to
-// tenant A's waiting request, though A holds its share.
-func TestBatcherScopeGivenUpLeavesTurns(t *testing.T) {
+// A caller that gives up while its batch waits at the gate is never run:
+// tenant C's request is withdrawn, its batch leaves the gate, and the
+// slot that frees goes to tenant A's next batch.
+func TestBatcherScopeGivenUpLeavesGate(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
-		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 2, Share: 0.5, MaxBatch: 1, MaxWait: time.Minute})
+		r := newRig(t, d, idem.Config{}, idem.BatchConfig{Concurrency: 1, Share: 0.5, MaxBatch: 1, MaxWait: time.Minute})
 		g := r.gate("a1", "b1")
 		a1 := r.runsAtOnce(g, "tenant-a", "a1")
 		b1 := r.runsAtOnce(g, "tenant-b", "b1")
 		a2 := r.queues("tenant-a", "a2")
 		ctx, cancel := context.WithCancel(context.Background())
-		gone := make(chan error, 1)
-		go func() {
-			_, err := r.b.Do(ctx, reqIn("tenant-b", "b2", `{}`), thing{key: "b2"})
-			gone <- err
-		}()
-		r.waitQueued(1)
+		c1 := r.atGate(ctx, "tenant-c", "c1")
 		cancel()
-		if err := <-gone; !errors.Is(err, context.Canceled) {
-			t.Fatalf("withdrawn b2: %v, want context.Canceled", err)
+		if _, err := c1(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("withdrawn c1: %v, want context.Canceled", err)
 		}
-		g.open("b1")
-		wantAnswer(t, "b1", b1)
-		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
-			t.Fatalf("the place B's batch freed went to %q, want [a2]", got)
+		if n := idem.GateWaiting(r.b, "tenant-c"); n != 0 {
+			t.Fatalf("C's withdrawn batch still waits at the gate (%d)", n)
 		}
-		wantAnswer(t, "a2", a2)
 		g.open("a1")
 		wantAnswer(t, "a1", a1)
-		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1"}) || r.runsOf("b2") != 0 {
-			t.Fatalf("biz rows %q, b2 ran %d times", got, r.runsOf("b2"))
+		if got := g.next(); !slices.Equal(got, []string{"a2"}) {
+			t.Fatalf("the slot A's batch freed went to %q, want [a2]", got)
+		}
+		wantAnswer(t, "a2", a2)
+		g.open("b1")
+		wantAnswer(t, "b1", b1)
+		if got := r.bizRows(); !slices.Equal(got, []string{"a1", "a2", "b1"}) || r.runsOf("c1") != 0 {
+			t.Fatalf("biz rows %q, c1 ran %d times", got, r.runsOf("c1"))
 		}
 	})
 }

@@ -129,29 +129,31 @@ type BatchConfig struct {
 	// spends fewer commits but holds its rows' locks longer and costs more
 	// to retry when one request fails. Default 128; bound 1..1000.
 	MaxBatch int
-	// Concurrency is how many batches run at once, each on a connection of
-	// its own: more answer sooner when clients are few, fewer make larger
-	// batches when they are many. Default 2, and 1 where the driver has
-	// one writer (SQLite). Scopes that meet may run up to as many again
-	// beside them (see Share). Bound 1..64.
+	// Concurrency is how many batches of one scope (Key.Scope: a tenant)
+	// run at once, each on a connection of its own: more answer sooner
+	// when clients are few, fewer make larger batches when they are many.
+	// Default 2, and 1 where the driver has one writer (SQLite). Bound
+	// 1..64.
 	Concurrency int
-	// MaxQueued bounds the requests waiting to be taken into a batch; the
-	// next one gets ErrBusy at once, nothing stored. Default 1000; bound
-	// 1..100000.
+	// MaxQueued bounds the requests waiting for their scope's next batch;
+	// the next one gets ErrBusy at once, nothing stored. Default 1000;
+	// bound 1..100000.
 	MaxQueued int
-	// MaxWait bounds how long a request waits for a place while other
-	// scopes' batches hold them all: past it, it gets ErrBusy, nothing
-	// stored, and the client is better told to retry. A request behind a
-	// batch of its own scope (waiting to begin for a connection, a write
-	// gate or SQLite's one writer, or running) waits for the database
-	// instead, bounded by that batch's deadlines and its own context: at
-	// MaxWait it looks again. Default 1s; bound 1ms..60s.
+	// MaxWait bounds how long a batch waits for a slot of the gate that
+	// shares the database among scopes while other scopes' batches hold
+	// them all: past it, its requests get ErrBusy, nothing stored, and the
+	// client is better told to retry. A request behind a batch of its own
+	// scope waits for the database instead, bounded by that batch's
+	// deadlines and its own context. Default 1s; bound 1ms..60s.
 	MaxWait time.Duration
-	// Share bounds the places one scope (Key.Scope: a tenant) holds while
-	// another waits for one: ceil(Share × Concurrency), at least one. A
-	// scope with no batch running takes a place beside the others', so
-	// batches may hold up to 2 × Concurrency connections while scopes
-	// meet. Default 0.5; bound 0 < Share ≤ 1.
+	// Share bounds the slots one scope's batches hold while another's
+	// wait for one: ceil(Share × 2 × Concurrency) of the gate's 2 ×
+	// Concurrency, at least one. Default 0.5: a scope never keeps another
+	// from running Concurrency batches beside it. Bound 0 < Share ≤ 1.
+	//
+	// Where the driver gates its tenants' transactions itself (the
+	// service's does), its gate is the one the batches take their slots
+	// from, and MaxWait and Share are its own.
 	Share float64
 }
 

@@ -24,13 +24,8 @@ func SetCommitHook[T any](b *Batcher[T], f func(ctx context.Context, commit func
 	b.testHooks.commit = f
 }
 
-// SetEndedHook makes b call f each time a batch has freed its place
-// among the Concurrency batches, or handed it on to what waits. Call it
-// before b is used.
-func SetEndedHook[T any](b *Batcher[T], f func()) { b.testHooks.ended = f }
-
 // SetQueuedHook makes b call f with each request's key once it waits in
-// the queue for a batch. Call it before b is used.
+// its scope's queue for a batch. Call it before b is used.
 func SetQueuedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.queued = f }
 
 // SetBatchJoinedHook makes b call f with each request's key once it joined a
@@ -70,3 +65,7 @@ func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Oper
 // SetReadQueueBound sets how many fast-path reads may wait for a round
 // trip (readMaxQueued in production). Call it before k is used.
 func SetReadQueueBound(k *Keeper, n int) { k.reads.maxQueued = n }
+
+// GateWaiting is the number of scope's batches waiting for a slot of b's
+// gate.
+func GateWaiting[T any](b *Batcher[T], scope string) int { return b.gate.Waiting(scope) }

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,316 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
 	"github.com/idemhq/idem/internal/drivertest"
+	"github.com/idemhq/idem/internal/gate"
 	"github.com/idemhq/idem/ledger"
 )
-
-// gateFixture is a tenantGate under a clock the test moves.
-type gateFixture struct {
-	*tenantGate
-	waits *prometheus.CounterVec
-	mu    sync.Mutex
-	now   time.Time
-}
-
-// newWaits is a gate's wait counter, registered nowhere.
-func newWaits() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "waits"}, []string{"tenant", "outcome"})
-}
-
-func newGateFixture(t *testing.T, capacity int, share float64) *gateFixture {
-	t.Helper()
-	g, err := newTenantGate(capacity, share, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &gateFixture{tenantGate: g, waits: newWaits(), now: time.Unix(1_000_000, 0)}
-	g.now = func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
-	g.presence = time.Hour // the test moves presences on by hand (pass)
-	return f
-}
-
-// pass moves the clock past every presence and serves the waiters.
-func (f *gateFixture) pass() {
-	f.mu.Lock()
-	f.now = f.now.Add(2 * time.Hour)
-	f.mu.Unlock()
-	f.tenantGate.mu.Lock()
-	f.serve()
-	f.tenantGate.mu.Unlock()
-}
-
-func (f *gateFixture) take(t *testing.T, tenant string) func() {
-	t.Helper()
-	release, err := f.acquire(context.Background(), tenant, f.waits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return release
-}
-
-// wait starts an acquire that must wait; its slot's release arrives on
-// the returned channel once granted.
-func (f *gateFixture) wait(t *testing.T, ctx context.Context, tenant string) <-chan func() {
-	t.Helper()
-	f.tenantGate.mu.Lock()
-	before := f.waiting(tenant)
-	f.tenantGate.mu.Unlock()
-	got := make(chan func(), 1)
-	errc := make(chan error, 1)
-	go func() {
-		release, err := f.acquire(ctx, tenant, f.waits)
-		if err != nil {
-			errc <- err
-			close(got)
-			return
-		}
-		got <- release
-	}()
-	for {
-		f.tenantGate.mu.Lock()
-		n := f.waiting(tenant)
-		f.tenantGate.mu.Unlock()
-		if n > before {
-			return got
-		}
-		select {
-		case r := <-got:
-			if r != nil {
-				r()
-			}
-			t.Fatalf("%s's acquire did not wait", tenant)
-		case err := <-errc:
-			t.Fatalf("%s's acquire: %v", tenant, err)
-		default:
-			time.Sleep(time.Millisecond)
-		}
-	}
-}
-
-func (f *gateFixture) waiting(tenant string) int {
-	if t := f.tenants[tenant]; t != nil {
-		return len(t.waiters)
-	}
-	return 0
-}
-
-func (f *gateFixture) inUseNow() int {
-	f.tenantGate.mu.Lock()
-	defer f.tenantGate.mu.Unlock()
-	return f.inUse
-}
-
-func TestTenantWriteGateShare(t *testing.T) {
-	t.Parallel()
-	g := newGateFixture(t, 4, 0.5) // share: 2 slots
-
-	// A tenant alone takes every slot.
-	var a []func()
-	for range 4 {
-		a = append(a, g.take(t, "a"))
-	}
-	// B waits for a slot; the first one freed is B's, although A waited
-	// first: A holds beyond its share.
-	a5 := g.wait(t, context.Background(), "a")
-	b1 := g.wait(t, context.Background(), "b")
-	a[0]()
-	rb1 := <-b1
-	stillWaits := func(tenant string) {
-		t.Helper()
-		g.tenantGate.mu.Lock()
-		defer g.tenantGate.mu.Unlock()
-		if g.waiting(tenant) != 1 {
-			t.Fatalf("%s's waiter was granted a slot kept for another tenant", tenant)
-		}
-	}
-	stillWaits("a")
-	// A, beyond its share, gets no freed slot while B is present.
-	a[1]()
-	stillWaits("a")
-	a[2]()
-	ra5 := <-a5 // A below its share again: A holds 2, B 1
-	// The last free slot is within B's share: A waits, B takes it.
-	a6 := g.wait(t, context.Background(), "a")
-	rb2 := g.take(t, "b")
-	if got := g.inUseNow(); got != 4 {
-		t.Fatalf("slots in use %d, want 4", got)
-	}
-	// B's slots stay free for it while it is present, held or not.
-	rb1()
-	stillWaits("a")
-	rb2()
-	stillWaits("a")
-	// B's presence ends: A alone has every slot again.
-	g.pass()
-	ra6 := <-a6
-	a[3]()
-	ra5()
-	ra6()
-	for range 4 {
-		defer g.take(t, "a")()
-	}
-}
-
-func TestTenantWriteGateTurns(t *testing.T) {
-	t.Parallel()
-	g := newGateFixture(t, 1, 0.5) // SQLite's one writer: share 1
-	hold := g.take(t, "a")
-	a1 := g.wait(t, context.Background(), "a")
-	a2 := g.wait(t, context.Background(), "a")
-	b1 := g.wait(t, context.Background(), "b")
-	// The least recently served tenant first, each one's waiters in order.
-	// A release grants the next slot before it returns: exactly one of
-	// the heads below receives it.
-	var order []string
-	next := map[string][]<-chan func(){"a": {a1, a2}, "b": {b1}}
-	head := func(name string) <-chan func() {
-		if len(next[name]) == 0 {
-			return nil
-		}
-		return next[name][0]
-	}
-	for range 3 {
-		hold()
-		var name string
-		select {
-		case hold = <-head("a"):
-			name = "a"
-		case hold = <-head("b"):
-			name = "b"
-		}
-		order = append(order, name)
-		next[name] = next[name][1:]
-	}
-	hold()
-	if got := order; len(got) != 3 || got[0] != "b" || got[1] != "a" || got[2] != "a" {
-		t.Fatalf("served %v, want [b a a]", got)
-	}
-	if got := g.inUseNow(); got != 0 {
-		t.Fatalf("slots in use %d after every release", got)
-	}
-}
-
-// TestTenantWriteGateWriteTime: on one writer, waiting tenants are served
-// by the write time they used, not by turns of one transaction each:
-// after one of A's long transactions B's short ones go first until B has
-// used as much, and a tenant that was away starts at the others' time.
-func TestTenantWriteGateWriteTime(t *testing.T) {
-	t.Parallel()
-	g := newGateFixture(t, 1, 0.5)
-	advance := func(d time.Duration) { g.mu.Lock(); g.now = g.now.Add(d); g.mu.Unlock() }
-	hold := g.take(t, "a")
-	b1 := g.wait(t, context.Background(), "b")
-	a1 := g.wait(t, context.Background(), "a")
-	b2 := g.wait(t, context.Background(), "b")
-	b3 := g.wait(t, context.Background(), "b")
-	advance(4 * time.Second) // A's long transaction: B starts at A's 0
-	hold()
-	for i, b := range []<-chan func(){b1, b2, b3} {
-		var release func()
-		select {
-		case release = <-b:
-		case <-a1:
-			t.Fatalf("A was served before B's transaction %d: B has used %v of A's 4s", i+1, time.Duration(i)*time.Second)
-		}
-		advance(time.Second)
-		release()
-	}
-	// B has used 3s, A 4s: A's turn comes only once B waits no more.
-	release := <-a1
-	// C, new, and B, idle, start at the least active write time: A's 4s.
-	c1 := g.wait(t, context.Background(), "c")
-	b4 := g.wait(t, context.Background(), "b")
-	advance(time.Second)
-	release() // A 5s, B 4s, C 4s: C, the least recently served of equals
-	select {
-	case release = <-c1:
-	case <-b4:
-		t.Fatal("B was served before C, served less recently at the same write time")
-	}
-	a2 := g.wait(t, context.Background(), "a")
-	c2 := g.wait(t, context.Background(), "c")
-	advance(3 * time.Second)
-	release() // A 5s, B 4s, C 7s: B, A, C (C from 0 would come before A)
-	var order []string
-	heads := map[string]<-chan func(){"a": a2, "b": b4, "c": c2}
-	for range 3 {
-		var name string
-		select {
-		case release = <-heads["a"]:
-			name = "a"
-		case release = <-heads["b"]:
-			name = "b"
-		case release = <-heads["c"]:
-			name = "c"
-		}
-		order = append(order, name)
-		delete(heads, name)
-		release()
-	}
-	if got := strings.Join(order, " "); got != "b a c" {
-		t.Fatalf("served %s, want b a c", got)
-	}
-	if got := g.inUseNow(); got != 0 {
-		t.Fatalf("slots in use %d after every release", got)
-	}
-}
-
-func TestTenantWriteGateWaitEnds(t *testing.T) {
-	t.Parallel()
-	g, err := newTenantGate(1, 0.5, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waits := newWaits()
-	hold, err := g.acquire(context.Background(), "a", waits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := g.acquire(ctx, "b", waits)
-		errc <- err
-	}()
-	for {
-		g.mu.Lock()
-		n := 0
-		if b := g.tenants["b"]; b != nil {
-			n = len(b.waiters)
-		}
-		g.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	err = <-errc
-	if !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.Canceled) || !errors.Is(err, errTenantGate) {
-		t.Fatalf("acquire after its context ended: %v, want ErrUnavailable and context.Canceled", err)
-	}
-	if got, expired := testutil.ToFloat64(waits.WithLabelValues("b", "canceled")), testutil.ToFloat64(waits.WithLabelValues("b", "expired")); got != 1 || expired != 0 {
-		t.Fatalf("B's canceled waits %v, expired %v; want 1 canceled (its caller went away), none expired", got, expired)
-	}
-	// A wait that outlasts its deadline expires.
-	short, stop := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer stop()
-	if _, err := g.acquire(short, "b", waits); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("acquire past its deadline: %v", err)
-	}
-	if got := testutil.ToFloat64(waits.WithLabelValues("b", "expired")); got != 1 {
-		t.Fatalf("B's expired waits %v, want 1", got)
-	}
-	hold()
-	hold() // twice is once
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.inUse != 0 || len(g.turns) != 0 {
-		t.Fatalf("in use %d, turns %d after the wait ended and the slot was freed", g.inUse, len(g.turns))
-	}
-}
 
 // TestTenantWriteGateDriver runs the gates around real databases: a
 // tenant's write transaction takes a slot and frees it on commit, on
@@ -357,16 +51,14 @@ func TestTenantWriteGateDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gates := []*tenantGate{gd.writes}
+		gates := []*gate.Gate{gd.writes}
 		if gd.reads != gd.writes {
 			gates = append(gates, gd.reads)
 		}
 		inUse := func() int {
 			n := 0
 			for _, g := range gates {
-				g.mu.Lock()
-				n += g.inUse
-				g.mu.Unlock()
+				n += g.InUse()
 			}
 			return n
 		}
@@ -434,6 +126,7 @@ func TestTenantWriteGateDriver(t *testing.T) {
 			{ctx, driver.BeginOptions{ReadOnly: true}, 1},
 			{context.Background(), driver.BeginOptions{ReadOnly: true}, 0},
 			{context.Background(), driver.BeginOptions{}, 0},
+			{gate.WithHeld(ctx, gd.writes), driver.BeginOptions{}, 0}, // a batch's: it holds its slot
 		} {
 			tx, err := gd.Begin(c.ctx, c.opts)
 			if err != nil {
@@ -527,14 +220,7 @@ func TestTenantReadsShareThePool(t *testing.T) {
 			}
 			defer wg.Wait()
 			defer releaseA()
-			waitingA := func() int {
-				gd.reads.mu.Lock()
-				defer gd.reads.mu.Unlock()
-				if a := gd.reads.tenants["a"]; a != nil {
-					return len(a.waiters)
-				}
-				return 0
-			}
+			waitingA := func() int { return gd.reads.Waiting("a") }
 			begunA := func() int { mu.Lock(); defer mu.Unlock(); return begun }
 			for deadline := time.Now().Add(10 * time.Second); waitingA() < conns-2 || begunA() < 2; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
@@ -560,6 +246,84 @@ func TestTenantReadsShareThePool(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(gd.readWaits.WithLabelValues("a", "granted")); got != conns-2 {
 				t.Fatalf("A's granted read waits %v, want %d", got, conns-2)
+			}
+		})
+	}
+}
+
+// TestBatchesTakeTheWriteGate: the Batcher's batches take their slots of
+// the service's one write gate, once each, beside the tenants' other
+// transactions: with tenant B holding two plain write transactions and
+// tenant A two batches held in their work, the pool's four slots are
+// taken, tenant C's write waits at the gate, and it is granted the slot
+// A's first batch frees.
+func TestBatchesTakeTheWriteGate(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres"} { // SQLite's one writer: one slot
+		t.Run(dialect, func(t *testing.T) {
+			d := smallPool(t, dialect, 4)
+			gd, err := newGatedDriver(d, 0.5, time.Minute, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := idem.New(gd, idem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered, release := make(chan string, 2), map[string]chan struct{}{"a1": make(chan struct{}), "a2": make(chan struct{})}
+			b, err := idem.NewBatcher(k, func(ctx context.Context, tx driver.Tx, items []string) ([]idem.ItemResult, error) {
+				entered <- items[0]
+				<-release[items[0]]
+				return []idem.ItemResult{{Outcome: idem.Outcome{Status: 201, Body: []byte(`{}`)}}}, nil
+			}, idem.BatchConfig{Concurrency: 2, MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for range 2 {
+				tx, err := gd.Begin(withTenant(ctx, "b"), driver.BeginOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+			}
+			answered := make(chan error, 2)
+			for _, key := range []string{"a1", "a2"} {
+				go func() {
+					_, err := b.Do(ctx, idem.Request{Key: idem.Key{Scope: "a", Operation: "POST /t", Key: key}, Body: []byte(`{}`)}, key)
+					answered <- err
+				}()
+				<-entered
+			}
+			if n := gd.writes.InUse(); n != 4 {
+				t.Fatalf("slots in use %d with B's two transactions and A's two batches, want 4: one a batch", n)
+			}
+			granted := make(chan error, 1)
+			go func() {
+				tx, err := gd.Begin(withTenant(ctx, "c"), driver.BeginOptions{})
+				if err == nil {
+					err = tx.Rollback(ctx)
+				}
+				granted <- err
+			}()
+			for deadline := time.Now().Add(time.Minute); gd.writes.Waiting("c") != 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("C's write did not wait at the gate")
+				}
+			}
+			close(release["a1"])
+			if err := <-answered; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-granted; err != nil {
+				t.Fatalf("C's write after A's batch ended: %v", err)
+			}
+			close(release["a2"])
+			if err := <-answered; err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
