@@ -21,7 +21,8 @@ import "slices"
 //   - bound: otherwise it waits, unless maxQueued wait already: busy.
 //   - hand on: when a batch ends, the oldest of its scope's waiting
 //     requests (up to maxBatch) become its scope's next batch, led by
-//     the first of them.
+//     the first of them, when the scope runs none, or as many wait as
+//     one of its batches carries on average.
 //   - leave: a waiting request whose caller gave up leaves, never taken.
 //
 // After every method a scope with requests waiting has a batch taken, no
@@ -73,7 +74,7 @@ func (s *admission[W]) arrive(name string, w W) (_ admit, batch []W) {
 	switch {
 	case sc.open > 0 && sc.open < s.maxBatch:
 		return joins, nil // counted by join, once it joined
-	case sc.running < s.perScope && (len(sc.queue)+1)*sc.running >= sc.carried:
+	case s.startable(sc, len(sc.queue)+1):
 		n := min(len(sc.queue), s.maxBatch-1)
 		batch = append(s.take(sc, n), w)
 		sc.open++
@@ -112,20 +113,25 @@ func (s *admission[W]) join(name string) {
 func (s *admission[W]) closeOpen(name string) { s.scopes[name].open = 0 }
 
 // end records that a batch of scope name carrying n requests ended, and
-// returns the scope's next batch, taken from what waits (rule hand on),
-// or nil.
-func (s *admission[W]) end(name string, n int) []W {
+// returns the scope's batches that may start now, taken from what waits
+// (rule hand on).
+func (s *admission[W]) end(name string, n int) (starts [][]W) {
 	sc := s.scopes[name]
 	s.running--
 	sc.running--
 	sc.carried -= n
-	if len(sc.queue) == 0 {
-		if sc.running == 0 {
-			delete(s.scopes, name)
-		}
-		return nil
+	for len(sc.queue) > 0 && s.startable(sc, len(sc.queue)) {
+		starts = append(starts, s.take(sc, min(len(sc.queue), s.maxBatch)))
 	}
-	return s.take(sc, min(len(sc.queue), s.maxBatch))
+	if sc.running == 0 {
+		delete(s.scopes, name)
+	}
+	return starts
+}
+
+// startable is the rule start for n requests of sc.
+func (s *admission[W]) startable(sc *scope[W], n int) bool {
+	return sc.running < s.perScope && n*sc.running >= sc.carried
 }
 
 // leave removes w from its scope's queue, unless it was handed a batch

@@ -88,14 +88,17 @@ func (m *sim) begin(id int) {
 	}
 }
 
-// end ends the batch led by id, and returns the batch its scope is handed.
-func (m *sim) end(id int) []int {
+// end ends the batch led by id, and returns the batches its scope starts.
+func (m *sim) end(id int) [][]int {
 	m.begin(id)
 	b := m.batches[id]
 	delete(m.batches, id)
-	next := m.s.end(b.scope, len(b.ids))
-	if len(next) > 0 {
-		oldest := m.waitingOf(b.scope)
+	starts := m.s.end(b.scope, len(b.ids))
+	for _, next := range starts {
+		oldest, running, carried := m.waitingOf(b.scope), m.runningOf(b.scope), m.carriedBy(b.scope)
+		if running >= m.cfg.Concurrency || len(oldest)*running < carried {
+			m.t.Fatalf("scope %s started %v beside %d batches carrying %d", b.scope, next, running, carried)
+		}
 		if want := oldest[:min(len(oldest), m.cfg.MaxBatch)]; !slices.Equal(next, want) {
 			m.t.Fatalf("scope %s handed %v, want its oldest %v", b.scope, next, want)
 		}
@@ -106,7 +109,7 @@ func (m *sim) end(id int) []int {
 		m.open[b.scope] = next[0]
 	}
 	m.check("end")
-	return next
+	return starts
 }
 
 // leave withdraws id as its caller gives up; it reports whether it left.
@@ -285,7 +288,21 @@ func TestAdmissionRules(t *testing.T) {
 			}
 			return strings.Join(got, " ") + fmt.Sprint(" ", m.end(a))
 		},
-		want: "waits waits waits [2 3]",
+		want: "waits waits waits [[2 3]]",
+	}, {
+		name: "a batch ending hands on only with company, or when its scope runs nothing",
+		cfg:  cfg(2, 128, 10),
+		run: func(m *sim) string {
+			a, _ := m.arrive("a")
+			m.begin(a)
+			b, _ := m.arrive("a") // beside a lone one: starts
+			m.arrive("a")
+			m.arrive("a")
+			m.begin(b)
+			m.arrive("a") // beside batches of 1 and 3: waits
+			return fmt.Sprint(m.end(a), m.end(b))
+		},
+		want: "[] [[5]]",
 	}, {
 		name: "another scope starts beside a scope at its Concurrency",
 		cfg:  cfg(1, 128, 10),
@@ -321,7 +338,7 @@ func TestAdmissionRules(t *testing.T) {
 			x, _ := m.arrive("a")
 			return fmt.Sprint(m.leave(w), m.end(a), m.leave(x))
 		},
-		want: "true [3] false",
+		want: "true [[3]] false",
 	}, {
 		name: "a scope's last batch ending forgets it",
 		cfg:  cfg(1, 128, 10),

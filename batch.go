@@ -293,12 +293,12 @@ func (b *Batcher[T]) gather(scope string, batch []*pending[T]) *gathering[T] {
 	return g
 }
 
-// lead runs g's batch in the calling goroutine, then hands its scope's
-// next batch to the goroutine that leads it.
+// lead runs g's batch in the calling goroutine, then hands each batch of
+// its scope that may start now to the goroutine that leads it.
 func (b *Batcher[T]) lead(g *gathering[T]) {
 	defer func() {
 		b.mu.Lock()
-		if next := b.adm.end(g.scope, len(g.batch)); next != nil {
+		for _, next := range b.adm.end(g.scope, len(g.batch)) {
 			next[0].next <- b.gather(g.scope, next)
 		}
 		if b.adm.running == 0 {
