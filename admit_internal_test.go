@@ -79,6 +79,15 @@ func (m *sim) arrive(scope string) (int, string) {
 	return id, [...]string{joins: "joins", starts: "starts", waits: "waits", busy: "busy"}[got]
 }
 
+// arrivals sends n requests of scope and says what became of each.
+func (m *sim) arrivals(scope string, n int) string {
+	got := make([]string, n)
+	for i := range got {
+		_, got[i] = m.arrive(scope)
+	}
+	return strings.Join(got, " ")
+}
+
 // begin closes the batch led by id to arrivals, as its transaction begins.
 func (m *sim) begin(id int) {
 	b := m.batches[id]
@@ -255,24 +264,14 @@ func TestAdmissionRules(t *testing.T) {
 			m.arrive("a")
 			m.arrive("a")
 			m.begin(a)
-			var got []string
-			for range 3 {
-				_, v := m.arrive("a")
-				got = append(got, v)
-			}
-			return strings.Join(got, " ") + fmt.Sprint(" ", m.batches[4].ids)
+			return m.arrivals("a", 3) + fmt.Sprint(" ", m.batches[4].ids)
 		},
 		want: "waits waits starts [4 5 6]",
 	}, {
 		name: "a full batch takes nobody more: the next with company starts one",
 		cfg:  cfg(2, 2, 10),
 		run: func(m *sim) string {
-			var got []string
-			for range 4 {
-				_, v := m.arrive("a")
-				got = append(got, v)
-			}
-			return strings.Join(got, " ")
+			return m.arrivals("a", 4)
 		},
 		want: "starts joins waits starts",
 	}, {
@@ -281,12 +280,7 @@ func TestAdmissionRules(t *testing.T) {
 		run: func(m *sim) string {
 			a, _ := m.arrive("a")
 			m.begin(a)
-			var got []string
-			for range 3 {
-				_, v := m.arrive("a")
-				got = append(got, v)
-			}
-			return strings.Join(got, " ") + fmt.Sprint(" ", m.end(a))
+			return m.arrivals("a", 3) + fmt.Sprint(" ", m.end(a))
 		},
 		want: "waits waits waits [[2 3]]",
 	}, {
@@ -320,12 +314,7 @@ func TestAdmissionRules(t *testing.T) {
 		run: func(m *sim) string {
 			a, _ := m.arrive("a")
 			m.begin(a)
-			var got []string
-			for range 3 {
-				_, v := m.arrive("a")
-				got = append(got, v)
-			}
-			return strings.Join(got, " ")
+			return m.arrivals("a", 3)
 		},
 		want: "waits waits busy",
 	}, {

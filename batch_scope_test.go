@@ -87,6 +87,11 @@ func (g *gates) next() []string {
 // send sends a request of scope for th in a goroutine and returns a
 // function that waits for its answer.
 func (r *rig) send(scope string, th thing) (wait func() (idem.Result, error)) {
+	return r.sendCtx(context.Background(), scope, th)
+}
+
+// sendCtx is send with the caller's context ctx.
+func (r *rig) sendCtx(ctx context.Context, scope string, th thing) (wait func() (idem.Result, error)) {
 	var (
 		res idem.Result
 		err error
@@ -94,7 +99,7 @@ func (r *rig) send(scope string, th thing) (wait func() (idem.Result, error)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		res, err = r.b.Do(context.Background(), reqIn(scope, th.key, `{"k":"`+th.key+`"}`), th)
+		res, err = r.b.Do(ctx, reqIn(scope, th.key, `{"k":"`+th.key+`"}`), th)
 	}()
 	return func() (idem.Result, error) { <-done; return res, err }
 }
@@ -208,21 +213,13 @@ func TestBatcherScopeNotHeldByAnothersLocks(t *testing.T) {
 func (r *rig) atGate(ctx context.Context, scope, key string) (wait func() (idem.Result, error)) {
 	r.t.Helper()
 	before := idem.GateWaiting(r.b, scope)
-	var (
-		res idem.Result
-		err error
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		res, err = r.b.Do(ctx, reqIn(scope, key, `{"k":"`+key+`"}`), thing{key: key, body: `{"` + key + `":1}`})
-	}()
+	wait = r.sendCtx(ctx, scope, thing{key: key, body: `{"` + key + `":1}`})
 	for deadline := time.Now().Add(time.Minute); idem.GateWaiting(r.b, scope) == before; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("%s/%s: its batch did not wait at the gate within a minute", scope, key)
 		}
 	}
-	return func() (idem.Result, error) { <-done; return res, err }
+	return wait
 }
 
 // The gate decides which scope's batch goes next: a slot that frees goes
