@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem/internal/strictjson"
 )
 
 // bound serves the one-statement ceiling over HTTP: the least any HTTP
@@ -32,7 +35,14 @@ import (
 // relay). A single writer because each statement locks its two accounts as
 // it runs: two writers' transactions take them in no common order and
 // deadlock.
-func bound(addr, dsn, script string, batchMax, bodyBytes, trips int) error {
+//
+// With idemWork it is the least program doing what idem does for a first
+// arrival, to set idem's unmet ratios beside: a request's Idempotency-Key
+// is required and its body checked as strict JSON and decoded whole, and
+// a batch's transaction takes idem's three round trips: BEGIN and the
+// keys' claims (one statement), the transfers, then the stored answers
+// (one statement) and COMMIT. trips is then 3.
+func bound(addr, dsn, script string, batchMax, bodyBytes, trips int, idemWork bool) error {
 	src, err := os.ReadFile(script)
 	if err != nil {
 		return err
@@ -50,8 +60,39 @@ func bound(addr, dsn, script string, batchMax, bodyBytes, trips int) error {
 	if _, err := conn.Prepare(ctx, "transfer", sql); err != nil {
 		return fmt.Errorf("%s: %w", script, err)
 	}
+	body := bytes.Repeat([]byte("x"), bodyBytes)
+	if idemWork {
+		if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS bound_keys (key text PRIMARY KEY, answer bytea)"); err != nil {
+			return err
+		}
+		return serveBatches(addr, batchMax, body, true, func(taken []transfer) error {
+			keys := make([]string, len(taken))
+			for i, t := range taken {
+				keys[i] = t.key
+			}
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue("INSERT INTO bound_keys (key) SELECT unnest($1::text[])", keys)
+			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+				_, _ = conn.Exec(ctx, "ROLLBACK")
+				return err
+			}
+			batch = &pgx.Batch{}
+			for _, t := range taken {
+				batch.Queue("transfer", t.k, t.a, t.b)
+			}
+			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+				_, _ = conn.Exec(ctx, "ROLLBACK")
+				return err
+			}
+			batch = &pgx.Batch{}
+			batch.Queue("UPDATE bound_keys SET answer = $2 WHERE key = ANY($1::text[])", keys, body)
+			batch.Queue("COMMIT")
+			return conn.SendBatch(ctx, batch).Close()
+		})
+	}
 
-	return serveBatches(addr, batchMax, bodyBytes, func(taken []transfer) error {
+	return serveBatches(addr, batchMax, body, false, func(taken []transfer) error {
 		var batch pgx.Batch
 		batch.Queue("BEGIN")
 		for _, t := range taken {
@@ -69,17 +110,21 @@ func bound(addr, dsn, script string, batchMax, bodyBytes, trips int) error {
 	})
 }
 
-// A transfer a bound server writes: key number k, from acc-a to acc-b.
+// A transfer a bound server writes: key number k (and with idem's work
+// its Idempotency-Key), from acc-a to acc-b.
 type transfer struct {
 	k, a, b int64
+	key     string
 	done    chan error
 }
 
 // serveBatches answers POST /v1/transfers once commit has written its
 // transfer, and POST /v1/accounts at once (the accounts exist). One
 // goroutine takes the waiting transfers, up to batchMax, and commits them
-// together: while one batch commits, the next fills.
-func serveBatches(addr string, batchMax, bodyBytes int, commit func([]transfer) error) error {
+// together: while one batch commits, the next fills. With idemWork a
+// request needs an Idempotency-Key, and its body is checked as strict
+// JSON and decoded whole, as idem's are.
+func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit func([]transfer) error) error {
 	queue := make(chan transfer, 4096)
 	go func() {
 		var taken []transfer
@@ -105,14 +150,16 @@ func serveBatches(addr string, batchMax, bodyBytes int, commit func([]transfer) 
 	// earlier run's.
 	var next atomic.Int64
 	next.Store(9_000_000_000_000_000 + time.Now().UnixMicro()%100_000_000_000*1000)
-	body := bytes.Repeat([]byte("x"), bodyBytes)
 	return serveCeiling(addr, func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
-			Debit  string `json:"debit_account_id"`
-			Credit string `json:"credit_account_id"`
+			Debit    string `json:"debit_account_id"`
+			Credit   string `json:"credit_account_id"`
+			Amount   int64  `json:"amount"`
+			Currency string `json:"currency"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		key := r.Header.Get("Idempotency-Key")
+		if err := decode(r, &in, idemWork); err != nil || idemWork && key == "" {
+			http.Error(w, fmt.Sprint("bad request: ", err), http.StatusBadRequest)
 			return
 		}
 		switch r.URL.Path {
@@ -124,7 +171,7 @@ func serveBatches(addr string, batchMax, bodyBytes int, commit func([]transfer) 
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			t := transfer{k: next.Add(1), a: a, b: b, done: make(chan error, 1)}
+			t := transfer{k: next.Add(1), a: a, b: b, key: key, done: make(chan error, 1)}
 			queue <- t
 			if err := <-t.done; err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -136,6 +183,25 @@ func serveBatches(addr string, batchMax, bodyBytes int, commit func([]transfer) 
 		}
 		created(w, body)
 	})
+}
+
+// decode reads r's JSON body into v; strict (idem's work), the body is
+// read whole, bounded, checked by idem's strict JSON check (duplicate
+// names, depth) and decoded refusing unknown fields.
+func decode(r *http.Request, v any, strict bool) error {
+	if !strict {
+		return json.NewDecoder(r.Body).Decode(v)
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if err := strictjson.Check(data, 32); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // pgbenchVar is a use of pgbench's variable k, a or b (not a cast's "::b…").

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -28,7 +29,7 @@ func boundSQLite(addr, path string, accounts, batchMax, bodyBytes int) error {
 		return err
 	}
 	defer b.close()
-	return serveBatches(addr, batchMax, bodyBytes, b.commit)
+	return serveBatches(addr, batchMax, bytes.Repeat([]byte("x"), bodyBytes), false, b.commit)
 }
 
 // sqliteBound holds the writer's connection and its prepared statements.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,5 +106,37 @@ func TestSQLiteBound(t *testing.T) {
 	}
 	if want := []string{"1 one-1 1 0 100", "2 one-3 0 100 100"}; !slices.Equal(got, want) {
 		t.Errorf("acc-2's entries %q, want %q", got, want)
+	}
+}
+
+// With idem's work the bound decodes as idem does: a transfer's body
+// passes; a duplicate name, an unknown field and a text that is not JSON
+// are refused. Without it, only what is not JSON is.
+func TestBoundDecode(t *testing.T) {
+	for _, c := range []struct {
+		body        string
+		strict, lax bool
+	}{
+		{string(transferBody(1, 2)), true, true},
+		{`{"debit_account_id":"acc-1","debit_account_id":"acc-2"}`, false, true},
+		{`{"debit_account_id":"acc-1","extra":1}`, false, true},
+		{`{"debit_account_id":`, false, false},
+	} {
+		for _, strict := range []bool{true, false} {
+			r := httptest.NewRequest(http.MethodPost, "/v1/transfers", strings.NewReader(c.body))
+			var v struct {
+				Debit    string `json:"debit_account_id"`
+				Credit   string `json:"credit_account_id"`
+				Amount   int64  `json:"amount"`
+				Currency string `json:"currency"`
+			}
+			want := c.lax
+			if strict {
+				want = c.strict
+			}
+			if err := decode(r, &v, strict); (err == nil) != want {
+				t.Errorf("%s (strict %v): %v, want accepted %v", c.body, strict, err, want)
+			}
+		}
 	}
 }

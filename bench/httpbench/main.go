@@ -67,6 +67,7 @@ func main() {
 	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
 	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound, bound-sqlite)")
 	trips := fs.Int("trips", 1, "round trips a batch's transaction takes, its statements in the first and COMMIT in the last (bound)")
+	idemWork := fs.Bool("idem-work", false, "also do idem's work for a first arrival: the key required, strict JSON, the keys' claims and stored answers in three round trips (bound)")
 	rate := fs.Int("rate", 100, "tenant B's requests per second (tenants)")
 	attack := fs.String("attack", "as_of", "tenant A's attack: as_of or batches (tenants)")
 	_ = fs.Parse(os.Args[2:])
@@ -76,7 +77,7 @@ func main() {
 	case "noop":
 		err = noop(*addr, *bodyBytes)
 	case "bound":
-		err = bound(*addr, *db, *script, *batchMax, *bodyBytes, *trips)
+		err = bound(*addr, *db, *script, *batchMax, *bodyBytes, *trips, *idemWork)
 	case "bound-sqlite":
 		err = boundSQLite(*addr, *db, *accounts, *batchMax, *bodyBytes)
 	case "first":
