@@ -152,6 +152,7 @@ func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit 
 	next.Store(9_000_000_000_000_000 + time.Now().UnixMicro()%100_000_000_000*1000)
 	return serveCeiling(addr, func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
+			ID       string `json:"id"` // an account's
 			Debit    string `json:"debit_account_id"`
 			Credit   string `json:"credit_account_id"`
 			Amount   int64  `json:"amount"`
@@ -163,7 +164,7 @@ func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit 
 			return
 		}
 		switch r.URL.Path {
-		case "/v1/accounts":
+		case "/v1/accounts": // they exist
 		case "/v1/transfers":
 			a, errA := strconv.ParseInt(strings.TrimPrefix(in.Debit, "acc-"), 10, 64)
 			b, errB := strconv.ParseInt(strings.TrimPrefix(in.Credit, "acc-"), 10, 64)

@@ -125,6 +125,7 @@ func TestBoundDecode(t *testing.T) {
 		for _, strict := range []bool{true, false} {
 			r := httptest.NewRequest(http.MethodPost, "/v1/transfers", strings.NewReader(c.body))
 			var v struct {
+				ID       string `json:"id"`
 				Debit    string `json:"debit_account_id"`
 				Credit   string `json:"credit_account_id"`
 				Amount   int64  `json:"amount"`
