@@ -14,8 +14,8 @@ import (
 )
 
 // Gate shares connections of the database among tenants: the
-// transactions they may hold at once (capacity). A
-// tenant takes a free slot at once unless it holds its share of them
+// transactions they may hold at once (capacity). A tenant takes a free
+// slot at once unless it holds its share of them
 // (ceil(share × capacity), at least 1) while another tenant is present;
 // then it waits. Waiting tenants are served in turn, the one whose
 // transactions held slots for the least time first (its use time, a
@@ -38,9 +38,10 @@ import (
 //
 // A wait ends when the caller's context does, or after maxWait: the
 // caller is answered the gate's refusal (the service's: 503 with
-// Retry-After), never kept waiting without bound. A slot is freed by the transaction's Commit
-// or Rollback, whichever comes first; callers roll back on every path
-// (a deferred Rollback), panics included.
+// Retry-After), never kept waiting without bound. A slot is freed by its
+// release, which its holder calls on every path (the service's: the
+// transaction's Commit or Rollback, whichever comes first, a deferred
+// Rollback included; the Batcher's: the batch's end).
 //
 // Its tenants are those of its callers (the service's: its API keys'
 // tenants, which are its batches' scopes); it keeps only those of the
