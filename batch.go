@@ -533,8 +533,9 @@ func withScope(ctx context.Context, scope string) context.Context {
 
 // ScopeFrom returns the scope (Key.Scope: the tenant) of the Batcher's
 // batch whose transaction ctx belongs to, and whether ctx is one. A
-// batch carries one scope's requests, so a driver wrapper can share the
-// database among scopes by it (the service's per-tenant write gate).
+// batch carries one scope's requests, so a driver wrapper can tell whose
+// work a transaction is (the batch has already taken its slot of the
+// gate that shares the database among scopes).
 func ScopeFrom(ctx context.Context) (string, bool) {
 	s, ok := ctx.Value(scopeKey{}).(string)
 	return s, ok

@@ -70,25 +70,28 @@ func bound(addr, dsn, script string, batchMax, bodyBytes, trips int, idemWork bo
 			for i, t := range taken {
 				keys[i] = t.key
 			}
-			batch := &pgx.Batch{}
-			batch.Queue("BEGIN")
-			batch.Queue("INSERT INTO bound_keys (key) SELECT unnest($1::text[])", keys)
-			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-				_, _ = conn.Exec(ctx, "ROLLBACK")
+			// trip sends batch, the transaction rolled back if it fails.
+			trip := func(batch *pgx.Batch) error {
+				err := conn.SendBatch(ctx, batch).Close()
+				if err != nil {
+					_, _ = conn.Exec(ctx, "ROLLBACK")
+				}
 				return err
 			}
-			batch = &pgx.Batch{}
+			claims, transfers, answers := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
+			claims.Queue("BEGIN")
+			claims.Queue("INSERT INTO bound_keys (key) SELECT unnest($1::text[])", keys)
 			for _, t := range taken {
-				batch.Queue("transfer", t.k, t.a, t.b)
+				transfers.Queue("transfer", t.k, t.a, t.b)
 			}
-			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-				_, _ = conn.Exec(ctx, "ROLLBACK")
-				return err
+			answers.Queue("UPDATE bound_keys SET answer = $2 WHERE key = ANY($1::text[])", keys, body)
+			answers.Queue("COMMIT")
+			for _, b := range []*pgx.Batch{claims, transfers, answers} {
+				if err := trip(b); err != nil {
+					return err
+				}
 			}
-			batch = &pgx.Batch{}
-			batch.Queue("UPDATE bound_keys SET answer = $2 WHERE key = ANY($1::text[])", keys, body)
-			batch.Queue("COMMIT")
-			return conn.SendBatch(ctx, batch).Close()
+			return nil
 		})
 	}
 
