@@ -56,12 +56,14 @@ node_env() {
     RABBITMQ_SCHEMA_DIR RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS
 }
 
+# start_node starts the node and waits for it; it fails, saying why on
+# stderr, when the node does not come up.
 start_node() {
   node_env
   setsid "$sbin/rabbitmq-server" >"$dir/log/stdout.log" 2>&1 </dev/null &
   if ! timeout 120 "$sbin/rabbitmqctl" -q wait --timeout 110 "$RABBITMQ_PID_FILE" >"$dir/log/wait.log" 2>&1; then
     cat "$dir/log/wait.log" "$dir/log/stdout.log" >&2 || true
-    exit 1
+    return 1
   fi
 }
 
@@ -74,31 +76,9 @@ kill_node() {
   fi
 }
 
-cmd=${1:-}; dir=${2:-}
-tls_cert=; tls_key=; tls_ca=; watch=
-if [ "$cmd" = start ] && [ $# -gt 2 ]; then
-  set -- "${@:3}"
-  while [ $# -gt 0 ]; do
-    case "$1" in
-    --tls) [ $# -ge 4 ] || { echo "scripts/rabbitmq: --tls CERT KEY CA" >&2; exit 2; }
-      tls_cert=$(realpath "$2"); tls_key=$(realpath "$3"); tls_ca=$(realpath "$4"); shift 4 ;;
-    --watch) [ $# -ge 2 ] || { echo "scripts/rabbitmq: --watch PID" >&2; exit 2; }
-      watch=$2; shift 2 ;;
-    *) echo "scripts/rabbitmq: unknown option $1" >&2; exit 2 ;;
-    esac
-  done
-fi
-if [ "$cmd" = install ]; then
-  installed || install_rabbitmq
-  exit 0
-fi
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/rabbitmq install|start|stop|restart DIR" >&2; exit 2; }
-
-case "$cmd" in
-start)
-  installed || install_rabbitmq
-  mkdir -p "$dir/log" "$dir/mnesia" "$dir/generated" "$dir/plugins-expand"
-  dir=$(cd "$dir" && pwd)
+# configure picks the node's free ports and writes its environment and
+# configuration into DIR.
+configure() {
   port=$(free_port); dist=$(free_port); epmd=$(free_port)
   cat >"$dir/env" <<ENV
 HOME='$dir'
@@ -139,7 +119,48 @@ ENV
       echo "ssl_options.fail_if_no_peer_cert = false"
     fi
   } >"$dir/rabbitmq.conf"
-  start_node
+}
+
+cmd=${1:-}; dir=${2:-}
+tls_cert=; tls_key=; tls_ca=; watch=
+if [ "$cmd" = start ] && [ $# -gt 2 ]; then
+  set -- "${@:3}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+    --tls) [ $# -ge 4 ] || { echo "scripts/rabbitmq: --tls CERT KEY CA" >&2; exit 2; }
+      tls_cert=$(realpath "$2"); tls_key=$(realpath "$3"); tls_ca=$(realpath "$4"); shift 4 ;;
+    --watch) [ $# -ge 2 ] || { echo "scripts/rabbitmq: --watch PID" >&2; exit 2; }
+      watch=$2; shift 2 ;;
+    *) echo "scripts/rabbitmq: unknown option $1" >&2; exit 2 ;;
+    esac
+  done
+fi
+if [ "$cmd" = install ]; then
+  installed || install_rabbitmq
+  exit 0
+fi
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: scripts/rabbitmq install|start|stop|restart DIR" >&2; exit 2; }
+
+case "$cmd" in
+start)
+  installed || install_rabbitmq
+  mkdir -p "$dir/log" "$dir/mnesia" "$dir/generated" "$dir/plugins-expand"
+  dir=$(cd "$dir" && pwd)
+  # A free port can be taken by another test's server before the node
+  # listens on it: then the node fails with eaddrinuse, and is started again
+  # on other ports.
+  for attempt in 1 2 3; do
+    configure
+    if start_node 2>"$dir/log/start.err"; then
+      break
+    fi
+    kill_node
+    epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1 || true
+    if [ "$attempt" = 3 ] || ! grep -q eaddrinuse "$dir/log/start.err"; then
+      cat "$dir/log/start.err" >&2
+      exit 1
+    fi
+  done
   if [ -n "$watch" ]; then
     # A test process that panics or is killed never runs its cleanup: the
     # node must not outlive it.
@@ -153,7 +174,7 @@ ENV
   ;;
 restart)
   kill_node
-  start_node
+  start_node || exit 1
   ;;
 stop)
   if [ -f "$dir/env" ]; then
