@@ -67,7 +67,15 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 	}
 	cc.DialFunc = dialer.DialContext
 	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+		h := &cancelWatch{conn: c}
+		c.CustomData()[cancelWatchKey] = h
+		return h
+	}
+	if pcfg.PrepareConn == nil {
+		pcfg.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
+			h, _ := c.PgConn().CustomData()[cancelWatchKey].(*cancelWatch)
+			return h == nil || !h.unsure, nil
+		}
 	}
 	if !cfg.ReadOnly && cc.ValidateConnect == nil && !strings.Contains(cfg.URL, "target_session_attrs") {
 		// A writer keeps no connection to a server that takes no writes
@@ -90,6 +98,49 @@ func applyLimits(pcfg *pgxpool.Config, cfg Config) *replicationWatch {
 	w := &replicationWatch{log: cfg.Logger}
 	cc.OnNotice = w.onNotice
 	return w
+}
+
+// cancelWatch is a connection's handler of a statement whose context
+// ended (pgx's ctxwatch.Handler): it asks the server to cancel the
+// statement, breaks the connection if no answer comes within cancelGrace,
+// and lets nothing else run on the connection until the server has taken
+// the request. A cancel request is a connection of its own, which the
+// server takes when it gets to it; one that arrives after its statement
+// ended cancels whatever statement the connection runs then, and an
+// innocent request is answered 57014. pgx's own handler gives the request
+// up once the statement ends and waits a fixed 100 ms, which a loaded
+// server outlasts. Once the server has closed the request's connection it
+// has signalled the backend, which drops a cancel that finds it idle.
+type cancelWatch struct {
+	conn *pgconn.PgConn
+	sent chan struct{} // closed once the request has its answer or gave up
+	// unsure is set when the request got no answer from the server: it
+	// may yet cancel a later statement, so the pool does not hand the
+	// connection out again (PrepareConn). Written before sent is closed.
+	unsure bool
+}
+
+// cancelWatchKey is where a connection's CustomData keeps its cancelWatch.
+const cancelWatchKey = "idem.cancelWatch"
+
+func (h *cancelWatch) HandleCancel(context.Context) {
+	deadline := time.Now().Add(cancelGrace)
+	_ = h.conn.Conn().SetDeadline(deadline)
+	h.sent = make(chan struct{})
+	go func() {
+		defer close(h.sent)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		// CancelRequest returns when the server closes the request's
+		// connection, or at the deadline without saying which.
+		err := h.conn.CancelRequest(ctx)
+		h.unsure = err != nil || ctx.Err() != nil
+	}()
+}
+
+func (h *cancelWatch) HandleUnwatchAfterCancel() {
+	<-h.sent
+	_ = h.conn.Conn().SetDeadline(time.Time{})
 }
 
 // dropReadOnly wraps a connection's error handler: a write refused as
