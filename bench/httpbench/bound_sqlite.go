@@ -21,22 +21,30 @@ import (
 // transaction and one commit. No key read or claim, no lookups or
 // refusals, no answer built, no relay.
 //
+// With idemWork it is the least program doing what idem does for a first
+// arrival on SQLite: a request's Idempotency-Key is required and its body
+// checked as strict JSON and decoded whole (serveBatches), and the key's
+// row is written as idem writes it: claimed before the batch's transfers,
+// its answer stored after them, all in the batch's transaction.
+//
 // The file is created and migrated if new, with the accounts acc-1…acc-n
 // of tenant bench.
-func boundSQLite(addr, path string, accounts, batchMax, bodyBytes int) error {
+func boundSQLite(addr, path string, accounts, batchMax, bodyBytes int, idemWork bool) error {
 	b, err := openSQLiteBound(context.Background(), path, accounts)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	return serveBatches(addr, batchMax, bytes.Repeat([]byte("x"), bodyBytes), false, b.commit)
+	b.idemWork = idemWork
+	return serveBatches(addr, batchMax, bytes.Repeat([]byte("x"), bodyBytes), idemWork, b.commit)
 }
 
 // sqliteBound holds the writer's connection and its prepared statements.
 type sqliteBound struct {
-	d     *sqlite.Driver
-	conn  *sql.Conn
-	stmts [6]*sql.Stmt
+	d        *sqlite.Driver
+	conn     *sql.Conn
+	stmts    [len(boundSQLiteStatements)]*sql.Stmt
+	idemWork bool // claims and answers apart, keyed by the requests' keys
 }
 
 func openSQLiteBound(ctx context.Context, path string, accounts int) (_ *sqliteBound, err error) {
@@ -102,9 +110,23 @@ func (b *sqliteBound) commit(taken []transfer) (err error) {
 		}
 	}()
 	at := time.Now().UnixMicro()
+	if b.idemWork {
+		for _, t := range taken {
+			if _, err := b.stmts[claimStmt].ExecContext(ctx, t.key, boundFingerprint, at, at+24*time.Hour.Microseconds()); err != nil {
+				return err
+			}
+		}
+	}
 	for _, t := range taken {
 		if err := b.write(ctx, t, at); err != nil {
 			return err
+		}
+	}
+	if b.idemWork {
+		for _, t := range taken {
+			if _, err := b.stmts[answerStmt].ExecContext(ctx, boundHeader, boundAnswer, t.key); err != nil {
+				return err
+			}
 		}
 	}
 	_, err = b.conn.ExecContext(ctx, "COMMIT")
@@ -115,9 +137,11 @@ func (b *sqliteBound) write(ctx context.Context, t transfer, at int64) error {
 	id := fmt.Sprint("one-", t.k)
 	da, ca := fmt.Sprint("acc-", t.a), fmt.Sprint("acc-", t.b)
 	var dseq, dd, dc, dat, cseq, cd, cc, cat int64
-	if _, err := b.stmts[0].ExecContext(ctx, id, boundFingerprint, boundHeader, boundAnswer,
-		at, at+24*time.Hour.Microseconds()); err != nil {
-		return err
+	if !b.idemWork {
+		if _, err := b.stmts[0].ExecContext(ctx, id, boundFingerprint, boundHeader, boundAnswer,
+			at, at+24*time.Hour.Microseconds()); err != nil {
+			return err
+		}
 	}
 	if err := b.stmts[1].QueryRowContext(ctx, at, da).Scan(&dseq, &dd, &dc, &dat); err != nil {
 		return fmt.Errorf("debit %s: %w", da, err)
@@ -136,8 +160,10 @@ func (b *sqliteBound) write(ctx context.Context, t transfer, at int64) error {
 	return err
 }
 
-// What one transfer writes on SQLite, in the order boundSQLite runs them.
-var boundSQLiteStatements = [6]string{
+// What one transfer writes on SQLite, in the order boundSQLite runs them;
+// with idem's work the key's claim and its answer, apart, replace the
+// first.
+var boundSQLiteStatements = [...]string{
 	`INSERT INTO idem_keys (scope, operation, key, fingerprint, status, header, body, created_at, expires_at)
 	 VALUES ('bench', 'POST /v1/transfers', ?, ?, 201, ?, ?, ?, ?)`,
 	`UPDATE ledger_accounts SET debits_posted = debits_posted + 100, sequence = sequence + 1,
@@ -154,4 +180,14 @@ var boundSQLiteStatements = [6]string{
 	 VALUES ('bench', ?1, ?2, ?3, 100, 0, ?4, ?5, ?6), ('bench', ?7, ?8, ?3, 100, 1, ?9, ?10, ?6)`,
 	`INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, created_at)
 	 VALUES (?, 'bench', 'transfer.created', ?, ?, ?, ?)`,
+	claimStmt: `INSERT INTO idem_keys (scope, operation, key, fingerprint, status, created_at, expires_at)
+	 VALUES ('bench', 'POST /v1/transfers', ?, ?, 0, ?, ?)`,
+	answerStmt: `UPDATE idem_keys SET status = 201, header = ?, body = ?
+	  WHERE scope = 'bench' AND operation = 'POST /v1/transfers' AND key = ?`,
 }
+
+// The statements of idem's work (boundSQLiteStatements).
+const (
+	claimStmt  = 6
+	answerStmt = 7
+)

@@ -109,6 +109,49 @@ func TestSQLiteBound(t *testing.T) {
 	}
 }
 
+// With idem's work the SQLite bound claims each request's key before the
+// transfers and stores its answer after them; a key claimed before fails
+// its whole batch, which leaves nothing behind.
+func TestSQLiteBoundIdemWork(t *testing.T) {
+	ctx := t.Context()
+	b, err := openSQLiteBound(ctx, filepath.Join(t.TempDir(), "bound.db"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	b.idemWork = true
+	if err := b.commit([]transfer{{k: 1, a: 1, b: 2, key: "k1"}, {k: 2, a: 2, b: 3, key: "k2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.commit([]transfer{{k: 3, a: 1, b: 2, key: "k3"}, {k: 4, a: 1, b: 2, key: "k1"}}); err == nil {
+		t.Fatal("a key claimed before: no error")
+	}
+	rows, err := b.conn.QueryContext(ctx, `SELECT key, status, body FROM idem_keys ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var key string
+		var status int
+		var body []byte
+		if err := rows.Scan(&key, &status, &body); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %d %v", key, status, string(body) == string(boundAnswer)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"k1 201 true", "k2 201 true"}; !slices.Equal(got, want) {
+		t.Errorf("keys %q, want %q", got, want)
+	}
+	var transfers int
+	if err := b.conn.QueryRowContext(ctx, `SELECT count(*) FROM ledger_transfers`).Scan(&transfers); err != nil || transfers != 2 {
+		t.Errorf("%d transfers (%v), want 2", transfers, err)
+	}
+}
+
 // With idem's work the bound decodes as idem does: a transfer's body
 // passes; a duplicate name, an unknown field and a text that is not JSON
 // are refused. Without it, only what is not JSON is.

@@ -4,11 +4,14 @@
 // answers every POST with a body of the same size and does nothing (noop);
 // for first arrivals one that runs the one-statement ceiling's statement
 // for each transfer, a batch of them to a commit (bound, in bound.go), and
-// its counterpart on SQLite (bound-sqlite, in bound_sqlite.go).
+// its counterpart on SQLite (bound-sqlite, in bound_sqlite.go); for cold
+// replays one that reads each key's stored answer from PostgreSQL and
+// answers it (stored, in stored.go).
 //
 //	httpbench noop  -addr 127.0.0.1:0 -body-bytes 300
-//	httpbench bound -addr 127.0.0.1:0 -body-bytes 300 -db URL [-sql FILE] [-batch-max 128]
-//	httpbench bound-sqlite -addr 127.0.0.1:0 -body-bytes 300 -db FILE [-accounts 1000] [-batch-max 128]
+//	httpbench bound -addr 127.0.0.1:0 -body-bytes 300 -db URL [-sql FILE] [-batch-max 128] [-trips 1] [-idem-work]
+//	httpbench bound-sqlite -addr 127.0.0.1:0 -body-bytes 300 -db FILE [-accounts 1000] [-batch-max 128] [-idem-work]
+//	httpbench stored -addr 127.0.0.1:0 -db URL [-scope default] [-operation 'POST /v1/transfers'] [-conns 16]
 //	httpbench first  -target URL [-c 16] [-d 10s] [-accounts 1000]
 //	httpbench replay -target URL [-c 16] [-d 10s] [-keys 1000]
 //	httpbench seed   -target URL -keys 20000 -prefix cold
@@ -50,7 +53,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|bound-sqlite|first|replay|seed|cold|tenants [flags]")
+		fmt.Fprintln(os.Stderr, "usage: httpbench noop|bound|bound-sqlite|stored|first|replay|seed|cold|tenants [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -60,14 +63,17 @@ func main() {
 	accounts := fs.Int("accounts", 1000, "accounts transfers move between (first; bound-sqlite creates them)")
 	keys := fs.Int("keys", 1000, "completed keys replayed (replay)")
 	expectReplay := fs.Bool("expect-replay", true, "require Idempotent-Replayed: true (replay; false for the no-op ceiling)")
-	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop, bound, bound-sqlite)")
+	addr := fs.String("addr", "127.0.0.1:0", "listen address (noop, bound, bound-sqlite, stored)")
 	bodyBytes := fs.Int("body-bytes", 300, "response body size (noop, bound, bound-sqlite)")
 	prefix := fs.String("prefix", "cold", "key prefix (seed, cold)")
-	db := fs.String("db", "", "PostgreSQL URL (bound) or SQLite file (bound-sqlite)")
+	db := fs.String("db", "", "PostgreSQL URL (bound, stored) or SQLite file (bound-sqlite)")
 	script := fs.String("sql", "bench/pgbench/transfer_one_statement.sql", "pgbench script whose statement a transfer runs (bound)")
 	batchMax := fs.Int("batch-max", 128, "most transfers one transaction carries (bound, bound-sqlite)")
 	trips := fs.Int("trips", 1, "round trips a batch's transaction takes, its statements in the first and COMMIT in the last (bound)")
-	idemWork := fs.Bool("idem-work", false, "also do idem's work for a first arrival: the key required, strict JSON, the keys' claims and stored answers in three round trips (bound)")
+	idemWork := fs.Bool("idem-work", false, "also do idem's work for a first arrival: the key required, strict JSON, the keys' claims and stored answers (in three round trips on PostgreSQL) (bound, bound-sqlite)")
+	scope := fs.String("scope", "default", "the stored answers' scope: the tenant idem keyed them under (stored)")
+	operation := fs.String("operation", "POST /v1/transfers", "the stored answers' operation (stored)")
+	conns := fs.Int("conns", 16, "connections of the pool (stored; idem's default)")
 	rate := fs.Int("rate", 100, "tenant B's requests per second (tenants)")
 	attack := fs.String("attack", "as_of", "tenant A's attack: as_of or batches (tenants)")
 	_ = fs.Parse(os.Args[2:])
@@ -79,7 +85,9 @@ func main() {
 	case "bound":
 		err = bound(*addr, *db, *script, *batchMax, *bodyBytes, *trips, *idemWork)
 	case "bound-sqlite":
-		err = boundSQLite(*addr, *db, *accounts, *batchMax, *bodyBytes)
+		err = boundSQLite(*addr, *db, *accounts, *batchMax, *bodyBytes, *idemWork)
+	case "stored":
+		err = stored(*addr, *db, *scope, *operation, *conns)
 	case "first":
 		err = first(*target, *clients, *dur, *accounts)
 	case "replay":
