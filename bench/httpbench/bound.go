@@ -43,29 +43,40 @@ import (
 // keys' claims (one statement), the transfers, then the stored answers
 // (one statement) and COMMIT. trips is then 3.
 func bound(addr, dsn, script string, batchMax, bodyBytes, trips int, idemWork bool) error {
-	src, err := os.ReadFile(script)
-	if err != nil {
-		return err
-	}
-	sql, err := pgbenchStatement(string(src))
-	if err != nil {
-		return fmt.Errorf("%s: %w", script, err)
-	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Prepare(ctx, "transfer", sql); err != nil {
-		return fmt.Errorf("%s: %w", script, err)
-	}
 	body := bytes.Repeat([]byte("x"), bodyBytes)
+	commit, err := boundCommit(ctx, conn, script, body, trips, idemWork)
+	if err != nil {
+		return err
+	}
+	return serveCeiling(addr, batchHandler(batchMax, body, idemWork, commit))
+}
+
+// boundCommit prepares script's statement on conn and returns what writes
+// a batch of transfers: with idemWork in idem's three round trips, else in
+// trips.
+func boundCommit(ctx context.Context, conn *pgx.Conn, script string, body []byte, trips int, idemWork bool) (func([]transfer) error, error) {
+	src, err := os.ReadFile(script)
+	if err != nil {
+		return nil, err
+	}
+	sql, err := pgbenchStatement(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", script, err)
+	}
+	if _, err := conn.Prepare(ctx, "transfer", sql); err != nil {
+		return nil, fmt.Errorf("%s: %w", script, err)
+	}
 	if idemWork {
 		if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS bound_keys (key text PRIMARY KEY, answer bytea)"); err != nil {
-			return err
+			return nil, err
 		}
-		return serveBatches(addr, batchMax, body, true, func(taken []transfer) error {
+		return func(taken []transfer) error {
 			keys := make([]string, len(taken))
 			for i, t := range taken {
 				keys[i] = t.key
@@ -92,10 +103,9 @@ func bound(addr, dsn, script string, batchMax, bodyBytes, trips int, idemWork bo
 				}
 			}
 			return nil
-		})
+		}, nil
 	}
-
-	return serveBatches(addr, batchMax, body, false, func(taken []transfer) error {
+	return func(taken []transfer) error {
 		var batch pgx.Batch
 		batch.Queue("BEGIN")
 		for _, t := range taken {
@@ -110,7 +120,7 @@ func bound(addr, dsn, script string, batchMax, bodyBytes, trips int, idemWork bo
 		}
 		batch.Queue("COMMIT")
 		return conn.SendBatch(ctx, &batch).Close()
-	})
+	}, nil
 }
 
 // A transfer a bound server writes: key number k (and with idem's work
@@ -121,13 +131,18 @@ type transfer struct {
 	done    chan error
 }
 
-// serveBatches answers POST /v1/transfers once commit has written its
-// transfer, and POST /v1/accounts at once (the accounts exist). One
-// goroutine takes the waiting transfers, up to batchMax, and commits them
-// together: while one batch commits, the next fills. With idemWork a
-// request needs an Idempotency-Key, and its body is checked as strict
-// JSON and decoded whole, as idem's are.
+// serveBatches serves batchHandler on addr.
 func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit func([]transfer) error) error {
+	return serveCeiling(addr, batchHandler(batchMax, body, idemWork, commit))
+}
+
+// batchHandler answers POST /v1/transfers once commit has written its
+// transfer, and POST /v1/accounts at once (the accounts exist). One
+// goroutine, started here, takes the waiting transfers, up to batchMax,
+// and commits them together: while one batch commits, the next fills.
+// With idemWork a request needs an Idempotency-Key, and its body is
+// checked as strict JSON and decoded whole, as idem's are.
+func batchHandler(batchMax int, body []byte, idemWork bool, commit func([]transfer) error) http.HandlerFunc {
 	queue := make(chan transfer, 4096)
 	go func() {
 		var taken []transfer
@@ -153,7 +168,7 @@ func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit 
 	// earlier run's.
 	var next atomic.Int64
 	next.Store(9_000_000_000_000_000 + time.Now().UnixMicro()%100_000_000_000*1000)
-	return serveCeiling(addr, func(w http.ResponseWriter, r *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			ID       string `json:"id"` // an account's
 			Debit    string `json:"debit_account_id"`
@@ -186,7 +201,7 @@ func serveBatches(addr string, batchMax int, body []byte, idemWork bool, commit 
 			return
 		}
 		created(w, body)
-	})
+	}
 }
 
 // decode reads r's JSON body into v; strict (idem's work), the body is

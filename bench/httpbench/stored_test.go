@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/driver/postgres"
@@ -69,4 +74,62 @@ func TestStored(t *testing.T) {
 				w.Header().Get("Idempotent-Replayed"), c.status, c.wantBody, c.location, c.replayed)
 		}
 	}
+}
+
+// BenchmarkLeastFirstArrival is the least program doing idem's work for a
+// first arrival (bound -idem-work: the key required, strict JSON, the
+// keys' claims, the transfers and the stored answers in three round
+// trips) called in process as the service's BenchmarkHandlerFirstArrival
+// calls idem's handler, so that -benchmem counts its allocations per
+// first arrival beside idem's.
+func BenchmarkLeastFirstArrival(b *testing.B) {
+	ctx := b.Context()
+	url, schema := testpg.URL(b), testpg.Schema(b)
+	d, err := postgres.Open(ctx, postgres.Config{URL: url, SearchPath: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	setup, err := os.ReadFile("../pgbench/setup.sql")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Pool().Exec(ctx, string(setup)); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	body := bytes.Repeat([]byte("x"), 300)
+	commit, err := boundCommit(ctx, conn, "../pgbench/transfer_one_statement.sql", body, 3, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := batchHandler(128, body, true, commit)
+	transfer := string(transferBody(1, 501))
+	var seq atomic.Int64
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/transfers", strings.NewReader(transfer))
+			r.Header.Set("Idempotency-Key", fmt.Sprint("first-", seq.Add(1)))
+			w := httptest.NewRecorder()
+			h(w, r)
+			if w.Code != http.StatusCreated {
+				b.Fatalf("POST /v1/transfers: %d %s", w.Code, w.Body)
+			}
+		}
+	})
 }
