@@ -21,20 +21,28 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testpg.Main(m)) }
 
+// idemSchema is a schema of tb's own with idem's tables, and idem's driver
+// on it: the least programs read and write them as idem does.
+func idemSchema(tb testing.TB) (d *postgres.Driver, url, schema string) {
+	tb.Helper()
+	url, schema = testpg.URL(tb), testpg.Schema(tb)
+	d, err := postgres.Open(tb.Context(), postgres.Config{URL: url, SearchPath: schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	if err := d.Migrate(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	return d, url, schema
+}
+
 // The cold replay's least program answers what idem stored under the
 // key: its status, headers and body, marked a replay; a key with nothing
 // stored is 404, a request without a key 400.
 func TestStored(t *testing.T) {
 	ctx := t.Context()
-	url, schema := testpg.URL(t), testpg.Schema(t)
-	d, err := postgres.Open(ctx, postgres.Config{URL: url, SearchPath: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	d, url, schema := idemSchema(t)
 	now := time.Now()
 	if _, err := d.Pool().Exec(ctx, `INSERT INTO idem_keys (scope, operation, key, fingerprint, status, header, body, created_at, expires_at)
 		VALUES ('default', 'POST /v1/transfers', 'k1', '\x00', 201, '{"Location":["/v1/transfers/t1"]}', '{"id":"t1"}', $1, $2)`,
@@ -84,15 +92,7 @@ func TestStored(t *testing.T) {
 // first arrival beside idem's.
 func BenchmarkLeastFirstArrival(b *testing.B) {
 	ctx := b.Context()
-	url, schema := testpg.URL(b), testpg.Schema(b)
-	d, err := postgres.Open(ctx, postgres.Config{URL: url, SearchPath: schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
+	d, url, schema := idemSchema(b)
 	setup, err := os.ReadFile("../pgbench/setup.sql")
 	if err != nil {
 		b.Fatal(err)
