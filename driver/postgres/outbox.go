@@ -10,11 +10,12 @@ import (
 )
 
 // Rows arrive in one statement whatever their number: one round trip per
-// Enqueue.
+// Enqueue. Ids go as text[], cast by the server: pgx encodes a uuid[]
+// from strings only after a failed try in binary (arrays.go).
 const sqlOutboxInsert = `
 INSERT INTO idem_outbox (id, tenant, type, okey, shard, payload, headers, created_at, traceparent, tracestate, sealed)
 SELECT id, tenant, type, okey, shard, payload, headers, created_at, nullif(tp, ''), nullif(ts, ''), sealed
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
+  FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::integer[],
               $6::bytea[], $7::bytea[], $8::timestamptz[], $9::text[], $10::text[], $11::boolean[])
     AS t(id, tenant, type, okey, shard, payload, headers, created_at, tp, ts, sealed)`
 
@@ -56,7 +57,7 @@ const sqlOutboxHorizon = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::
 // round trip per batch, whatever its size.
 const sqlOutboxMarkSent = `
 UPDATE idem_outbox o SET sent_at = $2
-  FROM unnest($1::uuid[]) AS u(id)
+  FROM unnest($1::text[]::uuid[]) AS u(id)
  WHERE o.id = u.id`
 
 const sqlOutboxFailRow = `
