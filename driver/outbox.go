@@ -18,19 +18,17 @@ type OutboxDriver interface {
 	// OutboxInsert writes rows in the caller's transaction, perhaps with
 	// its next statement or its commit (see KeyRecord).
 	OutboxInsert(ctx context.Context, tx Tx, p *OutboxInsertParams) error
-	// OutboxHorizon returns the mark that a cycle's later reads use to find
-	// rows committed behind them (OutboxFetchParams.Horizon). Call it in
-	// the read-only transaction of the cycle's first read, before that
-	// read. Postgres: the xmin of a snapshot taken now, below which every
-	// transaction has ended. SQLite: 0 (writers are serialized, so nothing
-	// commits behind a read).
-	OutboxHorizon(ctx context.Context, tx Tx) (int64, error)
 	// OutboxFetch reads, in tx (a read-only transaction of its own), unsent
 	// live rows of the given shards, in read order (Postgres: id; SQLite:
 	// pos, the commit order), leaving out every row whose key is held at
 	// Now (dead, or backing off until after Now).
 	//
-	// Without After it reads the oldest Limit rows. With After (the last
+	// Without After it reads the oldest Limit rows, and Horizon, the mark
+	// that the cycle's later reads use to find rows committed behind them
+	// (OutboxFetchParams.Horizon), taken before those rows are read.
+	// Postgres: the xmin of a snapshot taken then, below which every
+	// transaction has ended. SQLite: 0 (writers are serialized, so nothing
+	// commits behind a read). With After (the last
 	// row a cycle has read) it reads the Limit oldest rows after After, and
 	// in Late the rows at or behind After, of transactions with ids at or
 	// above Horizon: rows that committed after the read that passed their
@@ -143,6 +141,7 @@ type OutboxFetched struct {
 	Rows     []OutboxRow
 	Late     []OutboxRow
 	LateFull bool
+	Horizon  int64 // read without After
 }
 
 type OutboxMarkSentParams struct {

@@ -445,7 +445,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 // cycleReads is what a cycle's reads share.
 type cycleReads struct {
 	start   time.Time         // holds are judged as they stood then
-	horizon int64             // see driver.OutboxHorizon
+	horizon int64             // see driver.OutboxFetched
 	last    *driver.OutboxRow // the last row read, in read order
 }
 
@@ -483,15 +483,13 @@ func (r *Relay) fetch(ctx context.Context, c *cycleReads, inFlight []driver.Outb
 		return nil, err
 	}
 	defer tx.Rollback(ctx)
-	if c.last == nil {
-		if c.horizon, err = r.d.OutboxHorizon(ctx, tx); err != nil {
-			return nil, err
-		}
-	}
 	f, err := r.d.OutboxFetch(ctx, tx, &driver.OutboxFetchParams{Shards: r.shards, Now: c.start,
 		Limit: r.cfg.BatchSize, After: c.last, Horizon: c.horizon, LateLimit: r.cfg.BatchSize + len(inFlight)})
 	if err != nil {
 		return nil, err
+	}
+	if c.last == nil {
+		c.horizon = f.Horizon
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err

@@ -184,14 +184,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 const sqlOutboxFetchPlan = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error) {
-	var h int64
-	err := tx.QueryRow(ctx, sqlOutboxHorizon).Scan(&h)
-	return h, err
-}
-
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
-	// The settings, and both reads, travel in one round trip.
+	// The settings, the horizon and the reads travel in one round trip.
 	shards := shardArray(p.Shards)
 	var f driver.OutboxFetched
 	read := func(into *[]driver.OutboxRow) func(driver.Rows) error {
@@ -201,7 +195,18 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 		}
 	}
 	if p.After == nil {
-		return &f, pipeline(ctx, tx, unread(sqlOutboxFetchPlan), step{sql: sqlOutboxFetch, args: []any{shards, p.Now, p.Limit}, read: read(&f.Rows)})
+		err := pipeline(ctx, tx, unread(sqlOutboxFetchPlan),
+			step{sql: sqlOutboxHorizon, read: func(rows driver.Rows) error {
+				if !rows.Next() {
+					return fmt.Errorf("postgres: outbox horizon: no row")
+				}
+				return rows.Scan(&f.Horizon)
+			}},
+			step{sql: sqlOutboxFetch, args: []any{shards, p.Now, p.Limit}, read: read(&f.Rows)})
+		if err != nil {
+			return nil, err
+		}
+		return &f, nil
 	}
 	if err := pipeline(ctx, tx, unread(sqlOutboxFetchPlan),
 		step{sql: sqlOutboxFetchAfter, args: []any{shards, p.Now, p.Limit, p.After.ID}, read: read(&f.Rows)},

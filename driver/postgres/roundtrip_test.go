@@ -63,7 +63,8 @@ func countedDriver(t *testing.T, set func(*pgxpool.Config)) (*Driver, *roundTrip
 // with the claim, the ledger's locks with its reads and clock, and the
 // ledger's write, the outbox's rows and the outcomes with COMMIT (the
 // writes made through driver.Later); a single request with one statement
-// of work is three; the relay's mark of its rows as sent, two. Each write
+// of work is three; the relay's first read of a cycle, two; its mark of
+// its rows as sent, two. Each write
 // answers its own error from the round trip that carries it, and the
 // check that the outcomes found their claims is the statement's own
 // (idem_expect). Its per-transaction settings (lock timeout) and idem's
@@ -173,6 +174,38 @@ func TestBatchRoundTrips(t *testing.T) {
 		trips, prepares = counter.trips.Load()-before, counter.prepares.Load()-beforePrep
 		if run > 0 && (trips != 3 || prepares != 0) {
 			t.Errorf("run %d: a single request took %d round trips and %d prepares, want 3 and 0", run, trips, prepares)
+		}
+
+		// The relay's first read of a cycle is two: BEGIN with its
+		// settings, the horizon and the rows, then COMMIT.
+		var xmin int64
+		if err := d.Reader().QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		before, beforePrep = counter.trips.Load(), counter.prepares.Load()
+		read, err := d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer read.Rollback(ctx)
+		shards := make([]int, driver.OutboxShards)
+		for i := range shards {
+			shards[i] = i
+		}
+		fetched, err := d.OutboxFetch(ctx, read, &driver.OutboxFetchParams{Shards: shards, Now: now, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := read.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		trips, prepares = counter.trips.Load()-before, counter.prepares.Load()-beforePrep
+		if run > 0 && (trips != 2 || prepares != 0) {
+			t.Errorf("run %d: the relay's first read took %d round trips and %d prepares, want 2 and 0", run, trips, prepares)
+		}
+		if len(fetched.Rows) != len(rows) || fetched.Horizon < xmin {
+			t.Errorf("run %d: the first read found %d rows of %d, its horizon %d below the xmin read before it, %d",
+				run, len(fetched.Rows), len(rows), fetched.Horizon, xmin)
 		}
 
 		// The relay's mark of what it published is two more: BEGIN with

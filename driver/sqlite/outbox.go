@@ -124,10 +124,8 @@ func (d *Driver) OutboxInsert(ctx context.Context, tx driver.Tx, p *driver.Outbo
 	return err
 }
 
-// OutboxHorizon is 0: writers are serialized, so a row's pos is given in
-// commit order and nothing commits behind a read.
-func (d *Driver) OutboxHorizon(ctx context.Context, tx driver.Tx) (int64, error) { return 0, nil }
-
+// OutboxFetch's Horizon is 0: writers are serialized, so a row's pos is
+// given in commit order and nothing commits behind a read.
 func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.OutboxFetchParams) (*driver.OutboxFetched, error) {
 	var after int64
 	if p.After != nil {
