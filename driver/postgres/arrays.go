@@ -51,19 +51,29 @@ func queue(b *pgx.Batch, t *ownedTx, sql string, args []any) {
 }
 
 // describes reports whether the transaction's connection has the server
-// describe its statements' parameter types. It is asked once per
-// transaction: pgx's Conn.Config copies the whole configuration, maps and
-// all, on every call.
+// describe its statements' parameter types. It is asked of a connection
+// once, kept in its CustomData: pgx's Conn.Config copies the whole
+// configuration, maps and all, on every call.
 func (t *ownedTx) describes() bool {
 	if t.mode == modeUnknown {
-		t.mode = modePlain
-		switch t.conn.Conn().Config().DefaultQueryExecMode {
-		case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec:
-			t.mode = modeDescribed
+		data := t.conn.Conn().PgConn().CustomData()
+		if m, ok := data[execModeData].(execMode); ok {
+			t.mode = m
+		} else {
+			t.mode = modePlain
+			switch t.conn.Conn().Config().DefaultQueryExecMode {
+			case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec:
+				t.mode = modeDescribed
+			}
+			data[execModeData] = t.mode
 		}
 	}
 	return t.mode == modeDescribed
 }
+
+// execModeData is where a connection's CustomData keeps what describes
+// learnt of it.
+const execModeData = "idem.execMode"
 
 // execMode is what ownedTx.describes learnt of the connection.
 type execMode uint8

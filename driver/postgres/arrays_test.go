@@ -133,3 +133,21 @@ func TestArrayParametersEncodeInBinary(t *testing.T) {
 		t.Fatal("found no array parameter in the driver's statements")
 	}
 }
+
+// A connection is asked its exec mode once: pgx's Conn.Config copies the
+// whole configuration, and every transaction asks.
+func TestExecModeAskedOncePerConnection(t *testing.T) {
+	ctx := context.Background()
+	d := open(t)
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if !(&ownedTx{conn: conn}).describes() {
+		t.Fatal("the driver's own pool does not describe its statements")
+	}
+	if n := testing.AllocsPerRun(100, func() { (&ownedTx{conn: conn}).describes() }); n != 0 {
+		t.Errorf("a transaction on a connection asked before made %v allocations to learn its exec mode, want 0", n)
+	}
+}
