@@ -71,9 +71,10 @@ func (f *FanOut) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	return make([]error, len(msgs))
 }
 
-// fanOut reads the endpoints of msgs' tenants in a read-only transaction,
-// and only when some match writes their deliveries in a write one: the
-// relay's batches cost a write only when there is something to deliver.
+// fanOut reads the endpoints of msgs' tenants in one statement, outside
+// any transaction (one round trip), and only when some match writes their
+// deliveries in a transaction: the relay's batches cost a write only when
+// there is something to deliver.
 func (f *FanOut) fanOut(ctx context.Context, msgs []outbox.Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -88,12 +89,7 @@ func (f *FanOut) fanOut(ctx context.Context, msgs []outbox.Message) (int, error)
 			tenants = append(tenants, m.Tenant)
 		}
 	}
-	rtx, err := f.d.Begin(ctx, driver.BeginOptions{ReadOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	eps, err := f.d.WebhookEndpointFind(ctx, rtx, &driver.WebhookEndpointFindParams{Tenants: tenants})
-	_ = rtx.Rollback(ctx)
+	eps, err := f.d.WebhookEndpointFind(ctx, f.d.Reader(), &driver.WebhookEndpointFindParams{Tenants: tenants})
 	if err != nil || len(eps) == 0 {
 		return 0, err
 	}
