@@ -197,7 +197,7 @@ func Optional[T any](d any) (T, bool) {
 }
 
 // Later marks tx so that the writes that return nothing (LedgerWrite,
-// OutboxInsert) travel with the transaction's next round trip, usually its
+// OutboxInsert, OutboxMarkSent) travel with the transaction's next round trip, usually its
 // commit's, instead of taking one of their own. Each still answers its own
 // error, named ("postgres: ledger write: ..."), from the call that sends
 // it. A driver with no round trips to share, or a transaction it did not

@@ -35,9 +35,11 @@ type OutboxDriver interface {
 	// place, oldest transaction first, at most LateLimit (LateFull when it
 	// stopped there). SQLite has no late rows.
 	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) (*OutboxFetched, error)
-	// OutboxMarkSent stamps rows as published, in one statement. The relay
-	// marks in a transaction of its own begun with LazyCommit (a lost mark
-	// only causes a republish the broker drops; docs/outbox.md).
+	// OutboxMarkSent stamps rows as published, in one statement, which a
+	// transaction marked by Later sends with its next round trip. The
+	// relay marks in a transaction of its own begun with LazyCommit (a
+	// lost mark only causes a republish the broker drops; docs/outbox.md),
+	// the mark sent with its COMMIT.
 	OutboxMarkSent(ctx context.Context, tx Tx, p *OutboxMarkSentParams) error
 	// OutboxFail records a failed attempt on a row and holds its key: until
 	// HoldUntil, or for good when Dead (the row becomes a dead letter).

@@ -724,8 +724,10 @@ func (r *Relay) record(ctx context.Context, sent []string, failed []failure) err
 	defer tx.Rollback(ctx)
 	now := r.cfg.Clock()
 	if len(sent) > 0 {
+		// The mark travels with the next round trip: a failed row's, or
+		// the commit's.
 		p := &driver.OutboxMarkSentParams{IDs: sent, Now: now}
-		if err := r.d.OutboxMarkSent(ctx, tx, p); err != nil {
+		if err := r.d.OutboxMarkSent(ctx, driver.Later(tx), p); err != nil {
 			return err
 		}
 	}

@@ -222,7 +222,7 @@ func (d *Driver) OutboxFetch(ctx context.Context, tx driver.Tx, p *driver.Outbox
 // OutboxMarkSent: a row already gone or already marked is no error: the
 // mark only says what was published.
 func (d *Driver) OutboxMarkSent(ctx context.Context, tx driver.Tx, p *driver.OutboxMarkSentParams) error {
-	return pipeline(ctx, tx, generic(unread(sqlOutboxMarkSent, p.IDs, p.Now))...)
+	return write(ctx, tx, "outbox mark sent", generic(unread(sqlOutboxMarkSent, p.IDs, p.Now))...)
 }
 
 func (d *Driver) OutboxFail(ctx context.Context, tx driver.Tx, p *driver.OutboxFailParams) error {
