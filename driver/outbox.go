@@ -28,12 +28,13 @@ type OutboxDriver interface {
 	// (OutboxFetchParams.Horizon), taken before those rows are read.
 	// Postgres: the xmin of a snapshot taken then, below which every
 	// transaction has ended. SQLite: 0 (writers are serialized, so nothing
-	// commits behind a read). With After (the last
-	// row a cycle has read) it reads the Limit oldest rows after After, and
-	// in Late the rows at or behind After, of transactions with ids at or
-	// above Horizon: rows that committed after the read that passed their
-	// place, oldest transaction first, at most LateLimit (LateFull when it
-	// stopped there). SQLite has no late rows.
+	// commits behind a read).
+	//
+	// With After (the last row a cycle has read) it reads the Limit oldest
+	// rows after After, and in Late the rows at or behind After, of
+	// transactions with ids at or above Horizon: rows that committed after
+	// the read that passed their place, oldest transaction first, at most
+	// LateLimit (LateFull when it stopped there). SQLite has no late rows.
 	OutboxFetch(ctx context.Context, tx Tx, p *OutboxFetchParams) (*OutboxFetched, error)
 	// OutboxMarkSent stamps rows as published, in one statement, which a
 	// transaction marked by Later sends with its next round trip. The
