@@ -19,8 +19,8 @@ import (
 // on its way: however late the server takes it, it cancels no statement
 // that runs after on the connection. Here the server takes the request
 // 300 ms after it was sent (a loaded server's postmaster): pgx's own
-// handler had let the next statement run after 100 ms, and the request
-// canceled it. A request the server has not taken within cancelGrace
+// handler had let the next statement run once the first ended, and the
+// request canceled it. A request the server has not taken within cancelGrace
 // may cancel anything later: its connection is not used again.
 func TestLateCancelCancelsNothingElse(t *testing.T) {
 	t.Parallel()
@@ -56,10 +56,11 @@ func TestLateCancelCancelsNothingElse(t *testing.T) {
 		}
 		slow.Store(true)
 
-		// The statement ends 20 ms after its context: the cancel request
-		// is sent, and taken by the server long after.
+		// The statement ends 220 ms after its context, long enough for the
+		// cancel request to be sent on a loaded machine; the server takes
+		// it after the statement ended.
 		short, cancel := context.WithTimeout(ctx, 80*time.Millisecond)
-		_, _ = pool.Exec(short, `SELECT pg_sleep(0.1)`)
+		_, _ = pool.Exec(short, `SELECT pg_sleep(0.3)`)
 		cancel()
 		start := time.Now()
 		err = pool.QueryRow(ctx, `SELECT pg_backend_pid() FROM pg_sleep(0.5)`).Scan(&pidAfter)
