@@ -2,17 +2,20 @@ package idem
 
 import "slices"
 
-// admission decides which of the Batcher's requests go into which batch
-// of their scope (Key.Scope: the tenant): a plain value, without locks,
-// channels or clocks, which the Batcher holds under its mutex, carrying
-// out the batches it starts. Which scope's batch goes to the database
-// next is not its decision but the gate's (internal/gate), the one
-// authority among scopes. Its rules (docs/architecture.md, "Group
+// admission decides which waiting requests go into which batch of their
+// scope: the Batcher's first arrivals, a batch a transaction of one scope
+// (Key.Scope: the tenant), and the keeper's fast-path reads, a batch a
+// round trip, all of one scope (read.go). It is a plain value, without
+// locks, channels or clocks, which its user holds under its mutex,
+// carrying out the batches it starts. Which scope's batch goes to the
+// database next is not its decision but the gate's (internal/gate), the
+// one authority among scopes. Its rules (docs/architecture.md, "Group
 // commit"):
 //
 //   - join: an arrival joins its scope's open batch (taken, not yet
 //     begun: waiting for its slot or its connection) while that carries
-//     fewer than maxBatch.
+//     fewer than maxBatch. A round trip of reads goes at once: it is
+//     never open.
 //   - start: otherwise, while its scope has fewer than perScope batches
 //     taken, the arrival starts a batch, and leads it, when its scope
 //     runs none, or when with it as many wait as one of the scope's
@@ -58,9 +61,10 @@ const (
 	busy                // refused: maxQueued wait
 )
 
-func newAdmission[W comparable](cfg BatchConfig) admission[W] {
-	return admission[W]{maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, perScope: cfg.Concurrency,
-		scopes: map[string]*scope[W]{}}
+// newAdmission returns an admission of batches of at most maxBatch, at
+// most perScope of a scope taken at once, and at most maxQueued waiting.
+func newAdmission[W comparable](maxBatch, maxQueued, perScope int) admission[W] {
+	return admission[W]{maxBatch: maxBatch, maxQueued: maxQueued, perScope: perScope, scopes: map[string]*scope[W]{}}
 }
 
 // arrive admits w of scope name (rules join, start and bound); when it

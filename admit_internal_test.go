@@ -30,7 +30,7 @@ type simBatch struct {
 }
 
 func newSim(t *testing.T, cfg BatchConfig) *sim {
-	return &sim{t: t, s: newAdmission[int](cfg), cfg: cfg, scopeOf: map[int]string{}, waits: map[int]bool{},
+	return &sim{t: t, s: newAdmission[int](cfg.MaxBatch, cfg.MaxQueued, cfg.Concurrency), cfg: cfg, scopeOf: map[int]string{}, waits: map[int]bool{},
 		gone: map[int]bool{}, batches: map[int]*simBatch{}, open: map[string]int{}}
 }
 

@@ -131,7 +131,7 @@ func NewBatcher[T any](k *Keeper, work BatchWork[T], cfg BatchConfig) (*Batcher[
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Batcher[T]{k: k, work: work, cfg: cfg, adm: newAdmission[*pending[T]](cfg), open: map[string]*gathering[T]{}}
+	b := &Batcher[T]{k: k, work: work, cfg: cfg, adm: newAdmission[*pending[T]](cfg.MaxBatch, cfg.MaxQueued, cfg.Concurrency), open: map[string]*gathering[T]{}}
 	if h, ok := driver.Optional[gate.Holder](k.d); ok {
 		b.gate, b.waited = h.WriteGate()
 	} else {

@@ -34,11 +34,10 @@ func SetBatchJoinedHook[T any](b *Batcher[T], f func(Key)) { b.testHooks.joined 
 
 // The bounds of the fast path's coalesced reads (read.go).
 const (
-	ReadMaxBatch   = readMaxBatch
-	ReadWorthATrip = readWorthATrip
-	ReadMaxTrips   = readMaxTrips
-	ReadWindow     = readWindow
-	ReadWorth      = readWorth
+	ReadMaxBatch = readMaxBatch
+	ReadMaxTrips = readMaxTrips
+	ReadWindow   = readWindow
+	ReadWorth    = readWorth
 )
 
 // SetReadHooks makes k call queued with the key of each fast-path read
@@ -64,7 +63,7 @@ func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Oper
 
 // SetReadQueueBound sets how many fast-path reads may wait for a round
 // trip (readMaxQueued in production). Call it before k is used.
-func SetReadQueueBound(k *Keeper, n int) { k.reads.maxQueued = n }
+func SetReadQueueBound(k *Keeper, n int) { k.reads.adm.maxQueued = n }
 
 // GateWaiting is the number of scope's batches waiting for a slot of b's
 // gate.

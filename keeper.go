@@ -74,7 +74,7 @@ func New(d driver.Driver, cfg Config) (*Keeper, error) {
 	_, spansOff := cfg.TracerProvider.(tracenoop.TracerProvider)
 	return &Keeper{d: d, cfg: cfg, flights: make(map[driver.KeyID]*flight),
 		tracer: cfg.TracerProvider.Tracer(tracing.Module), spansOff: spansOff,
-		reads: reads{d: d, batch: rb, maxQueued: readMaxQueued}}, nil
+		reads: newReads(d, rb)}, nil
 }
 
 // Driver returns the driver the keeper writes through.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -13,19 +12,16 @@ import (
 )
 
 // The fast path's reads, coalesced where a read is a round trip
-// (driver.KeyReadBatcher): a read that finds none in flight goes at once,
-// alone; the others wait, and the oldest waiting read's goroutine sends up
-// to readMaxBatch of them when a round trip ends, or at once when
-// readWorthATrip wait and fewer than readMaxTrips are in flight. Each read
-// is answered once, by the round trip that carried it.
+// (driver.KeyReadBatcher): a round trip of reads is a batch, admitted by
+// the Batcher's own rules (admit.go) over one scope, so that a read that
+// finds none in flight goes at once, alone, and the others wait and go
+// together, up to readMaxBatch a round trip, at most readMaxTrips in
+// flight. Each read is answered once, by the round trip that carried it.
 // docs/architecture.md, "Coalesced reads"; the constants' figures:
 // docs/architecture.md, "The hot path's mechanisms".
 const (
 	// readMaxBatch bounds the reads one round trip carries.
 	readMaxBatch = 32
-	// readWorthATrip is how many waiting reads go at once rather than wait
-	// for a round trip in flight to end.
-	readWorthATrip = 8
 	// readMaxTrips bounds the round trips in flight, each on a connection
 	// of its own.
 	readMaxTrips = 2
@@ -44,16 +40,13 @@ const (
 // request learns nothing and goes on to its claim.
 var errReadSkipped = errors.New("idem: read queue full")
 
-// reads coalesces the fast path's reads of one keeper; at most maxQueued
-// wait (readMaxQueued, lower in tests).
+// reads coalesces the fast path's reads of one keeper.
 type reads struct {
-	d         driver.Driver
-	batch     driver.KeyReadBatcher // nil: each read goes alone
-	maxQueued int
+	d     driver.Driver
+	batch driver.KeyReadBatcher // nil: each read goes alone
 
-	mu      sync.Mutex
-	running int     // round trips in flight; while 0, nothing waits
-	queue   []*read // reads waiting to be taken, oldest first
+	mu  sync.Mutex
+	adm admission[*read] // which reads go in which round trip; one scope, ""
 
 	// The read-first policy: skip is set when the last readWindow requests
 	// found too few records; seen and found count them, without a lock: a
@@ -62,6 +55,10 @@ type reads struct {
 	seen, found atomic.Int64
 
 	testHooks readHooks
+}
+
+func newReads(d driver.Driver, batch driver.KeyReadBatcher) reads {
+	return reads{d: d, batch: batch, adm: newAdmission[*read](readMaxBatch, readMaxQueued, readMaxTrips)}
 }
 
 // first reports whether a request is to read its key's record before its
@@ -90,17 +87,17 @@ type readHooks struct {
 	sent   func([]driver.KeyID) // a round trip is to be sent
 }
 
-// read is one caller's read while it waits for a batch and until the
-// batch answers it. taken and leads are guarded by reads.mu; rec, err and
-// answered are written by the batch's goroutine before it wakes the
-// read's, which reads them only after.
+// read is one caller's read from its arrival until its round trip answers
+// it. leads is guarded by reads.mu; rec, err and answered are written by
+// the round trip's goroutine before it wakes the read's, which reads them
+// only after.
 type read struct {
 	ctx   context.Context
 	id    driver.KeyID
-	taken bool // in a batch, which answers it
-	leads bool // its goroutine sends the batch (it is the first in it)
-	// wake carries the batch the read's goroutine is to send, or nil once
-	// the read is answered: one of the two, once, so it never blocks.
+	leads bool // its goroutine sends its round trip (it is the first in it)
+	// wake, made when the read waits, carries the round trip its goroutine
+	// is to send, or nil once the read is answered: one of the two, once,
+	// so it never blocks.
 	wake     chan []*read
 	answered bool
 	rec      *driver.KeyRecord
@@ -109,125 +106,85 @@ type read struct {
 
 func (r *read) answer(rec *driver.KeyRecord, err error) {
 	r.rec, r.err, r.answered = rec, err, true
-	r.wake <- nil
+	if r.wake != nil {
+		r.wake <- nil
+	}
 }
 
 // get reads id's committed record as driver.KeyGet does: driver.ErrNotFound
-// when there is none, errReadSkipped when the queue is full. A batch that
-// fails answers each of its reads with its error, and a caller that gives
-// up ends only its own wait.
+// when there is none, errReadSkipped when the queue is full. A round trip
+// that fails answers each of its reads with its error, and a caller that
+// gives up ends only its own wait.
 func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, error) {
 	if s.batch == nil {
 		return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
 	}
+	r := &read{ctx: ctx, id: id}
 	s.mu.Lock()
-	if s.running == 0 {
-		s.running++
+	switch admitted, trip := s.adm.arrive("", r); admitted {
+	case starts:
+		s.adm.closeOpen("") // a round trip is sent at once: nobody joins it
+		r.leads = true
 		s.mu.Unlock()
-		defer s.handOn()
-		return s.alone(ctx, id)
-	}
-	if len(s.queue) >= s.maxQueued {
+		s.lead(trip)
+		return r.rec, r.err
+	case busy:
 		s.mu.Unlock()
 		return nil, errReadSkipped
 	}
-	r := &read{ctx: ctx, id: id, wake: make(chan []*read, 1)}
-	s.queue = append(s.queue, r)
-	var full []*read
-	if len(s.queue) >= readWorthATrip && s.running < readMaxTrips {
-		// Enough for a round trip: it goes now, beside those in flight.
-		s.running++
-		full = s.take()
-		full[0].leads = true
-	}
+	r.wake = make(chan []*read, 1) // it waits (a round trip has no open batch to join)
 	s.mu.Unlock()
-	if full != nil {
-		full[0].wake <- full
-	}
 	if h := s.testHooks.queued; h != nil {
 		h(id)
 	}
 
 	select {
-	case batch := <-r.wake:
-		if batch != nil {
-			s.lead(batch)
+	case trip := <-r.wake:
+		if trip != nil {
+			s.lead(trip)
 		}
 		return r.rec, r.err
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
-	switch {
-	case !r.taken:
-		i := slices.Index(s.queue, r)
-		s.queue = slices.Delete(s.queue, i, i+1)
-		s.mu.Unlock()
-		return nil, ctx.Err()
-	case !r.leads:
-		// Its batch answers it, unread: a read changes nothing, so its
-		// caller need not wait for it.
-		s.mu.Unlock()
+	left, leads := s.adm.leave("", r), r.leads
+	s.mu.Unlock()
+	if left || !leads {
+		// Never taken, or its round trip answers it unread: a read changes
+		// nothing, so its caller need not wait for it.
 		return nil, ctx.Err()
 	}
-	s.mu.Unlock()
-	// Its batch is on its way, or waits in wake: send it, for the others.
+	// Its round trip waits in wake: send it, for the others.
 	s.lead(<-r.wake)
 	return r.rec, r.err
 }
 
-// alone reads id on KeyGet's own statement, under its caller's context:
-// a read that found none in flight costs what it did before reads were
-// coalesced.
-func (s *reads) alone(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, error) {
-	if h := s.testHooks.sent; h != nil {
-		h([]driver.KeyID{id})
-	}
-	return s.d.KeyGet(ctx, s.d.Reader(), &driver.KeyGetParams{ID: id})
-}
-
-// lead sends batch, then hands on what waits.
-func (s *reads) lead(batch []*read) {
-	defer s.handOn()
-	s.send(batch)
-}
-
-// handOn ends a batch's turn: it hands what waits to the oldest waiting
-// read's goroutine as the next batch, or frees the batch's place when
-// nothing waits.
-func (s *reads) handOn() {
-	s.mu.Lock()
-	next := s.take()
-	if len(next) == 0 {
-		s.running--
+// lead sends trip, then hands what waits to the oldest waiting reads'
+// goroutines as the round trips that may start now.
+func (s *reads) lead(trip []*read) {
+	defer func() {
+		s.mu.Lock()
+		next := s.adm.end("", len(trip))
+		for _, t := range next {
+			s.adm.closeOpen("")
+			t[0].leads = true
+		}
 		s.mu.Unlock()
-		return
-	}
-	next[0].leads = true
-	s.mu.Unlock()
-	next[0].wake <- next
+		for _, t := range next {
+			t[0].wake <- t
+		}
+	}()
+	s.send(trip)
 }
 
-// take removes up to readMaxBatch reads from the head of the queue. s.mu
-// is held.
-func (s *reads) take() []*read {
-	n := min(len(s.queue), readMaxBatch)
-	if n == 0 {
-		return nil
-	}
-	batch := slices.Clone(s.queue[:n])
-	s.queue = slices.Delete(s.queue, 0, n)
-	for _, r := range batch {
-		r.taken = true
-	}
-	return batch
-}
-
-// send reads batch's keys and answers each of its reads once.
-func (s *reads) send(batch []*read) {
+// send reads trip's keys and answers each of its reads once: a lone read
+// on KeyGet's own statement, under its caller's context, costs what it did
+// before reads were coalesced.
+func (s *reads) send(trip []*read) {
 	defer func() {
 		// A panic here is a bug; it goes on, but no read may wait forever.
 		if v := recover(); v != nil {
-			for _, r := range batch {
+			for _, r := range trip {
 				if !r.answered {
 					r.answer(nil, fmt.Errorf("idem: the read batch ended without an answer: %v", v))
 				}
@@ -235,13 +192,16 @@ func (s *reads) send(batch []*read) {
 			panic(v)
 		}
 	}()
-	if len(batch) == 1 {
-		r := batch[0]
-		r.answer(s.alone(r.ctx, r.id))
+	if len(trip) == 1 {
+		r := trip[0]
+		if h := s.testHooks.sent; h != nil {
+			h([]driver.KeyID{r.id})
+		}
+		r.answer(s.d.KeyGet(r.ctx, s.d.Reader(), &driver.KeyGetParams{ID: r.id}))
 		return
 	}
-	ids, ctxs := make([]driver.KeyID, len(batch)), make([]context.Context, len(batch))
-	for i, r := range batch {
+	ids, ctxs := make([]driver.KeyID, len(trip)), make([]context.Context, len(trip))
+	for i, r := range trip {
 		ids[i], ctxs[i] = r.id, r.ctx
 	}
 	if h := s.testHooks.sent; h != nil {
@@ -251,21 +211,18 @@ func (s *reads) send(batch []*read) {
 	defer c.end()
 	c.join(ctxs...)
 	recs, err := s.batch.KeyGetBatch(c.ctx, s.d.Reader(), &driver.KeyGetBatchParams{IDs: ids})
-	if err == nil && len(recs) != len(batch) {
-		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(batch), len(recs))
+	if err == nil && len(recs) != len(trip) {
+		err = fmt.Errorf("idem: a read batch of %d keys returned %d records", len(trip), len(recs))
 	}
-	if err != nil {
-		// A read fails only with its database: the batch's error is each
-		// read's, answered at once.
-		for _, r := range batch {
+	for i, r := range trip {
+		switch {
+		case err != nil:
+			// A read fails only with its database: the round trip's error
+			// is each read's, answered at once.
 			r.answer(nil, err)
-		}
-		return
-	}
-	for i, r := range batch {
-		if recs[i] == nil {
+		case recs[i] == nil:
 			r.answer(nil, driver.ErrNotFound)
-		} else {
+		default:
 			r.answer(recs[i], nil)
 		}
 	}

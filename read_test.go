@@ -171,14 +171,23 @@ func TestReadsCoalesce(t *testing.T) {
 			}
 		}
 
-		// Round 1: one read held in flight; six queue behind it.
+		// holdTwo holds two lone reads in flight, as many round trips as
+		// may be, so that the reads after them wait.
+		holdTwo := func(a, b string) (release func(), holds [2]<-chan outcome) {
+			releaseA, releaseB := g.hold(a), g.hold(b)
+			holds[0] = do(context.Background(), a)
+			<-g.entered
+			holds[1] = do(context.Background(), b)
+			<-g.entered
+			return func() { releaseA(); releaseB() }, holds
+		}
+
+		// Round 1: two reads held in flight; six queue behind them.
 		g.mu.Lock()
 		g.batches = make(chan gatedBatch)
 		g.mu.Unlock()
-		release := g.hold("hold1")
+		release, holds := holdTwo("hold1", "hold1b")
 		defer release()
-		hold := do(context.Background(), "hold1")
-		<-g.entered
 		gone, leave := context.WithCancel(context.Background())
 		defer leave()
 		inBatch, hangUp := context.WithCancel(context.Background())
@@ -203,7 +212,8 @@ func TestReadsCoalesce(t *testing.T) {
 			t.Fatalf("c1, given up while its batch was in flight: %+v, want context.Canceled", o)
 		}
 		close(b.go_)
-		wantFirst("hold1", <-hold)
+		wantFirst("hold1", <-holds[0])
+		wantFirst("hold1b", <-holds[1])
 		wantReplay("r1", <-r1)
 		wantReplay("r2", <-r2)
 		wantFirst("m1", <-m1)
@@ -213,15 +223,14 @@ func TestReadsCoalesce(t *testing.T) {
 		g.mu.Unlock()
 
 		// Round 2: the batch fails for one of its keys.
-		release = g.hold("hold2")
+		release, holds = holdTwo("hold2", "hold2b")
 		defer release()
-		hold = do(context.Background(), "hold2")
-		<-g.entered
 		r3 := queue(context.Background(), "r3")
 		broken := queue(context.Background(), "broken")
 		m3 := queue(context.Background(), "m3")
 		release()
-		wantFirst("hold2", <-hold)
+		wantFirst("hold2", <-holds[0])
+		wantFirst("hold2b", <-holds[1])
 		for key, ch := range map[string]<-chan outcome{"r3": r3, "broken": broken, "m3": m3} {
 			if o := <-ch; !errors.Is(o.err, errBrokenRead) {
 				t.Fatalf("%s: %+v, want the batch's error", key, o)
@@ -230,7 +239,7 @@ func TestReadsCoalesce(t *testing.T) {
 
 		sentMu.Lock()
 		defer sentMu.Unlock()
-		want := [][]string{{"hold1"}, {"r1", "m1", "r2", "c1", "m2"}, {"hold2"}, {"r3", "broken", "m3"}}
+		want := [][]string{{"hold1"}, {"hold1b"}, {"r1", "m1", "r2", "c1", "m2"}, {"hold2"}, {"hold2b"}, {"r3", "broken", "m3"}}
 		if !slices.EqualFunc(sent, want, slices.Equal) {
 			t.Fatalf("round trips %v, want %v", sent, want)
 		}
@@ -238,7 +247,7 @@ func TestReadsCoalesce(t *testing.T) {
 		defer g.mu.Unlock()
 		// Round 1's batch answered its reads itself, under a live context
 		// though c1 had hung up; round 2's failed, and nothing was read again.
-		if want := []string{"hold1", "hold2"}; !slices.Equal(g.gets, want) {
+		if want := []string{"hold1", "hold1b", "hold2", "hold2b"}; !slices.Equal(g.gets, want) {
 			t.Fatalf("reads alone %v, want %v", g.gets, want)
 		}
 		if len(g.ctxErrs) != 2 || g.ctxErrs[0] != nil || g.ctxErrs[1] != nil {
@@ -246,15 +255,18 @@ func TestReadsCoalesce(t *testing.T) {
 		}
 		// The seeds, the holds and round 1's misses stored their outcomes;
 		// the requests that gave up and round 2's failed reads stored nothing.
-		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 7 || rows != 7 || runs.Load() != 7 {
-			t.Fatalf("%d keys, %d business rows, %d runs; want 7 each", keys, rows, runs.Load())
+		if keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz"); keys != 9 || rows != 9 || runs.Load() != 9 {
+			t.Fatalf("%d keys, %d business rows, %d runs; want 9 each", keys, rows, runs.Load())
 		}
 	})
 }
 
-// Reads that wait go at once, as a round trip of their own, once there
-// are ReadWorthATrip of them, up to ReadMaxTrips round trips in flight;
-// past that they wait, and a round trip that ends takes up to ReadMaxBatch.
+// Round trips of reads are admitted as the Batcher's batches are
+// (admit.go): a read that finds fewer than ReadMaxTrips round trips in
+// flight, and as many waiting with it as one of them carries on average,
+// goes at once with those waiting; a round trip carries at most
+// ReadMaxBatch; and a round trip that ends takes what waits when the
+// rule lets it.
 func TestReadsRoundTripBounds(t *testing.T) {
 	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
 		setup(t, d)
@@ -272,59 +284,65 @@ func TestReadsRoundTripBounds(t *testing.T) {
 		var runs atomic.Int64
 		results := make(chan outcome, 128)
 		n := 0
-		do := func() {
-			key := fmt.Sprintf("f%d", n)
+		// start runs a first arrival; wait returns once its read waits.
+		start := func(key string) <-chan outcome {
 			n++
+			ch := make(chan outcome, 1)
 			go func() {
 				res, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, `{}`))
+				ch <- outcome{res, err}
 				results <- outcome{res, err}
 			}()
+			return ch
+		}
+		wait := func() {
+			start(fmt.Sprintf("f%d", n))
 			<-queued
 		}
-		release := g.hold("hold")
+		// Two lone reads, each a round trip, held in flight: the second
+		// goes beside the first, which carries one.
+		release, release2 := g.hold("hold"), g.hold("hold2")
 		defer release()
-		go func() {
-			res, err := k.Do(context.Background(), req("hold", `{}`), insertWork(&runs, 201, `{}`))
-			results <- outcome{res, err}
-		}()
+		defer release2()
+		start("hold")
 		<-g.entered
-		var held []gatedBatch
-		// Each ReadWorthATrip waiting reads go at once, while the lone read
-		// is held, until ReadMaxTrips round trips are in flight.
-		for range idem.ReadMaxTrips - 1 {
-			for range idem.ReadWorthATrip {
-				do()
-			}
-			held = append(held, <-g.batches)
-		}
+		hold2 := start("hold2")
+		<-g.entered
 		// Then reads wait, more than a round trip carries.
-		for range idem.ReadMaxBatch + idem.ReadWorthATrip {
-			do()
+		for range idem.ReadMaxBatch + 4 {
+			wait()
 		}
 		release()
-		held = append(held, <-g.batches) // the lone read's turn ended
-		close(held[0].go_)
-		held = append(held, <-g.batches) // the first batch's turn ended
-		for _, b := range held[1:] {
-			close(b.go_)
+		full := <-g.batches // the first round trip's end sends ReadMaxBatch
+		release2()
+		<-hold2
+		// The second's end sends none: 4 wait, and the round trip in flight
+		// carries ReadMaxBatch.
+		select {
+		case b := <-g.batches:
+			t.Fatalf("a round trip of %d went beside one of %d", len(b.keys), len(full.keys))
+		default:
 		}
-		sentMu.Lock()
-		want := []int{1}
-		for range idem.ReadMaxTrips - 1 {
-			want = append(want, idem.ReadWorthATrip)
+		// As many waiting as it carries go beside it, at once.
+		for range idem.ReadMaxBatch - 5 {
+			wait()
 		}
-		want = append(want, idem.ReadMaxBatch, idem.ReadWorthATrip)
-		if !slices.Equal(sizes, want) {
-			t.Fatalf("round trips of %v reads, want %v", sizes, want)
-		}
-		sentMu.Unlock()
-		for range n + 1 {
+		start(fmt.Sprintf("f%d", n))
+		beside := <-g.batches
+		close(full.go_)
+		close(beside.go_)
+		for range n {
 			if o := <-results; o.err != nil || o.res.Replayed {
 				t.Fatalf("%+v, want a first arrival", o)
 			}
 		}
-		if keys := countRows(t, d, "idem_keys"); keys != n+1 {
-			t.Fatalf("%d keys, want %d", keys, n+1)
+		sentMu.Lock()
+		defer sentMu.Unlock()
+		if want := []int{1, 1, idem.ReadMaxBatch, idem.ReadMaxBatch}; !slices.Equal(sizes, want) {
+			t.Fatalf("round trips of %v reads, want %v", sizes, want)
+		}
+		if keys := countRows(t, d, "idem_keys"); keys != n {
+			t.Fatalf("%d keys, want %d", keys, n)
 		}
 	})
 }
@@ -487,8 +505,9 @@ func TestReadsQueueBound(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		release := g.hold("hold")
+		release, release2 := g.hold("hold"), g.hold("hold2")
 		defer release()
+		defer release2()
 		do := func(key string) <-chan outcome {
 			ch := make(chan outcome, 1)
 			go func() {
@@ -497,7 +516,10 @@ func TestReadsQueueBound(t *testing.T) {
 			}()
 			return ch
 		}
+		// Two lone reads held in flight, as many round trips as may be.
 		hold := do("hold")
+		<-g.entered
+		hold2 := do("hold2")
 		<-g.entered
 		wa, wb := do("a"), do("b")
 		<-queued
@@ -512,7 +534,8 @@ func TestReadsQueueBound(t *testing.T) {
 			t.Fatalf("%s queued past the bound of 2", key)
 		}
 		release()
-		for key, ch := range map[string]<-chan outcome{"hold": hold, "a": wa, "b": wb} {
+		release2()
+		for key, ch := range map[string]<-chan outcome{"hold": hold, "hold2": hold2, "a": wa, "b": wb} {
 			if o := <-ch; o.err != nil {
 				t.Fatalf("%s: %v", key, o.err)
 			}
