@@ -94,7 +94,7 @@ type readHooks struct {
 type read struct {
 	ctx   context.Context
 	id    driver.KeyID
-	leads bool // its goroutine sends its round trip (it is the first in it)
+	leads bool // its goroutine sends its round trip: it started it, or was handed it
 	// wake, made when the read waits, carries the round trip its goroutine
 	// is to send, or nil once the read is answered: one of the two, once,
 	// so it never blocks.
