@@ -59,6 +59,13 @@ func SetReadHooks(k *Keeper, queued func(Key), sent func([]Key)) {
 	}
 }
 
+// SetReadGaveUpHook makes k call f with the key of each waiting fast-path
+// read whose caller gave up, before the read leaves the queue or learns it
+// was handed a round trip. Call it before the reads it is for begin.
+func SetReadGaveUpHook(k *Keeper, f func(Key)) {
+	k.reads.testHooks.gaveUp = func(id driver.KeyID) { f(keyOf(id)) }
+}
+
 func keyOf(id driver.KeyID) Key { return Key{Scope: id.Scope, Operation: id.Operation, Key: id.Key} }
 
 // SetReadQueueBound sets how many fast-path reads may wait for a round
@@ -68,3 +75,11 @@ func SetReadQueueBound(k *Keeper, n int) { k.reads.adm.maxQueued = n }
 // GateWaiting is the number of scope's batches waiting for a slot of b's
 // gate.
 func GateWaiting[T any](b *Batcher[T], scope string) int { return b.gate.Waiting(scope) }
+
+// ReadsAtRest reports whether k's coalesced reads have no round trip in
+// flight and none waiting.
+func ReadsAtRest(k *Keeper) bool {
+	k.reads.mu.Lock()
+	defer k.reads.mu.Unlock()
+	return k.reads.adm.running == 0 && k.reads.adm.waiting == 0
+}

@@ -85,6 +85,7 @@ func (s *reads) note(found bool) {
 type readHooks struct {
 	queued func(driver.KeyID)   // a read waits in the queue
 	sent   func([]driver.KeyID) // a round trip is to be sent
+	gaveUp func(driver.KeyID)   // a waiting read's caller gave up, before the read leaves
 }
 
 // read is one caller's read from its arrival until its round trip answers
@@ -145,6 +146,9 @@ func (s *reads) get(ctx context.Context, id driver.KeyID) (*driver.KeyRecord, er
 		}
 		return r.rec, r.err
 	case <-ctx.Done():
+	}
+	if h := s.testHooks.gaveUp; h != nil {
+		h(id)
 	}
 	s.mu.Lock()
 	left, leads := s.adm.leave("", r), r.leads

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/driver"
@@ -343,6 +344,151 @@ func TestReadsRoundTripBounds(t *testing.T) {
 		}
 		if keys := countRows(t, d, "idem_keys"); keys != n {
 			t.Fatalf("%d keys, want %d", keys, n)
+		}
+	})
+}
+
+// A read handed a round trip to lead as its caller gives up still sends
+// it: the other reads in it get their answers, and the reads come to rest.
+func TestReadsLeaderGivesUp(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		g := newGatedReads(d, "")
+		k := newKeeper(t, g, idem.Config{})
+		var runs atomic.Int64
+		for _, key := range []string{"r1", "r2"} {
+			if _, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, key)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		queued := make(chan string, 2)
+		var sentMu sync.Mutex
+		var sent [][]string
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
+			names := make([]string, len(keys))
+			for i, key := range keys {
+				names[i] = key.Key
+			}
+			sentMu.Lock()
+			sent = append(sent, names)
+			sentMu.Unlock()
+		})
+		do := func(ctx context.Context, key string) <-chan outcome {
+			ch := make(chan outcome, 1)
+			go func() {
+				res, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, key))
+				ch <- outcome{res, err}
+			}()
+			return ch
+		}
+		// Two round trips held in flight, so that r1 and r2 wait.
+		releaseA, releaseB := g.hold("holdA"), g.hold("holdB")
+		defer releaseA()
+		defer releaseB()
+		holdA := do(context.Background(), "holdA")
+		<-g.entered
+		holdB := do(context.Background(), "holdB")
+		<-g.entered
+		// As r1's caller gives up, the first round trip ends and hands the
+		// waiting reads, r1 first, to r1's goroutine to send.
+		idem.SetReadGaveUpHook(k, func(idem.Key) {
+			releaseA()
+			if o := <-holdA; o.err != nil {
+				t.Errorf("holdA: %v", o.err)
+			}
+		})
+		gone, giveUp := context.WithCancel(context.Background())
+		defer giveUp()
+		r1 := do(gone, "r1")
+		<-queued
+		r2 := do(context.Background(), "r2")
+		<-queued
+		giveUp()
+		if o := <-r1; o.err != nil && !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("r1, given up as it was handed its round trip: %+v", o)
+		}
+		select {
+		case o := <-r2:
+			if o.err != nil || !o.res.Replayed || string(o.res.Body) != "r2" {
+				t.Fatalf("r2: %+v, want its own record replayed", o)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("r2 has no answer: the round trip r1 was handed was never sent")
+		}
+		releaseB()
+		if o := <-holdB; o.err != nil {
+			t.Fatalf("holdB: %v", o.err)
+		}
+		sentMu.Lock()
+		defer sentMu.Unlock()
+		if want := [][]string{{"holdA"}, {"holdB"}, {"r1", "r2"}}; !slices.EqualFunc(sent, want, slices.Equal) {
+			t.Fatalf("round trips %v, want %v", sent, want)
+		}
+		if !idem.ReadsAtRest(k) {
+			t.Fatal("the reads are not at rest once every caller returned")
+		}
+	})
+}
+
+// A storm of reads whose callers give up at any moment — while they wait,
+// while their round trip is in flight, or as they are handed a round trip
+// to lead — leaves every other caller its own answer and the reads at
+// rest: every round trip ended and counted, nothing waiting. Each key is
+// stored once, by its one side effect.
+func TestReadsCallersGiveUp(t *testing.T) {
+	drivertest.Each(t, func(t *testing.T, d driver.Driver) {
+		setup(t, d)
+		k := newKeeper(t, newGatedReads(d, ""), idem.Config{})
+		var runs atomic.Int64
+		const stored, callers = 20, 200
+		for i := range stored {
+			key := fmt.Sprintf("r%d", i)
+			if _, err := k.Do(context.Background(), req(key, `{}`), insertWork(&runs, 201, key)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		var firsts atomic.Int64 // first arrivals answered
+		errs := make(chan error, callers)
+		for i := range callers {
+			key := fmt.Sprintf("r%d", i%stored) // a replay
+			if i%2 == 1 {
+				key = fmt.Sprintf("m%d", i) // a first arrival
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			gives := i%3 == 0
+			if gives {
+				time.AfterFunc(time.Duration(i%7)*300*time.Microsecond, cancel)
+			}
+			wg.Go(func() {
+				defer cancel()
+				res, err := k.Do(ctx, req(key, `{}`), insertWork(&runs, 201, key))
+				switch {
+				case gives && errors.Is(err, context.Canceled):
+				case err != nil:
+					errs <- fmt.Errorf("%s: %w", key, err)
+				case string(res.Body) != key || res.Replayed != (key[0] == 'r'):
+					errs <- fmt.Errorf("%s: %+v, want its own answer", key, res)
+				case !res.Replayed:
+					firsts.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if !idem.ReadsAtRest(k) {
+			t.Fatal("the reads are not at rest once every caller returned")
+		}
+		// A first arrival that gave up during its work ran it and rolled
+		// it back: each stored key has its one row, and every answered
+		// first arrival stored its key.
+		keys, rows := countRows(t, d, "idem_keys"), countRows(t, d, "biz")
+		if keys != rows || int64(rows) < stored+firsts.Load() {
+			t.Fatalf("%d keys, %d business rows, %d first arrivals answered: want a row a key, and every answered one stored",
+				keys, rows, firsts.Load())
 		}
 	})
 }
