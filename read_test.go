@@ -98,6 +98,32 @@ func (g *gatedReads) KeyGetBatch(ctx context.Context, tx driver.Tx, p *driver.Ke
 	return driver.KeyGetEach(ctx, g.Driver, tx, p)
 }
 
+// tripLog records the keys of each round trip of reads a keeper sends
+// (idem.SetReadHooks' sent).
+type tripLog struct {
+	mu    sync.Mutex
+	trips [][]string
+}
+
+func (l *tripLog) sent(keys []idem.Key) {
+	names := make([]string, len(keys))
+	for i, key := range keys {
+		names[i] = key.Key
+	}
+	l.mu.Lock()
+	l.trips = append(l.trips, names)
+	l.mu.Unlock()
+}
+
+// take returns the round trips recorded so far and forgets them.
+func (l *tripLog) take() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	trips := l.trips
+	l.trips = nil
+	return trips
+}
+
 // outcome is what one Do answered.
 type outcome struct {
 	res idem.Result
@@ -117,26 +143,15 @@ func TestReadsCoalesce(t *testing.T) {
 		g := newGatedReads(d, "broken")
 		k := newKeeper(t, g, idem.Config{})
 		queued := make(chan string, 16)
-		var sentMu sync.Mutex
-		var sent [][]string
-		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
-			names := make([]string, len(keys))
-			for i, key := range keys {
-				names[i] = key.Key
-			}
-			sentMu.Lock()
-			sent = append(sent, names)
-			sentMu.Unlock()
-		})
+		var trips tripLog
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, trips.sent)
 		var runs atomic.Int64
 		for _, key := range []string{"r1", "r2", "r3"} {
 			if _, err := k.Do(context.Background(), req(key, `{"n":1}`), insertWork(&runs, 201, `{"id":"`+key+`"}`)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		sentMu.Lock()
-		sent = nil
-		sentMu.Unlock()
+		trips.take()
 		g.mu.Lock()
 		g.gets = nil
 		g.mu.Unlock()
@@ -238,8 +253,7 @@ func TestReadsCoalesce(t *testing.T) {
 			}
 		}
 
-		sentMu.Lock()
-		defer sentMu.Unlock()
+		sent := trips.take()
 		want := [][]string{{"hold1"}, {"hold1b"}, {"r1", "m1", "r2", "c1", "m2"}, {"hold2"}, {"hold2b"}, {"r3", "broken", "m3"}}
 		if !slices.EqualFunc(sent, want, slices.Equal) {
 			t.Fatalf("round trips %v, want %v", sent, want)
@@ -362,17 +376,8 @@ func TestReadsLeaderGivesUp(t *testing.T) {
 			}
 		}
 		queued := make(chan string, 2)
-		var sentMu sync.Mutex
-		var sent [][]string
-		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, func(keys []idem.Key) {
-			names := make([]string, len(keys))
-			for i, key := range keys {
-				names[i] = key.Key
-			}
-			sentMu.Lock()
-			sent = append(sent, names)
-			sentMu.Unlock()
-		})
+		var trips tripLog
+		idem.SetReadHooks(k, func(key idem.Key) { queued <- key.Key }, trips.sent)
 		do := func(ctx context.Context, key string) <-chan outcome {
 			ch := make(chan outcome, 1)
 			go func() {
@@ -419,9 +424,7 @@ func TestReadsLeaderGivesUp(t *testing.T) {
 		if o := <-holdB; o.err != nil {
 			t.Fatalf("holdB: %v", o.err)
 		}
-		sentMu.Lock()
-		defer sentMu.Unlock()
-		if want := [][]string{{"holdA"}, {"holdB"}, {"r1", "r2"}}; !slices.EqualFunc(sent, want, slices.Equal) {
+		if sent, want := trips.take(), [][]string{{"holdA"}, {"holdB"}, {"r1", "r2"}}; !slices.EqualFunc(sent, want, slices.Equal) {
 			t.Fatalf("round trips %v, want %v", sent, want)
 		}
 		if !idem.ReadsAtRest(k) {
