@@ -17,11 +17,30 @@
 # while the server is down (pause, restart) an outgoing connection can get
 # it as its local port, and the server cannot listen on it again ("could
 # not bind ... Address already in use").
+#
+# A port is free when picked but bound only when its server starts, which
+# can be seconds later (Patroni's second node starts once the first
+# leads), while other scripts pick ports in parallel. So each pick is
+# also reserved, as a directory made atomically under
+# $TMPDIR/idem-ports-UID, and no other pick takes a port reserved in the
+# last ten minutes; the bind test covers the servers that run longer.
+# Debian's python3 first: it starts in a quarter of the time of a shim
+# (pyenv's) found earlier on PATH.
 free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
-import random, socket
+  local py=python3
+  [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+  "$py" - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 10000))
+import os, random, socket, tempfile, time
 with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
     low = int(f.read().split()[0])
+reserved = os.path.join(tempfile.gettempdir(), "idem-ports-%d" % os.getuid())
+os.makedirs(reserved, mode=0o700, exist_ok=True)
+for name in os.listdir(reserved):
+    try:
+        if time.time() - os.path.getmtime(os.path.join(reserved, name)) > 600:
+            os.rmdir(os.path.join(reserved, name))
+    except OSError:
+        pass  # another pick removed it first
 for _ in range(200):
     port = random.randrange(max(1024, low - 12000), low)
     s = socket.socket()
@@ -31,6 +50,10 @@ for _ in range(200):
         continue
     finally:
         s.close()
+    try:
+        os.mkdir(os.path.join(reserved, str(port)))
+    except FileExistsError:
+        continue
     print(port)
     break
 else:

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemhq/idem/internal/testserver"
@@ -75,5 +76,44 @@ func TestWriteScriptFreePort(t *testing.T) {
 	port, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil || port < 1024 || port > 65535 {
 		t.Fatalf("free_port printed %q, want a port in 1024..65535", out)
+	}
+}
+
+// Ports picked at once, by scripts running side by side, all differ: a
+// port is bound only when its server starts, so a pick reserves it. With
+// no reservation, 200 picks among the 12,000 ports collide four times in
+// five.
+func TestFreePortPicksDiffer(t *testing.T) {
+	t.Parallel()
+	script := "set -euo pipefail\n" +
+		`testserver_lib=$(dirname "${BASH_SOURCE[0]}")/testserver.bash` + "\n" +
+		`source "$testserver_lib"` + "\n" +
+		"for i in $(seq 25); do free_port; done\n"
+	path, err := testserver.WriteScript(t.TempDir(), "probe.bash", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const scripts = 8
+	outs := make([][]byte, scripts)
+	errs := make([]error, scripts)
+	var wg sync.WaitGroup
+	for i := range scripts {
+		wg.Go(func() { outs[i], errs[i] = exec.Command("bash", path).Output() })
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i := range scripts {
+		if errs[i] != nil {
+			t.Fatalf("bash %s: %v", path, errs[i])
+		}
+		for _, port := range strings.Fields(string(outs[i])) {
+			if j, dup := seen[port]; dup {
+				t.Errorf("port %s picked by script %d and script %d", port, j, i)
+			}
+			seen[port] = i
+		}
+	}
+	if len(seen) < scripts*25 {
+		t.Fatalf("%d distinct ports, want %d", len(seen), scripts*25)
 	}
 }
