@@ -54,6 +54,26 @@ func enqueue(t *testing.T, d driver.Driver, ob *outbox.Outbox, msgs ...outbox.Me
 	}
 }
 
+// listed is ob.List of tenant acme's events once at least n are listed,
+// or its first error. On PostgreSQL a row is listed only once every
+// transaction that began before its own committed has ended (the list's
+// horizon, pg_snapshot_xmin), and other tests' transactions run in the
+// same cluster: the list is asked again until then, for 20 s at most.
+func listed(t *testing.T, ob *outbox.Outbox, d driver.Driver, n int) ([]outbox.Event, error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		events, _, err := ob.List(context.Background(), d.Reader(), outbox.ListQuery{Tenant: "acme"})
+		if err != nil || len(events) >= n {
+			return events, err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events listed after 20 s, want %d", len(events), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // relayUntil runs a relay on d until done says so (or 20 s pass).
 func relayUntil(t *testing.T, d driver.Driver, cfg outbox.RelayConfig, done func() bool) {
 	t.Helper()
@@ -118,8 +138,8 @@ func TestSealedOutbox(t *testing.T) {
 		if got := noKey.got(); len(got) != 1 || got[0].ID != before.ID {
 			t.Fatalf("a relay without the Sealer published %+v; want the plaintext row only", got)
 		}
-		// Listed once a relay gave the rows their positions (PostgreSQL).
-		events, _, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: "acme"})
+		// Listed and opened, the sealed row in plaintext.
+		events, err := listed(t, ob, d, 2)
 		if err != nil || len(events) != 2 || !strings.Contains(string(events[1].Payload), sealMarker) {
 			t.Fatalf("list: %v %+v", err, events)
 		}
@@ -176,7 +196,7 @@ func TestSealedOutboxSwapped(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := ob.List(ctx, d.Reader(), outbox.ListQuery{Tenant: "acme"}); !errors.Is(err, seal.ErrAuthentication) {
+		if _, err := listed(t, ob, d, 1); !errors.Is(err, seal.ErrAuthentication) {
 			t.Fatalf("list of a swapped row: %v; want seal.ErrAuthentication", err)
 		}
 	})
